@@ -1,0 +1,3 @@
+module github.com/redisonce/redisonce
+
+go 1.26
