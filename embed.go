@@ -1,0 +1,181 @@
+// Package redisonce is the script bundle behind the redisonce stores: one atomic
+// Redis Lua script per operation, embedded from scripts/*.lua, with the version
+// hash (SHA1) of every script read from the checked-in scripts/SHA1SUMS.
+//
+// The package uses the standard library only, so any Go Redis client can load and
+// run the scripts (SCRIPT LOAD + EVALSHA, or EVAL with Source). The Go stores in
+// package store wrap these scripts with rueidis.
+//
+// Every script takes exactly one key, KEYS[1] = prefix + id, built by the caller,
+// and documents its KEYS, ARGV, replies and errors in a header that a test keeps
+// true. Errors are replies whose first word is one of BADARG, STALE_OWNER,
+// NOT_FOUND, FULL, MISMATCH, CORRUPT.
+package redisonce
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// FS holds scripts/*.lua and scripts/SHA1SUMS exactly as checked in.
+//
+//go:embed scripts/*.lua scripts/SHA1SUMS
+var FS embed.FS
+
+// Script is one embedded operation.
+type Script struct {
+	// Name is the file name without ".lua", e.g. "claim".
+	Name string
+	// Source is the file's bytes, shebang and header included: the code that runs.
+	Source string
+	// SHA1 is the lower-case hex SHA1 of Source, as listed in scripts/SHA1SUMS; it is
+	// the name EVALSHA uses and the script's version.
+	SHA1 string
+	// NumKeys is the number of keys the script takes (always 1 in this bundle).
+	NumKeys int
+	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
+	// be run with EVALSHA_RO / FCALL_RO and on replicas.
+	ReadOnly bool
+	// Doc is the header block between "--[[" and "]]": KEYS, ARGV, Returns, Errors,
+	// Writes, Atomicity, Complexity.
+	Doc string
+}
+
+// Summary is the first line of the header: what the script does, in one sentence.
+func (s Script) Summary() string {
+	line, _, _ := strings.Cut(s.Doc, "\n")
+	if _, after, ok := strings.Cut(line, " — "); ok {
+		return strings.TrimSpace(after)
+	}
+	return strings.TrimSpace(line)
+}
+
+var (
+	loadOnce sync.Once
+	scripts  []Script
+	byName   map[string]int
+)
+
+// All returns every script, sorted by name. The slice is a copy.
+func All() []Script {
+	load()
+	return append([]Script(nil), scripts...)
+}
+
+// Get returns the script with the given name ("claim", not "claim.lua").
+func Get(name string) (Script, bool) {
+	load()
+	i, ok := byName[name]
+	if !ok {
+		return Script{}, false
+	}
+	return scripts[i], true
+}
+
+func load() {
+	loadOnce.Do(func() {
+		var err error
+		scripts, err = parseAll(FS)
+		if err != nil {
+			// The files are embedded at build time: a bad bundle is a build defect
+			// that the package's tests catch, never a runtime condition.
+			panic("redisonce: " + err.Error())
+		}
+		byName = make(map[string]int, len(scripts))
+		for i, s := range scripts {
+			byName[s.Name] = i
+		}
+	})
+}
+
+func parseAll(fsys fs.FS) ([]Script, error) {
+	sums, err := fs.ReadFile(fsys, "scripts/SHA1SUMS")
+	if err != nil {
+		return nil, err
+	}
+	shaOf, err := parseSums(sums)
+	if err != nil {
+		return nil, err
+	}
+	files, err := fs.Glob(fsys, "scripts/*.lua")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	out := make([]Script, 0, len(files))
+	for _, f := range files {
+		src, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, err
+		}
+		base := path.Base(f)
+		sha, ok := shaOf[base]
+		if !ok {
+			return nil, fmt.Errorf("%s is not listed in scripts/SHA1SUMS (run: make sums)", base)
+		}
+		s, err := parseScript(strings.TrimSuffix(base, ".lua"), string(src))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", base, err)
+		}
+		s.SHA1 = sha
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// parseSums reads `sha1sum` output: "<40 hex>  <file>" per line.
+func parseSums(b []byte) (map[string]string, error) {
+	m := make(map[string]string)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		sum, file, ok := strings.Cut(line, "  ")
+		if !ok || len(sum) != 40 {
+			return nil, fmt.Errorf("SHA1SUMS: bad line %q", line)
+		}
+		m[strings.TrimPrefix(file, "*")] = sum
+	}
+	return m, sc.Err()
+}
+
+func parseScript(name, src string) (Script, error) {
+	s := Script{Name: name, Source: src}
+	first, rest, _ := strings.Cut(src, "\n")
+	switch first {
+	case "#!lua":
+	case "#!lua flags=no-writes":
+		s.ReadOnly = true
+	default:
+		return s, fmt.Errorf("line 1 is %q, want \"#!lua\" or \"#!lua flags=no-writes\"", first)
+	}
+	if !strings.HasPrefix(rest, "--[[") {
+		return s, fmt.Errorf("line 2 does not open the --[[ header")
+	}
+	doc, _, ok := strings.Cut(rest[len("--[["):], "]]")
+	if !ok {
+		return s, fmt.Errorf("header is not closed with ]]")
+	}
+	s.Doc = strings.TrimSpace(doc)
+	_, keys, ok := strings.Cut(s.Doc, "KEYS (n=")
+	if !ok {
+		return s, fmt.Errorf("header has no \"KEYS (n=\" line")
+	}
+	n, _, _ := strings.Cut(keys, ")")
+	nk, err := strconv.Atoi(n)
+	if err != nil {
+		return s, fmt.Errorf("header KEYS (n=%s): %w", n, err)
+	}
+	s.NumKeys = nk
+	return s, nil
+}

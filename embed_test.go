@@ -1,0 +1,227 @@
+package redisonce
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The closed list of error codes a script may return (DESIGN.md, "Scripts").
+var errorCodes = map[string]bool{
+	"BADARG": true, "STALE_OWNER": true, "NOT_FOUND": true,
+	"FULL": true, "MISMATCH": true, "CORRUPT": true,
+}
+
+// Redis commands that write. A read-only script must call none of them.
+var writeCommands = map[string]bool{
+	"SET": true, "DEL": true, "UNLINK": true, "HSET": true, "HDEL": true,
+	"HINCRBY": true, "HSETNX": true, "HMSET": true, "INCR": true, "INCRBY": true,
+	"EXPIRE": true, "PEXPIRE": true, "PEXPIREAT": true, "EXPIREAT": true,
+	"PERSIST": true, "GETDEL": true, "GETSET": true, "RENAME": true,
+}
+
+func TestSHA1SUMSMatchesScripts(t *testing.T) {
+	all := All()
+	if len(all) == 0 {
+		t.Fatal("no scripts embedded")
+	}
+	onDisk, err := filepath.Glob("scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(onDisk) != len(all) {
+		t.Errorf("%d scripts on disk, %d embedded", len(onDisk), len(all))
+	}
+	for _, s := range all {
+		sum := sha1.Sum([]byte(s.Source))
+		if got := hex.EncodeToString(sum[:]); got != s.SHA1 {
+			t.Errorf("%s: SHA1SUMS says %s, source hashes to %s (run: make sums)", s.Name, s.SHA1, got)
+		}
+		raw, err := os.ReadFile(filepath.Join("scripts", s.Name+".lua"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(raw) != s.Source {
+			t.Errorf("%s: embedded source differs from the file", s.Name)
+		}
+		if strings.Contains(s.Source, "\r") {
+			t.Errorf("%s: has CR characters; scripts are LF only", s.Name)
+		}
+	}
+}
+
+func TestGet(t *testing.T) {
+	s, ok := Get("claim")
+	if !ok || s.Name != "claim" || s.NumKeys != 1 || s.ReadOnly {
+		t.Fatalf("Get(claim) = %+v, %v", s, ok)
+	}
+	if s, ok := Get("seen"); !ok || !s.ReadOnly {
+		t.Fatalf("Get(seen) = %+v, %v; want a read-only script", s, ok)
+	}
+	if _, ok := Get("claim.lua"); ok {
+		t.Error("Get(claim.lua) found a script; names have no extension")
+	}
+	if _, ok := Get("nope"); ok {
+		t.Error("Get(nope) found a script")
+	}
+	a := All()
+	a[0].Name = "changed"
+	if All()[0].Name == "changed" {
+		t.Error("All returns a shared slice")
+	}
+}
+
+var (
+	keysUse   = regexp.MustCompile(`KEYS\[(\d+)\]`)
+	argvUse   = regexp.MustCompile(`ARGV\[(\d+)\]`)
+	argvDoc   = regexp.MustCompile(`^\s*\[(\d+)(\.\.)?\]\s+\S`)
+	errUse    = regexp.MustCompile(`error_reply\(\s*['"]([A-Z_]+)`)
+	errDoc    = regexp.MustCompile(`^\s*(?:Errors\s+)?([A-Z][A-Z_]+)\b`)
+	callUse   = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
+	argsCount = regexp.MustCompile(`ARGV \(n(>=|=)(\d+)\)`)
+)
+
+// section returns the header lines from the line starting with title up to the
+// next top-level entry.
+func section(doc, title string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(doc, "\n") {
+		trimmed := strings.TrimSpace(line)
+		top := strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ")
+		if top {
+			in = strings.HasPrefix(trimmed, title)
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestHeadersMatchCode parses every header and checks it against the code below it.
+func TestHeadersMatchCode(t *testing.T) {
+	for _, s := range All() {
+		t.Run(s.Name, func(t *testing.T) {
+			_, code, _ := strings.Cut(s.Source, "]]")
+			for _, word := range []string{"KEYS (n=", "ARGV (n", "Returns", "Errors", "Writes", "Atomicity", "Complexity"} {
+				if !strings.Contains(s.Doc, word) {
+					t.Errorf("header has no %q entry", word)
+				}
+			}
+			if !strings.HasPrefix(s.Doc, s.Name+".lua — ") || s.Summary() == "" {
+				t.Errorf("header line 1 should read %q", s.Name+".lua — <summary>")
+			}
+
+			// Keys: the declared count equals the highest KEYS[i] used, and it is 1.
+			maxKey := 0
+			for _, m := range keysUse.FindAllStringSubmatch(code, -1) {
+				i, _ := strconv.Atoi(m[1])
+				maxKey = max(maxKey, i)
+			}
+			if maxKey != s.NumKeys || s.NumKeys != 1 {
+				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every script takes exactly one key", s.NumKeys, maxKey)
+			}
+
+			// ARGV: every used index is documented and every documented one is used.
+			used := map[int]bool{}
+			for _, m := range argvUse.FindAllStringSubmatch(code, -1) {
+				i, _ := strconv.Atoi(m[1])
+				used[i] = true
+			}
+			documented := map[int]bool{}
+			variadic := 0
+			for _, line := range section(s.Doc, "ARGV")[1:] {
+				if m := argvDoc.FindStringSubmatch(line); m != nil {
+					i, _ := strconv.Atoi(m[1])
+					if m[2] != "" {
+						variadic = i
+					} else {
+						documented[i] = true
+					}
+				}
+			}
+			if variadic > 0 {
+				if !strings.Contains(code, "#ARGV") {
+					t.Errorf("ARGV [%d..] documented, but the code never reads #ARGV", variadic)
+				}
+				for i := range used {
+					if i >= variadic {
+						delete(used, i) // read through the variadic tail
+					}
+				}
+			}
+			if diff := cmp.Diff(keysOf(documented), keysOf(used)); diff != "" {
+				t.Errorf("ARGV documented (-) vs used (+):\n%s", diff)
+			}
+			m := argsCount.FindStringSubmatch(s.Doc)
+			if m == nil {
+				t.Fatalf("header has no ARGV (n=N) or (n>=N)")
+			}
+			n, _ := strconv.Atoi(m[2])
+			if want := len(documented); (m[1] == "=" && n != want) || (m[1] == ">=" && (variadic == 0 || n != variadic)) {
+				t.Errorf("header says ARGV (n%s%d), documents %d fixed and variadic from %d", m[1], n, want, variadic)
+			}
+
+			// Errors: every code returned is in the closed list and listed; every listed one is returned.
+			returned := map[string]bool{}
+			for _, m := range errUse.FindAllStringSubmatch(code, -1) {
+				returned[m[1]] = true
+				if !errorCodes[m[1]] {
+					t.Errorf("error code %s is not in the closed list", m[1])
+				}
+			}
+			listed := map[string]bool{}
+			for _, line := range section(s.Doc, "Errors") {
+				if m := errDoc.FindStringSubmatch(line); m != nil && errorCodes[m[1]] {
+					listed[m[1]] = true
+				}
+			}
+			if diff := cmp.Diff(keysOf(listed), keysOf(returned)); diff != "" {
+				t.Errorf("error codes listed (-) vs returned (+):\n%s", diff)
+			}
+
+			// Shebang: read-only scripts write nothing, write scripts write something.
+			// Atomicity: no error reply after the first write in the file.
+			firstWrite, writes := -1, 0
+			for _, loc := range callUse.FindAllStringSubmatchIndex(code, -1) {
+				cmd := strings.ToUpper(code[loc[2]:loc[3]])
+				if writeCommands[cmd] {
+					writes++
+					if firstWrite < 0 {
+						firstWrite = loc[0]
+					}
+				}
+			}
+			if s.ReadOnly && writes > 0 {
+				t.Errorf("flags=no-writes script calls %d write commands", writes)
+			}
+			if !s.ReadOnly && writes == 0 {
+				t.Errorf("write script (#!lua) calls no write command; use #!lua flags=no-writes")
+			}
+			if firstWrite >= 0 {
+				if loc := errUse.FindAllStringIndex(code[firstWrite:], -1); len(loc) > 0 {
+					t.Errorf("an error reply follows the first write: Redis does not roll back")
+				}
+			}
+			if strings.Contains(code, "KEYS[2]") || regexp.MustCompile(`\.\.\s*KEYS|KEYS\[1\]\s*\.\.`).MatchString(code) {
+				t.Errorf("script builds key names; keys come from the caller")
+			}
+		})
+	}
+}
+
+func keysOf[K cmpOrdered](m map[K]bool) []K {
+	return slices.Sorted(maps.Keys(m))
+}
+
+type cmpOrdered interface{ ~int | ~string }

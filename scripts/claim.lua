@@ -1,0 +1,43 @@
+#!lua
+--[[ claim.lua — claim a message id: exactly one caller creates it.
+  KEYS (n=1)
+    [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight, leased)
+  ARGV (n=2)
+    [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+    [2] value    "1" to mark the id processed, or "~<token>" to lease it
+  Returns   1  created (the caller won)
+            0  exists and is processed (any value not starting with "~", so keys
+               written by `SET key 1 NX PX ttl` count as processed)
+            -1 exists and is in flight
+  Errors    BADARG <what>   before any write; nothing written
+  Writes    SET KEYS[1] value NX [PX ttl_ms] (only when absent)
+  Atomicity all checks precede the single SET NX GET
+  Complexity O(1)
+]]
+local ttl, value = ARGV[1], ARGV[2]
+
+if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if value ~= '1' and not (type(value) == 'string' and #value > 1 and #value <= 257
+    and string.byte(value, 1) == 126) then
+  return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
+end
+if value ~= '1' and tonumber(ttl) == 0 then
+  return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
+end
+
+-- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
+local old
+if tonumber(ttl) > 0 then
+  old = redis.call('SET', KEYS[1], value, 'NX', 'GET', 'PX', ttl)
+else
+  old = redis.call('SET', KEYS[1], value, 'NX', 'GET')
+end
+if not old then
+  return 1
+end
+if string.byte(old, 1) == 126 then
+  return -1
+end
+return 0

@@ -1,0 +1,33 @@
+#!lua
+--[[ commit.lua — turn the caller's lease into a processed claim.
+  KEYS (n=1)
+    [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight)
+  ARGV (n=2)
+    [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
+    [2] ttl_ms   decimal integer ms the processed mark lives, 0 = no expiry
+  Returns   1 the value was "~<token>" and is now "1" with the new expiry
+            0 the key is absent or held by another value (the lease was lost)
+  Errors    BADARG <what>   before any write; nothing written
+  Writes    SET KEYS[1] "1" [PX ttl_ms] (only when the caller holds the lease)
+  Atomicity all checks precede the single SET
+  Complexity O(1)
+]]
+local token, ttl = ARGV[1], ARGV[2]
+
+if type(token) ~= 'string' or #token < 1 or #token > 256 then
+  return redis.error_reply('BADARG token must be 1..256 bytes')
+end
+if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+
+if redis.call('GET', KEYS[1]) ~= '~' .. token then
+  return 0
+end
+-- A plain SET drops the lease's expiry; PX sets the dedupe window instead.
+if tonumber(ttl) > 0 then
+  redis.call('SET', KEYS[1], '1', 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], '1')
+end
+return 1

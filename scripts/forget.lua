@@ -1,0 +1,12 @@
+#!lua
+--[[ forget.lua — remove a claim so the message id can be claimed again.
+  KEYS (n=1)
+    [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight)
+  ARGV (n=0)
+  Returns   1 removed; 0 absent
+  Errors    none
+  Writes    DEL KEYS[1]
+  Atomicity one DEL
+  Complexity O(1)
+]]
+return redis.call('DEL', KEYS[1])

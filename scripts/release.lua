@@ -1,0 +1,23 @@
+#!lua
+--[[ release.lua — give up the caller's lease so the message can be retried.
+  KEYS (n=1)
+    [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight)
+  ARGV (n=1)
+    [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
+  Returns   1 the value was "~<token>" and the key is deleted
+            0 the key is absent or held by another value (nothing changed)
+  Errors    BADARG <what>   before any write; nothing written
+  Writes    DEL KEYS[1] (only when the caller holds the lease)
+  Atomicity the check precedes the single DEL
+  Complexity O(1)
+]]
+local token = ARGV[1]
+
+if type(token) ~= 'string' or #token < 1 or #token > 256 then
+  return redis.error_reply('BADARG token must be 1..256 bytes')
+end
+
+if redis.call('GET', KEYS[1]) ~= '~' .. token then
+  return 0
+end
+return redis.call('DEL', KEYS[1])
