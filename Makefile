@@ -1,0 +1,57 @@
+# The README's commands. `make demo` runs the main job, `make test` the tests;
+# both bring their own redis-server (installed with apt-get when missing and root).
+
+GO      ?= go
+MODULES := . scripts_test
+export GOFLAGS ?= -count=1
+
+.PHONY: all test demo bench sums lint tidy redis-server luacheck
+
+all: test
+
+# ensure a redis-server binary: use the one on PATH, else install it (root + apt-get).
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing redis-server and redis-tools with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; \
+	elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	  echo "make: installing redis-server and redis-tools with sudo apt-get"; \
+	  sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; \
+	else \
+	  echo "make: redis-server (>= 7.0) is needed and I cannot install it here."; \
+	  echo "      Install it: 'sudo apt-get install redis-server redis-tools' (Debian/Ubuntu) or 'brew install redis' (macOS),"; \
+	  echo "      then run make again."; \
+	  exit 1; \
+	fi
+	@redis-server --version
+
+test: redis-server
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
+
+demo: redis-server
+	$(GO) run ./cmd/redisonce demo
+
+bench: redis-server
+	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -timeout 30m .
+
+sums:
+	cd scripts && sha1sum *.lua > SHA1SUMS
+
+luacheck:
+	@command -v luacheck >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua-check >/dev/null; \
+	  else echo "make: luacheck is needed: sudo apt-get install lua-check (or luarocks install luacheck)"; exit 1; fi; }
+
+lint: luacheck
+	$(GO) vet ./...
+	cd scripts_test && $(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
+
+tidy:
+	$(GO) mod tidy
+	cd scripts_test && $(GO) mod tidy

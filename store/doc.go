@@ -1,0 +1,21 @@
+// Package store gives exactly-once effects on top of at-least-once delivery, with
+// three Redis stores and an in-memory reference implementation of each:
+//
+//   - Claims: dedupe on a message id for consumers; exactly one of N concurrent
+//     consumers wins, and a lease makes a crashed consumer's message retried.
+//   - Outbox: a per-connection unacknowledged tail for gateways.
+//   - Records: idempotency records with a lease, a status and a stored result.
+//
+// Every Redis operation is ONE embedded Lua script (package redisonce) run with
+// EVALSHA through rueidis, so it is atomic and runs unchanged on Redis Cluster: each
+// operation touches exactly one key, prefix + id. The Go types only marshal
+// arguments and parse replies; the memory stores restate the same logic in Go and
+// the conformance suites in store/storetest keep both in agreement.
+//
+// Bad input (an empty or oversize id, a negative duration) is refused in Go with
+// ErrInvalidArgument before anything is sent, and again by the script before its
+// first write.
+//
+// Clients: a store made with NewX borrows the rueidis.Client you pass (its Close is
+// a no-op); OpenX(url) owns the client it creates.
+package store

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// Sentinel errors. Every error a store returns wraps one of these (or a context
+// or connection error) with the operation and the id, e.g.
+// `redisonce: ack "c1": stale owner`; test with errors.Is.
+var (
+	// ErrNotFound: the record or connection does not exist (script code NOT_FOUND).
+	ErrNotFound = errors.New("not found")
+	// ErrStaleOwner: the caller's token or generation was superseded by a newer
+	// owner; nothing was changed (script code STALE_OWNER).
+	ErrStaleOwner = errors.New("stale owner")
+	// ErrInFlight: another holder's lease on the id is still live; retry later.
+	ErrInFlight = errors.New("in flight")
+	// ErrLeaseLost: the caller's lease expired and the id was taken or removed
+	// before the caller could commit; its effect may have run twice.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrOutboxFull: the connection's unacknowledged tail is at its limit; nothing
+	// was appended (script code FULL).
+	ErrOutboxFull = errors.New("outbox full")
+	// ErrFingerprintMismatch: the key was first used with a different request
+	// fingerprint (script code MISMATCH).
+	ErrFingerprintMismatch = errors.New("fingerprint mismatch")
+	// ErrInvalidArgument: an empty or oversize id, a negative duration, an
+	// oversize payload... caught in Go before anything is sent (script code BADARG
+	// if a non-Go caller sends it).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrUnexpectedReply: Redis answered with a reply of the wrong shape, or the
+	// stored value is not what a store wrote (script code CORRUPT).
+	ErrUnexpectedReply = errors.New("unexpected reply")
+)
+
+// codeErrors maps a script error's first word to its sentinel.
+var codeErrors = map[string]error{
+	"BADARG":      ErrInvalidArgument,
+	"STALE_OWNER": ErrStaleOwner,
+	"NOT_FOUND":   ErrNotFound,
+	"FULL":        ErrOutboxFull,
+	"MISMATCH":    ErrFingerprintMismatch,
+	"CORRUPT":     ErrUnexpectedReply,
+}
+
+// opError wraps err with the operation and id. A script error reply is mapped
+// to its sentinel by its first word and keeps the script's detail text.
+func opError(op, id string, err error) error {
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		code, detail, _ := strings.Cut(msg, " ")
+		if sentinel, ok := codeErrors[code]; ok {
+			if detail != "" {
+				return fmt.Errorf("redisonce: %s %q: %w: %s", op, id, sentinel, detail)
+			}
+			return fmt.Errorf("redisonce: %s %q: %w", op, id, sentinel)
+		}
+	}
+	return fmt.Errorf("redisonce: %s %q: %w", op, id, err)
+}
+
+// errorf builds an error for op and id that wraps sentinel with a detail.
+func errorf(op, id string, sentinel error, format string, args ...any) error {
+	return fmt.Errorf("redisonce: %s %q: %w: %s", op, id, sentinel, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,18 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/redisonce/redisonce/store"
+	"github.com/redisonce/redisonce/store/storetest"
+)
+
+func TestMemoryClaims(t *testing.T) {
+	clock := storetest.NewClock()
+	storetest.TestClaims(t, storetest.ClaimsHarness{
+		New: func(t *testing.T, opts ...store.Option) store.ClaimStore {
+			return store.NewMemoryClaims(append(opts, store.WithClock(clock.Now))...)
+		},
+		Wait: clock.Advance,
+	})
+}

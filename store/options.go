@@ -1,0 +1,56 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures a store. Options that do not apply to a store are ignored
+// by it (WithMaxUnacked on Claims, for example).
+type Option func(*config)
+
+type config struct {
+	prefix    string
+	prefixSet bool
+	ttl       time.Duration
+	now       func() time.Time
+	err       error // the first invalid option, returned by every call
+}
+
+// WithPrefix sets the key prefix; a key is prefix + id, built in Go, so the
+// prefix may hold a hash tag like "{app}:". Defaults: Claims "bq:idemp:",
+// Outbox "gateway:outbox:", Records "idempotency:".
+func WithPrefix(p string) Option {
+	return func(c *config) { c.prefix, c.prefixSet = p, true }
+}
+
+// WithTTL sets how long a key lives after a write. Claims: the dedupe window of a
+// processed id. Default 0: keys never expire. Negative values are invalid
+// (every call then returns ErrInvalidArgument). Sub-millisecond durations round
+// up to 1 ms so that a positive TTL never becomes "no expiry".
+func WithTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 && c.err == nil {
+			c.err = fmt.Errorf("redisonce: WithTTL(%v): %w: negative duration", d, ErrInvalidArgument)
+		}
+		c.ttl = d
+	}
+}
+
+// WithClock sets the clock of an in-memory store (MemoryClaims...), for tests
+// that move time by hand. Default time.Now. Redis stores always use the server's
+// clock (TIME) and ignore it.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.now = now }
+}
+
+func newConfig(defaultPrefix string, opts []Option) config {
+	c := config{prefix: defaultPrefix, now: time.Now}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}

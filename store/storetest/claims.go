@@ -1,0 +1,398 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// ClaimsHarness tells TestClaims how to make and age a store under test.
+type ClaimsHarness struct {
+	// New returns an empty store with opts applied, isolated from every other
+	// store New returns (a fresh prefix or database). The suite closes it.
+	New func(t *testing.T, opts ...store.Option) store.ClaimStore
+	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
+	// real clock, Clock.Advance for a fake one.
+	Wait func(d time.Duration)
+	// Tick is a duration long enough for the implementation to expire a key
+	// reliably (Redis: 100ms); TTLs and leases in the suite are multiples of it.
+	Tick time.Duration
+}
+
+// TestClaims runs the claims contract against h's stores.
+func TestClaims(t *testing.T, h ClaimsHarness) {
+	if h.Tick <= 0 {
+		h.Tick = 100 * time.Millisecond
+	}
+	newStore := func(t *testing.T, opts ...store.Option) store.ClaimStore {
+		t.Helper()
+		s := h.New(t, opts...)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	ctx := context.Background()
+
+	t.Run("ClaimOnce", func(t *testing.T) {
+		s := newStore(t)
+		got := []bool{must(t)(s.Claim(ctx, "m1")), must(t)(s.Claim(ctx, "m1")), must(t)(s.Claim(ctx, "m2"))}
+		if diff := cmp.Diff([]bool{true, false, true}, got); diff != "" {
+			t.Errorf("Claim m1, m1, m2 (-want +got):\n%s", diff)
+		}
+		if !must(t)(s.Seen(ctx, "m1")) || must(t)(s.Seen(ctx, "m3")) {
+			t.Error("Seen(m1) should be true and Seen(m3) false")
+		}
+	})
+
+	t.Run("RememberForget", func(t *testing.T) {
+		s := newStore(t)
+		noErr(t, s.Remember(ctx, "m"))
+		if must(t)(s.Claim(ctx, "m")) {
+			t.Error("Claim after Remember won")
+		}
+		noErr(t, s.Forget(ctx, "m"))
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("Seen after Forget")
+		}
+		if !must(t)(s.Claim(ctx, "m")) {
+			t.Error("Claim after Forget lost")
+		}
+		noErr(t, s.Forget(ctx, "never-claimed"))
+	})
+
+	t.Run("ClaimMany", func(t *testing.T) {
+		s := newStore(t)
+		noErr(t, s.Remember(ctx, "b"))
+		got, err := s.ClaimMany(ctx, []string{"a", "b", "a", "c", "c"})
+		noErr(t, err)
+		if diff := cmp.Diff([]bool{true, false, false, true, false}, got); diff != "" {
+			t.Errorf("ClaimMany (-want +got):\n%s", diff)
+		}
+		got, err = s.ClaimMany(ctx, nil)
+		noErr(t, err)
+		if diff := cmp.Diff([]bool{}, got); diff != "" {
+			t.Errorf("ClaimMany(nil) (-want +got):\n%s", diff)
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			if !must(t)(s.Seen(ctx, id)) {
+				t.Errorf("Seen(%q) after ClaimMany = false", id)
+			}
+		}
+	})
+
+	t.Run("ClaimManyRefusesBadBatchWhole", func(t *testing.T) {
+		s := newStore(t)
+		_, err := s.ClaimMany(ctx, []string{"ok1", "", "ok2"})
+		wantErr(t, err, store.ErrInvalidArgument)
+		_, err = s.ClaimMany(ctx, []string{"ok1", strings.Repeat("x", store.MaxIDLen+1)})
+		wantErr(t, err, store.ErrInvalidArgument)
+		for _, id := range []string{"ok1", "ok2"} {
+			if must(t)(s.Seen(ctx, id)) {
+				t.Errorf("%q was claimed by a batch that was refused", id)
+			}
+		}
+	})
+
+	t.Run("TTL", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(2*h.Tick))
+		if !must(t)(s.Claim(ctx, "m")) {
+			t.Fatal("first Claim lost")
+		}
+		if must(t)(s.Claim(ctx, "m")) {
+			t.Fatal("second Claim within the TTL won")
+		}
+		h.Wait(3 * h.Tick)
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("Seen after the TTL passed")
+		}
+		if !must(t)(s.Claim(ctx, "m")) {
+			t.Error("Claim after the TTL passed lost")
+		}
+	})
+
+	t.Run("NoTTLByDefault", func(t *testing.T) {
+		s := newStore(t)
+		must(t)(s.Claim(ctx, "m"))
+		h.Wait(3 * h.Tick)
+		if !must(t)(s.Seen(ctx, "m")) {
+			t.Error("a claim without TTL expired")
+		}
+	})
+
+	t.Run("DoRunsOnce", func(t *testing.T) {
+		s := newStore(t)
+		calls := 0
+		fn := func(context.Context) error { calls++; return nil }
+		ran, err := s.Do(ctx, "m", 10*h.Tick, fn)
+		if !ran || err != nil {
+			t.Fatalf("first Do = %v, %v; want true, nil", ran, err)
+		}
+		ran, err = s.Do(ctx, "m", 10*h.Tick, fn)
+		if ran || err != nil {
+			t.Fatalf("duplicate Do = %v, %v; want false, nil", ran, err)
+		}
+		if calls != 1 {
+			t.Errorf("fn ran %d times, want 1", calls)
+		}
+		if must(t)(s.Claim(ctx, "m")) {
+			t.Error("Claim after a committed Do won")
+		}
+	})
+
+	t.Run("DoCommitUsesTTL", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(3*h.Tick))
+		_, err := s.Do(ctx, "m", 100*h.Tick, func(context.Context) error { return nil })
+		noErr(t, err)
+		h.Wait(4 * h.Tick)
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a committed id outlived the store's TTL (the lease's expiry was kept?)")
+		}
+	})
+
+	t.Run("DoErrorReleases", func(t *testing.T) {
+		s := newStore(t)
+		boom := errors.New("boom")
+		ran, err := s.Do(ctx, "m", 10*h.Tick, func(context.Context) error { return boom })
+		if !ran || !errors.Is(err, boom) {
+			t.Fatalf("Do = %v, %v; want true, boom", ran, err)
+		}
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a failed Do left its claim")
+		}
+		ran, err = s.Do(ctx, "m", 10*h.Tick, func(context.Context) error { return nil })
+		if !ran || err != nil {
+			t.Errorf("retry after failure = %v, %v; want true, nil", ran, err)
+		}
+	})
+
+	t.Run("DoPanicReleases", func(t *testing.T) {
+		s := newStore(t)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not propagate")
+				}
+			}()
+			_, _ = s.Do(ctx, "m", 10*h.Tick, func(context.Context) error { panic("handler bug") })
+		}()
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a panicking Do left its claim")
+		}
+	})
+
+	t.Run("DoInFlight", func(t *testing.T) {
+		s := newStore(t)
+		ran, err := s.Do(ctx, "m", 10*h.Tick, func(ctx context.Context) error {
+			ran, err := s.Do(ctx, "m", 10*h.Tick, func(context.Context) error {
+				t.Error("a duplicate ran while the first delivery was in flight")
+				return nil
+			})
+			if ran || !errors.Is(err, store.ErrInFlight) {
+				t.Errorf("duplicate Do in flight = %v, %v; want false, ErrInFlight", ran, err)
+			}
+			if must(t)(s.Claim(ctx, "m")) {
+				t.Error("Claim of an in-flight id won")
+			}
+			if !must(t)(s.Seen(ctx, "m")) {
+				t.Error("Seen of an in-flight id = false")
+			}
+			return nil
+		})
+		if !ran || err != nil {
+			t.Fatalf("Do = %v, %v", ran, err)
+		}
+	})
+
+	t.Run("DoCrashedHolderLeaseExpires", func(t *testing.T) {
+		s := newStore(t)
+		lease := 2 * h.Tick
+		ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
+			// This holder stalls past its lease, as a crashed one would; the
+			// redelivery takes the message over and processes it.
+			h.Wait(lease + h.Tick)
+			ran, err := s.Do(ctx, "m", 10*h.Tick, func(context.Context) error { return nil })
+			if !ran || err != nil {
+				t.Errorf("redelivery after the lease expired = %v, %v; want true, nil", ran, err)
+			}
+			return nil
+		})
+		if !ran || !errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("stalled holder's Do = %v, %v; want true, ErrLeaseLost", ran, err)
+		}
+		if !must(t)(s.Seen(ctx, "m")) || must(t)(s.Claim(ctx, "m")) {
+			t.Error("the takeover's commit was undone by the stalled holder")
+		}
+	})
+
+	t.Run("DoLeaseLostAfterForget", func(t *testing.T) {
+		s := newStore(t)
+		_, err := s.Do(ctx, "m", 10*h.Tick, func(ctx context.Context) error { return s.Forget(ctx, "m") })
+		wantErr(t, err, store.ErrLeaseLost)
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a commit without the lease wrote the key")
+		}
+	})
+
+	t.Run("DoOnlyOneOfMany", func(t *testing.T) {
+		s := newStore(t)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.Do(ctx, "m", 50*h.Tick, func(context.Context) error {
+					runs.Add(1)
+					time.Sleep(time.Millisecond)
+					return nil
+				})
+				if err != nil && !errors.Is(err, store.ErrInFlight) {
+					t.Errorf("Do: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := runs.Load(); n != 1 {
+			t.Errorf("fn ran %d times across 16 concurrent deliveries, want 1", n)
+		}
+	})
+
+	t.Run("ConcurrentClaimOneWinner", func(t *testing.T) {
+		s := newStore(t)
+		for round := range 20 {
+			id := fmt.Sprintf("race-%d", round)
+			var wins atomic.Int32
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					won, err := s.Claim(ctx, id)
+					if err != nil {
+						t.Errorf("Claim: %v", err)
+					}
+					if won {
+						wins.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if n := wins.Load(); n != 1 {
+				t.Fatalf("round %d: %d winners, want 1", round, n)
+			}
+		}
+	})
+
+	t.Run("Wrap", func(t *testing.T) {
+		s := newStore(t)
+		type msg struct{ ID, Body string }
+		var got []string
+		handle := store.Wrap(s, 10*h.Tick, func(m msg) string { return m.ID },
+			func(_ context.Context, m msg) error { got = append(got, m.Body); return nil })
+		for _, m := range []msg{{"1", "a"}, {"2", "b"}, {"1", "a again"}} {
+			noErr(t, handle(ctx, m))
+		}
+		if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+			t.Errorf("handled bodies (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		s := newStore(t)
+		long := strings.Repeat("x", store.MaxIDLen+1)
+		for _, id := range []string{"", long} {
+			_, err := s.Claim(ctx, id)
+			wantErr(t, err, store.ErrInvalidArgument)
+			_, err = s.Seen(ctx, id)
+			wantErr(t, err, store.ErrInvalidArgument)
+			wantErr(t, s.Remember(ctx, id), store.ErrInvalidArgument)
+			wantErr(t, s.Forget(ctx, id), store.ErrInvalidArgument)
+			_, err = s.Do(ctx, id, h.Tick, func(context.Context) error { t.Error("fn ran"); return nil })
+			wantErr(t, err, store.ErrInvalidArgument)
+		}
+		for _, lease := range []time.Duration{0, -time.Second} {
+			_, err := s.Do(ctx, "m", lease, func(context.Context) error { t.Error("fn ran"); return nil })
+			wantErr(t, err, store.ErrInvalidArgument)
+		}
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a refused Do wrote its id")
+		}
+		if !must(t)(s.Claim(ctx, strings.Repeat("x", store.MaxIDLen))) {
+			t.Error("an id of exactly MaxIDLen bytes was refused")
+		}
+	})
+
+	t.Run("NegativeTTL", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(-time.Second))
+		_, err := s.Claim(ctx, "m")
+		wantErr(t, err, store.ErrInvalidArgument)
+		_, err = s.ClaimMany(ctx, []string{"m"})
+		wantErr(t, err, store.ErrInvalidArgument)
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		s := newStore(t)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := s.Claim(cctx, "m")
+		wantErr(t, err, context.Canceled)
+		_, err = s.ClaimMany(cctx, []string{"m"})
+		wantErr(t, err, context.Canceled)
+		_, err = s.Do(cctx, "m", h.Tick, func(context.Context) error { t.Error("fn ran"); return nil })
+		wantErr(t, err, context.Canceled)
+		if must(t)(s.Seen(ctx, "m")) {
+			t.Error("a call with a cancelled context wrote its id")
+		}
+	})
+
+	t.Run("AnyBytesInIDs", func(t *testing.T) {
+		s := newStore(t)
+		ids := []string{"a\x00b", "{tag}", "}{", "a:b:c", "ünï", " ", "a", "A"}
+		for _, id := range ids {
+			if !must(t)(s.Claim(ctx, id)) {
+				t.Errorf("Claim(%q) lost: ids collide", id)
+			}
+		}
+		for _, id := range ids {
+			if !must(t)(s.Seen(ctx, id)) {
+				t.Errorf("Seen(%q) = false", id)
+			}
+		}
+		if must(t)(s.Seen(ctx, "a\x00")) || must(t)(s.Seen(ctx, "ab")) {
+			t.Error("an id matched a different id")
+		}
+	})
+}
+
+// must fails the test on err and returns v.
+func must(t *testing.T) func(bool, error) bool {
+	return func(v bool, err error) bool {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("error = %v, want %v", err, target)
+	}
+}

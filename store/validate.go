@@ -1,0 +1,39 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// MaxIDLen is the longest message id, connection id or record key accepted, in
+// bytes (1 KiB). Ids may hold any bytes, NUL, "{", "}" and ":" included; the key
+// is exactly prefix + id.
+const MaxIDLen = 1024
+
+// checkID validates an id and the context before anything is sent.
+func checkID(ctx context.Context, op, id string) error {
+	if err := ctx.Err(); err != nil {
+		return opError(op, id, err)
+	}
+	if id == "" {
+		return errorf(op, id, ErrInvalidArgument, "empty id")
+	}
+	if len(id) > MaxIDLen {
+		return errorf(op, id[:32]+"...", ErrInvalidArgument, "id is %d bytes, the limit is %d", len(id), MaxIDLen)
+	}
+	return nil
+}
+
+// ms renders a duration as the decimal milliseconds the scripts take; a positive
+// sub-millisecond duration rounds up to 1 so it never reads as "no expiry".
+func ms(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	m := d.Milliseconds()
+	if time.Duration(m)*time.Millisecond < d {
+		m++
+	}
+	return strconv.FormatInt(m, 10)
+}
