@@ -279,3 +279,15 @@ func TestReadReply(t *testing.T) {
 		}
 	}
 }
+
+func TestNotInstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := StartCluster(3, Options{Binary: filepath.Join(t.TempDir(), "redis-server")}); !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "redis-cli") {
+		t.Errorf("StartCluster without redis-cli: %v, want ErrNotInstalled naming redis-cli", err)
+	}
+	if _, err := LookPath(); err == nil {
+		t.Skip("redis-server found outside PATH; cannot test its absence")
+	} else if !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "apt-get install redis-server") {
+		t.Errorf("LookPath: %v, want ErrNotInstalled with install advice", err)
+	}
+}
