@@ -184,6 +184,10 @@ func Start(o Options) (*Server, error) {
 			s.removeOwnDir()
 			return nil, err
 		}
+		if s.ownDir {
+			// The failed node may have written its identity; start afresh.
+			_ = os.Remove(filepath.Join(o.Dir, "nodes.conf"))
+		}
 	}
 }
 

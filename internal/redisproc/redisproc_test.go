@@ -172,9 +172,17 @@ func TestCluster1(t *testing.T) {
 func TestCluster3(t *testing.T) {
 	needBinary(t)
 	t.Parallel()
-	c := StartClusterT(t, 3, Options{})
+	// A password and a caller's Dir: redis-cli must authenticate, and each
+	// node gets a directory of its own.
+	dir := t.TempDir()
+	c := StartClusterT(t, 3, Options{Password: "pw", Dir: dir})
 	if len(c.Nodes) != 3 {
 		t.Fatalf("%d nodes, want 3", len(c.Nodes))
+	}
+	for i, n := range c.Nodes {
+		if want := filepath.Join(dir, fmt.Sprintf("node%d", i)); n.Dir != want {
+			t.Errorf("node %d Dir = %q, want %q", i, n.Dir, want)
+		}
 	}
 	for _, n := range c.Nodes {
 		info := parseInfo(mustDo(t, n, "CLUSTER", "INFO"))
