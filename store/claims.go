@@ -73,11 +73,12 @@ func OpenClaims(url string, opts ...Option) (*Claims, error) {
 	return s, nil
 }
 
-// openClient parses url and connects.
+// openClient connects to url with ClientOptions, the one place where the
+// stores' client settings live.
 func openClient(url string) (rueidis.Client, error) {
-	opt, err := rueidis.ParseURL(url)
+	opt, err := ClientOptions(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisonce: open %q: %w", url, err)
+		return nil, err
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {

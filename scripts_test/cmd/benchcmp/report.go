@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+const tableHead = "| goroutines | variant | ops/s | p50 | p99 | allocs/op | B/op | srv µs/op | srv CPU µs/op |\n" +
+	"|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+
+func writeTables(w io.Writer, results []*cellResult) {
+	fmt.Fprintf(w, "## Results\n\n")
+	fmt.Fprintf(w, "ops/s counts ids (a batch of 100 is 100 ops); p50/p99 are per call (a batch is one call); "+
+		"allocs/op and B/op are the client's heap allocations per op (runtime.MemStats over the window, rueidis' "+
+		"and go-redis' own goroutines included); srv µs/op is INFO commandstats usec of the commands the client sent "+
+		"(EVALSHA, or the plain commands) per op; srv CPU µs/op is the server process's used_cpu_user+sys per op "+
+		"(parsing and network I/O included).\n\n")
+	for _, op := range operations() {
+		var rows []*cellResult
+		for _, r := range results {
+			if r.Op == op.name {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "### %s — %s\n\n", op.name, op.about)
+		fmt.Fprint(w, tableHead)
+		for _, r := range rows {
+			writeRow(w, r, r.Variant)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func writeRow(w io.Writer, r *cellResult, name string) {
+	errs := ""
+	if r.Errors > 0 {
+		errs = fmt.Sprintf(" (%d errors)", r.Errors)
+	}
+	fmt.Fprintf(w, "| %d | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", r.Goroutines, name, errs,
+		fmtRate(r.OpsPerSec()), fmtDur(r.Hist.quantile(0.50)), fmtDur(r.Hist.quantile(0.99)),
+		fmtNum(r.AllocsPerOp(), 2), fmtNum(r.BytesPerOp(), 0), fmtNum(r.SrvUsecPerOp(), 2), fmtNum(r.SrvCPUPerOp(), 2))
+}
+
+func writeOptions(w io.Writer, results []*cellResult) {
+	fmt.Fprintf(w, "## Client options\n\n")
+	fmt.Fprintf(w, "The redisonce variant on a client built from store.ClientOptions with one setting changed.\n\n")
+	var op string
+	for _, r := range results {
+		if r.Op != op {
+			if op != "" {
+				fmt.Fprintln(w)
+			}
+			op = r.Op
+			fmt.Fprintf(w, "### %s\n\n%s", op, tableHead)
+		}
+		writeRow(w, r, r.Variant)
+	}
+	fmt.Fprintln(w)
+}
+
+// goal is one checked target.
+type goal struct {
+	what     string
+	measured float64
+	target   string
+	ok       bool
+	note     string
+}
+
+func writeGoals(w io.Writer, results []*cellResult) {
+	find := func(op, role string, g int) *cellResult {
+		for _, r := range results {
+			if r.Op == op && r.Goroutines == g && roleOf(op, r.Variant) == role {
+				return r
+			}
+		}
+		return nil
+	}
+	var goals []goal
+	ratio := func(what, op string, num, den string, g int, min float64) {
+		a, b := find(op, num, g), find(op, den, g)
+		if a == nil || b == nil {
+			return
+		}
+		v := a.OpsPerSec() / b.OpsPerSec()
+		goals = append(goals, goal{what: what, measured: v, target: fmt.Sprintf("≥ %.2f×", min), ok: v >= min,
+			note: fmt.Sprintf("%s vs %s", fmtRate(a.OpsPerSec()), fmtRate(b.OpsPerSec()))})
+	}
+	ratio("Claim / go-redis SetNX, 64 goroutines", "Claim", roleStore, roleSetNX, 64, 2.5)
+	ratio("Claim / rueidis SET NX PX, 64 goroutines", "Claim", roleStore, roleRaw, 64, 0.95)
+	ratio("ClaimMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "ClaimMany", roleStore, roleMinimal, 64, 0.9)
+	ratio("AckMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "AckMany", roleStore, roleMinimal, 64, 0.9)
+
+	// Server time per op: pooled over every concurrency level of the operation.
+	for _, op := range operations() {
+		var su, mu float64
+		var sn, mn int64
+		for _, r := range results {
+			if r.Op != op.name {
+				continue
+			}
+			switch roleOf(r.Op, r.Variant) {
+			case roleStore:
+				su, sn = su+r.SrvUsec, sn+r.Items
+			case roleMinimal:
+				mu, mn = mu+r.SrvUsec, mn+r.Items
+			}
+		}
+		if sn == 0 || mn == 0 {
+			continue
+		}
+		s, m := su/float64(sn), mu/float64(mn)
+		goals = append(goals, goal{what: op.name + " server µs/op / minimal script's", measured: s / m, target: "≤ 1.10×", ok: s/m <= 1.1,
+			note: fmt.Sprintf("%.2f vs %.2f µs", s, m)})
+	}
+	allocs := func(op string, limit float64) {
+		r := find(op, roleStore, 64)
+		if r == nil {
+			return
+		}
+		v := r.AllocsPerOp()
+		goals = append(goals, goal{what: op + " client allocs/op, 64 goroutines", measured: v, target: fmt.Sprintf("≤ %g", limit), ok: v <= limit,
+			note: fmt.Sprintf("%.0f B/op", r.BytesPerOp())})
+	}
+	allocs("Claim", 2)
+	allocs("Append", 4)
+	allocs("Acquire", 8)
+	if r := find("Unacked", roleStore, 1); r != nil {
+		v := r.SrvUsecPerOp()
+		goals = append(goals, goal{what: "Unacked of a 1000-message tail, server µs", measured: v, target: "≤ 1000", ok: v <= 1000})
+	}
+
+	fmt.Fprintf(w, "## Goals (ratios from this run)\n\n| goal | measured | target | met | |\n|---|---:|---:|---|---|\n")
+	for _, g := range goals {
+		met := "yes"
+		if !g.ok {
+			met = "**no**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.what, fmtNum(g.measured, 2), g.target, met, g.note)
+	}
+}
+
+// roleOf finds a result's variant role by name.
+func roleOf(op, variant string) string {
+	for _, o := range operations() {
+		if o.name != op {
+			continue
+		}
+		for _, v := range o.variants {
+			if v.name == variant {
+				return v.role
+			}
+		}
+	}
+	return ""
+}
+
+func fmtRate(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func fmtNum(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.*f", prec, v))
+}
