@@ -26,10 +26,10 @@ type cellResult struct {
 	Goroutines int
 	Batch      int
 
-	Items   int64         // ids processed (calls * batch)
-	Calls   int64         // calls made
-	Elapsed time.Duration // wall time of the measured window
-	Errors  int64
+	Items    int64         // ids processed (calls * batch)
+	Calls    int64         // calls made
+	Elapsed  time.Duration // wall time of the measured window
+	Errors   int64
 	FirstErr error
 
 	Hist hist // per-call latency
