@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ import (
 
 type config struct {
 	duration   time.Duration
+	reps       int
 	warmup     time.Duration
 	goroutines []int
 	ops        map[string]bool // nil = all
@@ -48,16 +50,28 @@ type config struct {
 func main() {
 	var cfg config
 	var gs, ops string
-	flag.DurationVar(&cfg.duration, "duration", time.Second, "measured window of each cell")
-	flag.DurationVar(&cfg.warmup, "warmup", 150*time.Millisecond, "warm-up before each cell's window")
+	flag.DurationVar(&cfg.duration, "duration", 400*time.Millisecond, "measured window of each cell")
+	flag.IntVar(&cfg.reps, "reps", 3, "rounds per cell; the report gives the median ops/s")
+	flag.DurationVar(&cfg.warmup, "warmup", 100*time.Millisecond, "warm-up before each cell's window")
 	flag.StringVar(&gs, "goroutines", "1,16,64,256", "concurrency levels, comma-separated")
 	flag.StringVar(&ops, "ops", "", "operations to run, comma-separated (default all)")
-	flag.IntVar(&cfg.pool, "pool", 400_000, "distinct ids per cell: a cell stops early when it has used them all")
+	flag.IntVar(&cfg.pool, "pool", 250_000, "distinct ids per cell: a cell stops early when it has used them all")
 	flag.IntVar(&cfg.serverCPU, "server-cpu", -1, "pin redis-server to this CPU with taskset (-1: do not pin)")
 	flag.BoolVar(&cfg.options, "options", true, "also measure the rueidis client options (MaxFlushDelay, DisableCache, PipelineMultiplex)")
 	flag.StringVar(&cfg.out, "out", "", "also write the Markdown report to this file")
 	flag.BoolVar(&cfg.smoke, "smoke", false, "tiny run that only checks every variant works")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	if cfg.goroutines, err = parseInts(gs); err != nil {
 		fatal(err)
@@ -69,7 +83,7 @@ func main() {
 		}
 	}
 	if cfg.smoke {
-		cfg.duration, cfg.warmup, cfg.goroutines, cfg.pool, cfg.options = 30*time.Millisecond, 10*time.Millisecond, []int{1, 4}, 2000, false
+		cfg.duration, cfg.warmup, cfg.goroutines, cfg.pool, cfg.options, cfg.reps = 30*time.Millisecond, 10*time.Millisecond, []int{1, 4}, 2000, false, 1
 	}
 	var w io.Writer = os.Stdout
 	if cfg.out != "" {
@@ -81,6 +95,7 @@ func main() {
 		w = io.MultiWriter(os.Stdout, f)
 	}
 	if err := run(context.Background(), cfg, w, os.Stderr); err != nil {
+		pprof.StopCPUProfile()
 		fatal(err)
 	}
 }
@@ -129,54 +144,87 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	m.command = strings.Join(os.Args, " ")
 	fmt.Fprint(w, m.markdown())
 
-	var cells []cellPlan
+	// The schedule: per operation and concurrency, -reps rounds of every
+	// variant, each round in a rotated order, so that a burst of load from
+	// elsewhere on the machine hits different variants in different rounds;
+	// the report gives the median round.
+	var jobs, optJobs []job
 	for _, op := range operations() {
 		if cfg.ops != nil && !cfg.ops[op.name] {
 			continue
 		}
 		for _, g := range cfg.goroutines {
-			for _, v := range op.variants {
-				cells = append(cells, cellPlan{op: op, v: v, g: g})
+			for rep := 0; rep < cfg.reps; rep++ {
+				for k := range op.variants {
+					v := op.variants[(k+rep)%len(op.variants)]
+					jobs = append(jobs, job{op: op.name, variant: v.name, g: g, run: func(ctx context.Context) (*cellResult, error) {
+						return e.measure(ctx, op, v, g, e.rc)
+					}})
+				}
 			}
 		}
 	}
-	var optCells []optionPlan
 	if cfg.options {
-		optCells = optionPlans(cfg)
+		plans := optionPlans(cfg)
 		if cfg.smoke {
-			optCells = optCells[:1]
+			plans = plans[:1]
+		}
+		for i := 0; i < len(plans); {
+			// plans come grouped by (op, g): one round over the group per rep.
+			j := i
+			for j < len(plans) && plans[j].op == plans[i].op && plans[j].g == plans[i].g {
+				j++
+			}
+			group := plans[i:j]
+			for rep := 0; rep < cfg.reps; rep++ {
+				for k := range group {
+					p := group[(k+rep)%len(group)]
+					optJobs = append(optJobs, job{op: p.op.name, variant: p.name, g: p.g, run: func(ctx context.Context) (*cellResult, error) {
+						return e.measureOption(ctx, p)
+					}})
+				}
+			}
+			i = j
 		}
 	}
-	total := len(cells) + len(optCells)
+	total := len(jobs) + len(optJobs)
 	started := time.Now()
-	var results []*cellResult
 	var failed []string
-	for i, c := range cells {
-		r, err := e.measure(ctx, c.op, c.v, c.g, e.rc)
-		if err != nil {
-			return fmt.Errorf("%s %s g=%d: %w", c.op.name, c.v.name, c.g, err)
+	done := 0
+	runAll := func(jobs []job, tag string) ([]*cellResult, error) {
+		var out []*cellResult
+		byKey := map[string]*cellResult{}
+		for _, j := range jobs {
+			r, err := j.run(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("%s%s %s g=%d: %w", tag, j.op, j.variant, j.g, err)
+			}
+			done++
+			fmt.Fprintf(progress, "[%3d/%d %4s] %s%-10s g=%-3d %-36s %9.0f ops/s  p99 %-7s %5.1f allocs/op  srv %5.2f µs/op  load %s\n",
+				done, total, time.Since(started).Round(time.Second), tag, j.op, j.g, j.variant, r.OpsPerSec(),
+				fmtDur(r.Hist.quantile(0.99)), r.AllocsPerOp(), r.SrvUsecPerOp(), loadavg1())
+			key := j.op + "\x00" + j.variant + "\x00" + strconv.Itoa(j.g)
+			if agg := byKey[key]; agg != nil {
+				agg.merge(r)
+			} else {
+				byKey[key] = r
+				out = append(out, r)
+			}
 		}
-		results = append(results, r)
-		fmt.Fprintf(progress, "[%3d/%d %s] %-10s g=%-3d %-34s %9.0f ops/s  p99 %-7s %5.1f allocs/op  srv %5.2f µs/op\n",
-			i+1, total, time.Since(started).Round(time.Second), c.op.name, c.g, c.v.name, r.OpsPerSec(),
-			fmtDur(r.Hist.quantile(0.99)), r.AllocsPerOp(), r.SrvUsecPerOp())
-		if r.Errors > 0 {
-			failed = append(failed, fmt.Sprintf("%s %s g=%d: %d errors, first: %v", c.op.name, c.v.name, c.g, r.Errors, r.FirstErr))
+		for _, r := range out {
+			if r.Errors > 0 {
+				failed = append(failed, fmt.Sprintf("%s%s %s g=%d: %d errors, first: %v", tag, r.Op, r.Variant, r.Goroutines, r.Errors, r.FirstErr))
+			}
 		}
+		return out, nil
 	}
-	var optResults []*cellResult
-	for i, p := range optCells {
-		r, err := e.measureOption(ctx, p)
-		if err != nil {
-			return fmt.Errorf("options %s %s g=%d: %w", p.op.name, p.name, p.g, err)
-		}
-		optResults = append(optResults, r)
-		fmt.Fprintf(progress, "[%3d/%d %s] options    g=%-3d %-34s %9.0f ops/s  p99 %-7s srv CPU %5.2f µs/op\n",
-			len(cells)+i+1, total, time.Since(started).Round(time.Second), p.g, p.op.name+" "+p.name, r.OpsPerSec(),
-			fmtDur(r.Hist.quantile(0.99)), r.SrvCPUPerOp())
-		if r.Errors > 0 {
-			failed = append(failed, fmt.Sprintf("options %s g=%d: %d errors, first: %v", p.name, p.g, r.Errors, r.FirstErr))
-		}
+	results, err := runAll(jobs, "")
+	if err != nil {
+		return err
+	}
+	optResults, err := runAll(optJobs, "options ")
+	if err != nil {
+		return err
 	}
 	writeTables(w, results)
 	if len(optResults) > 0 {
@@ -190,10 +238,16 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	return nil
 }
 
-type cellPlan struct {
-	op *operation
-	v  variant
-	g  int
+// job is one measurement of the schedule.
+type job struct {
+	op, variant string
+	g           int
+	run         func(context.Context) (*cellResult, error)
+}
+
+func loadavg1() string {
+	l, _, _ := strings.Cut(loadavg(), " ")
+	return l
 }
 
 // machine describes where the numbers were taken.
@@ -228,7 +282,7 @@ func describeMachine(ctx context.Context, e *env) machine {
 	}
 	if info, err := e.admin.Do(ctx, e.admin.B().Info().Section("server").Build()).ToString(); err == nil {
 		kv := parseInfo(info)
-		m.redis = kv["redis_version"] + " (" + kv["mem_allocator"] + ")"
+		m.redis = kv["redis_version"]
 	}
 	return m
 }

@@ -23,7 +23,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip(err)
 	}
 	cfg := config{duration: 20 * time.Millisecond, warmup: 5 * time.Millisecond, goroutines: []int{1, 3}, pool: 3000,
-		serverCPU: -1, options: true, smoke: true}
+		serverCPU: -1, options: true, smoke: true, reps: 1}
 	var out bytes.Buffer
 	if err := run(context.Background(), cfg, &out, io.Discard); err != nil {
 		t.Fatal(err)

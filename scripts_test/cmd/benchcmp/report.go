@@ -7,13 +7,14 @@ import (
 	"strings"
 )
 
-const tableHead = "| goroutines | variant | ops/s | p50 | p99 | allocs/op | B/op | srv µs/op | srv CPU µs/op |\n" +
-	"|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+const tableHead = "| goroutines | variant | ops/s | rounds | p50 | p99 | allocs/op | B/op | srv µs/op | srv CPU µs/op |\n" +
+	"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 
 func writeTables(w io.Writer, results []*cellResult) {
 	fmt.Fprintf(w, "## Results\n\n")
-	fmt.Fprintf(w, "ops/s counts ids (a batch of 100 is 100 ops); p50/p99 are per call (a batch is one call); "+
-		"allocs/op and B/op are the client's heap allocations per op (runtime.MemStats over the window, rueidis' "+
+	fmt.Fprintf(w, "ops/s is the median of the rounds (each round one window per variant, in rotated order), "+
+		"rounds the lowest and highest; ops/s counts ids (a batch of 100 is 100 ops); p50/p99 are per call (a batch is one call); "+
+		"p50/p99, allocs/op, B/op and the server columns pool every round; allocs/op and B/op are the client's heap allocations per op (runtime.MemStats over the window, rueidis' "+
 		"and go-redis' own goroutines included); srv µs/op is INFO commandstats usec of the commands the client sent "+
 		"(EVALSHA, or the plain commands) per op; srv CPU µs/op is the server process's used_cpu_user+sys per op "+
 		"(parsing and network I/O included).\n\n")
@@ -41,8 +42,9 @@ func writeRow(w io.Writer, r *cellResult, name string) {
 	if r.Errors > 0 {
 		errs = fmt.Sprintf(" (%d errors)", r.Errors)
 	}
-	fmt.Fprintf(w, "| %d | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", r.Goroutines, name, errs,
-		fmtRate(r.OpsPerSec()), fmtDur(r.Hist.quantile(0.50)), fmtDur(r.Hist.quantile(0.99)),
+	lo, hi := r.RateRange()
+	fmt.Fprintf(w, "| %d | %s%s | %s | %s–%s | %s | %s | %s | %s | %s | %s |\n", r.Goroutines, name, errs,
+		fmtRate(r.OpsPerSec()), fmtRate(lo), fmtRate(hi), fmtDur(r.Hist.quantile(0.50)), fmtDur(r.Hist.quantile(0.99)),
 		fmtNum(r.AllocsPerOp(), 2), fmtNum(r.BytesPerOp(), 0), fmtNum(r.SrvUsecPerOp(), 2), fmtNum(r.SrvCPUPerOp(), 2))
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ type cellResult struct {
 	Goroutines int
 	Batch      int
 
+	Rates    []float64     // ops/s of each round
 	Items    int64         // ids processed (calls * batch)
 	Calls    int64         // calls made
 	Elapsed  time.Duration // wall time of the measured window
@@ -37,19 +40,49 @@ type cellResult struct {
 	Mallocs    uint64 // runtime.MemStats deltas over the window
 	AllocBytes uint64
 
-	SrvUsec      float64 // commandstats usec of the top-level commands
-	SrvCalls     int64   // commandstats calls of the top-level commands
-	SrvCPU       float64 // used_cpu_user + used_cpu_sys delta, in µs
-	SrvCommands  string  // which top-level commands were counted
-	LoadAvgStart string
+	SrvUsec     float64 // commandstats usec of the top-level commands
+	SrvCalls    int64   // commandstats calls of the top-level commands
+	SrvCPU      float64 // used_cpu_user + used_cpu_sys delta, in µs
+	SrvCommands string  // which top-level commands were counted
 }
 
-// OpsPerSec is items per second.
+// OpsPerSec is items per second: the median of the rounds.
 func (r *cellResult) OpsPerSec() float64 {
-	if r.Elapsed <= 0 {
-		return 0
+	if len(r.Rates) == 0 {
+		return math.NaN()
 	}
-	return float64(r.Items) / r.Elapsed.Seconds()
+	s := append([]float64(nil), r.Rates...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// RateRange is the lowest and highest ops/s of the rounds.
+func (r *cellResult) RateRange() (lo, hi float64) {
+	if len(r.Rates) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return slices.Min(r.Rates), slices.Max(r.Rates)
+}
+
+// merge adds another round of the same cell.
+func (r *cellResult) merge(o *cellResult) {
+	r.Items += o.Items
+	r.Calls += o.Calls
+	r.Elapsed += o.Elapsed
+	r.Errors += o.Errors
+	if r.FirstErr == nil {
+		r.FirstErr = o.FirstErr
+	}
+	r.Hist.merge(&o.Hist)
+	r.Mallocs += o.Mallocs
+	r.AllocBytes += o.AllocBytes
+	r.SrvUsec += o.SrvUsec
+	r.SrvCalls += o.SrvCalls
+	r.SrvCPU += o.SrvCPU
+	r.Rates = append(r.Rates, o.Rates...)
 }
 
 // AllocsPerOp is client heap allocations per item.
@@ -126,6 +159,9 @@ func drive(ctx context.Context, g, batch int, next *atomic.Int64, limit int64, d
 	}
 	res.Items = res.Calls * int64(batch)
 	res.Errors = errs.Load()
+	if res.Elapsed > 0 {
+		res.Rates = []float64{float64(res.Items) / res.Elapsed.Seconds()}
+	}
 }
 
 // hist is a log-linear latency histogram: 32 sub-buckets per power of two
