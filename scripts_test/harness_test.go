@@ -18,8 +18,8 @@
 // A test that kills, restarts or fills up a server gets a private one from
 // newServer.
 //
-// Helper names other than the five documented ones start with "harness" to
-// stay out of the way of the tests that use them.
+// For benchmarks, benchURL and newClientTB take a testing.TB. Other helper
+// names start with "harness" to stay out of the way of the tests.
 package scripts_test
 
 import (
@@ -51,7 +51,13 @@ func TestMain(m *testing.M) {
 // container. Without any, the test is skipped (failed under CI=true).
 func standaloneURL(t *testing.T) string {
 	t.Helper()
-	return harnessStandalone.get(t, func() (string, func() error, error) {
+	return harnessStandaloneURL(t)
+}
+
+// harnessStandaloneURL is standaloneURL for any testing.TB (benchmarks).
+func harnessStandaloneURL(tb testing.TB) string {
+	tb.Helper()
+	return harnessStandalone.get(tb, func() (string, func() error, error) {
 		if u := os.Getenv("REDIS_URL"); u != "" {
 			return u, nil, nil
 		}
@@ -64,7 +70,7 @@ func standaloneURL(t *testing.T) string {
 		}
 		u, stop, err := harnessDockerRedis()
 		if err != nil {
-			return "", nil, harnessMissing("no Redis: REDIS_URL is unset, redis-server is not installed, and Docker is not usable (%v)", err)
+			return "", nil, harnessMissing(false, "no Redis: REDIS_URL is unset, there is no redis-server binary, and Docker is not usable (%v)", err)
 		}
 		return u, stop, nil
 	})
@@ -95,15 +101,21 @@ func cluster3URL(t *testing.T) string {
 // rueidis.ParseURL) and closes it when the test ends.
 func newClient(t *testing.T, url string) rueidis.Client {
 	t.Helper()
+	return harnessNewClient(t, url)
+}
+
+// harnessNewClient is newClient for any testing.TB (benchmarks).
+func harnessNewClient(tb testing.TB, url string) rueidis.Client {
+	tb.Helper()
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
-		t.Fatalf("parse %q: %v", url, err)
+		tb.Fatalf("parse %q: %v", url, err)
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
+		tb.Fatalf("connect to %s: %v", url, err)
 	}
-	t.Cleanup(c.Close)
+	tb.Cleanup(c.Close)
 	return c
 }
 
@@ -113,9 +125,21 @@ func newClient(t *testing.T, url string) rueidis.Client {
 func newServer(t *testing.T, o redisproc.Options) *redisproc.Server {
 	t.Helper()
 	if _, err := redisproc.LookPath(); err != nil {
-		harnessFail(t, harnessMissing("this test starts its own redis-server: %v", err))
+		harnessFail(t, harnessMissing(true, "no redis-server binary: this test starts its own server"))
 	}
 	return redisproc.StartT(t, o)
+}
+
+// benchURL is standaloneURL for benchmarks: the shared standalone Redis.
+func benchURL(tb testing.TB) string {
+	tb.Helper()
+	return harnessStandaloneURL(tb)
+}
+
+// newClientTB is newClient for benchmarks (any testing.TB).
+func newClientTB(tb testing.TB, url string) rueidis.Client {
+	tb.Helper()
+	return harnessNewClient(tb, url)
 }
 
 // harnessShared is one lazily started server (or cluster) shared by the test
@@ -133,11 +157,11 @@ var (
 	harnessCluster3   harnessShared
 )
 
-func (h *harnessShared) get(t *testing.T, start func() (string, func() error, error)) string {
-	t.Helper()
+func (h *harnessShared) get(tb testing.TB, start func() (string, func() error, error)) string {
+	tb.Helper()
 	h.once.Do(func() { h.url, h.stop, h.err = start() })
 	if h.err != nil {
-		harnessFail(t, h.err)
+		harnessFail(tb, h.err)
 	}
 	return h.url
 }
@@ -159,13 +183,15 @@ func harnessStopShared() error {
 // harnessStartCluster starts a shared cluster of masters masters.
 func harnessStartCluster(masters int) (string, func() error, error) {
 	if _, err := redisproc.LookPath(); err != nil {
-		why := "cluster tests start their own redis-server processes"
 		if os.Getenv("REDIS_URL") != "" {
-			why = "REDIS_URL gives a standalone server only; cluster tests start their own redis-server processes"
+			return "", nil, harnessMissing(true, "no redis-server binary: cluster tests start their own servers (REDIS_URL serves standalone tests only)")
 		}
-		return "", nil, harnessMissing("%s: %v", why, err)
+		return "", nil, harnessMissing(true, "no redis-server binary: cluster tests start their own servers")
 	}
 	c, err := redisproc.StartCluster(masters, redisproc.Options{})
+	if errors.Is(err, redisproc.ErrNotInstalled) { // redis-cli, for 3+ masters
+		return "", nil, harnessMissing(true, "%v", err)
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -174,31 +200,41 @@ func harnessStartCluster(masters int) (string, func() error, error) {
 
 // harnessMissingError means no Redis could be found, as opposed to a Redis
 // that was found and failed to start (always a test failure).
-type harnessMissingError struct{ msg string }
+type harnessMissingError struct {
+	msg        string
+	binaryOnly bool // only a redis-server binary would do (clusters, private servers)
+}
 
 func (e *harnessMissingError) Error() string { return e.msg }
 
-func harnessMissing(format string, args ...any) error {
-	return &harnessMissingError{msg: fmt.Sprintf(format, args...)}
+func harnessMissing(binaryOnly bool, format string, args ...any) error {
+	return &harnessMissingError{msg: fmt.Sprintf(format, args...), binaryOnly: binaryOnly}
 }
 
-// harnessHowTo tells the reader how to give these tests a Redis.
-const harnessHowTo = "To run these tests, do one of: " +
-	"install Redis (`sudo apt-get install redis-server redis-tools` on Debian/Ubuntu, `brew install redis` on macOS); " +
-	"or set REDIS_URL=redis://127.0.0.1:6379 to a standalone Redis >= 7.0 you run; " +
-	"or start a Docker daemon (the harness then runs redis:7.2 with testcontainers-go)."
+// harnessInstall says how to install redis-server and redis-cli.
+const harnessInstall = "install Redis (`sudo apt-get install redis-server redis-tools` on Debian/Ubuntu, `brew install redis` on macOS)"
+
+// harnessHowTo tells the reader how to give a test the Redis it lacks.
+func (e *harnessMissingError) howTo() string {
+	if e.binaryOnly {
+		return "To run this test, " + harnessInstall + "."
+	}
+	return "To run this test, do one of: " + harnessInstall + "; " +
+		"or set REDIS_URL=redis://127.0.0.1:6379 to a standalone Redis >= 7.0 you run; " +
+		"or start a Docker daemon (the harness then runs " + harnessDockerImage + " with testcontainers-go)."
+}
 
 // harnessFail skips the test when Redis is missing, or fails it when Redis is
 // missing under CI=true or when it is present but broken.
-func harnessFail(t *testing.T, err error) {
+func harnessFail(t testing.TB, err error) {
 	t.Helper()
 	var missing *harnessMissingError
 	switch {
 	case !errors.As(err, &missing):
 		t.Fatalf("scripts_test: %v", err)
 	case os.Getenv("CI") == "true":
-		t.Fatalf("scripts_test: %v\nCI=true, so a missing Redis is a failure, not a skip. %s", err, harnessHowTo)
+		t.Fatalf("scripts_test: %v\nCI=true, so a missing Redis is a failure, not a skip. %s", err, missing.howTo())
 	default:
-		t.Skipf("scripts_test: %v\n%s", err, harnessHowTo)
+		t.Skipf("scripts_test: %v\n%s", err, missing.howTo())
 	}
 }
