@@ -42,9 +42,9 @@ const (
 	clusterBusOffset = 10000
 )
 
-// ErrNotInstalled is wrapped by the error of LookPath (and so of Start) when no
-// redis-server binary can be found.
-var ErrNotInstalled = errors.New("redis-server not found")
+// ErrNotInstalled is wrapped by the errors of LookPath, Start and StartCluster
+// when redis-server (or, for StartCluster, redis-cli) cannot be found.
+var ErrNotInstalled = errors.New("not installed")
 
 // Options configures a server. The zero value is a plain standalone server on a
 // free loopback port in a fresh temporary directory.
@@ -83,7 +83,7 @@ type Options struct {
 
 // LookPath finds a redis-server executable: on PATH first, then in /usr/sbin,
 // /usr/local/bin, /usr/bin and /opt/homebrew/bin. When there is none, the error
-// wraps ErrNotInstalled and says how to install one.
+// wraps ErrNotInstalled and says how to install it.
 func LookPath() (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
@@ -94,7 +94,7 @@ func LookPath() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("redisproc: %w on PATH, /usr/sbin or /usr/local/bin; "+
+	return "", fmt.Errorf("redisproc: redis-server %w: not found on PATH, /usr/sbin or /usr/local/bin; "+
 		"install it with `sudo apt-get install redis-server redis-tools` (Debian/Ubuntu) "+
 		"or `brew install redis` (macOS)", ErrNotInstalled)
 }
@@ -183,6 +183,10 @@ func Start(o Options) (*Server, error) {
 		if !autoPort || attempt >= 5 || !errors.Is(err, errAddrInUse) {
 			s.removeOwnDir()
 			return nil, err
+		}
+		if s.ownDir {
+			// The failed node may have written its identity; start afresh.
+			_ = os.Remove(filepath.Join(o.Dir, "nodes.conf"))
 		}
 	}
 }
