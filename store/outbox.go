@@ -382,7 +382,7 @@ func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 	}
 	var t Tail
 	if t.Epoch, err = replyUint(&vals[0]); err != nil || t.Epoch == 0 {
-		return Tail{}, errorf(op, conn, ErrUnexpectedReply, "epoch: %v", err)
+		return Tail{}, errorf(op, conn, ErrUnexpectedReply, "epoch %s is not a positive integer", vals[0].String())
 	}
 	if t.Generation, err = replyUint(&vals[1]); err != nil {
 		return Tail{}, errorf(op, conn, ErrUnexpectedReply, "generation: %v", err)
