@@ -18,9 +18,8 @@
 // A test that kills, restarts or fills up a server gets a private one from
 // newServer.
 //
-// Helper names other than the five documented ones start with "harness" to
-// stay out of the way of the tests that use them; harnessStandaloneURL and
-// harnessNewClient take a testing.TB, for benchmarks.
+// For benchmarks, benchURL and newClientTB take a testing.TB. Other helper
+// names start with "harness" to stay out of the way of the tests.
 package scripts_test
 
 import (
@@ -129,6 +128,18 @@ func newServer(t *testing.T, o redisproc.Options) *redisproc.Server {
 		harnessFail(t, harnessMissing(true, "no redis-server binary: this test starts its own server"))
 	}
 	return redisproc.StartT(t, o)
+}
+
+// benchURL is standaloneURL for benchmarks: the shared standalone Redis.
+func benchURL(tb testing.TB) string {
+	tb.Helper()
+	return harnessStandaloneURL(tb)
+}
+
+// newClientTB is newClient for benchmarks (any testing.TB).
+func newClientTB(tb testing.TB, url string) rueidis.Client {
+	tb.Helper()
+	return harnessNewClient(tb, url)
 }
 
 // harnessShared is one lazily started server (or cluster) shared by the test

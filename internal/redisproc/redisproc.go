@@ -119,8 +119,9 @@ type Server struct {
 	ownDir bool    // Dir was created by Start and is removed by Stop
 
 	mu      sync.Mutex
-	proc    *process // nil when not running
-	stopped bool     // Stop was called: the Server is finished
+	proc    *process    // nil when not running
+	log     *tailBuffer // output of the current or last process
+	stopped bool        // Stop was called: the Server is finished
 }
 
 // process is one incarnation of the server (Restart makes a new one).
@@ -177,7 +178,7 @@ func Start(o Options) (*Server, error) {
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 		p, err := s.launch()
 		if err == nil {
-			s.proc = p
+			s.proc, s.log = p, p.log
 			return s, nil
 		}
 		if !autoPort || attempt >= 5 || !errors.Is(err, errAddrInUse) {
@@ -328,15 +329,15 @@ func (s *Server) URL() string {
 	return u.String()
 }
 
-// Log returns the server's recent stdout and stderr (up to 64 KiB) of the
-// current or last process.
+// Log returns the recent stdout and stderr (up to 64 KiB) of the server's
+// current or last process, also after Kill or Stop.
 func (s *Server) Log() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.log == nil {
 		return ""
 	}
-	return s.proc.log.String()
+	return s.log.String()
 }
 
 // Pid returns the process id of the running server, or 0 when it is not
@@ -402,7 +403,7 @@ func (s *Server) Restart() error {
 	for attempt := 1; attempt <= 20; attempt++ {
 		var p *process
 		if p, err = s.launch(); err == nil {
-			s.proc = p
+			s.proc, s.log = p, p.log
 			return nil
 		}
 		if !errors.Is(err, errAddrInUse) {

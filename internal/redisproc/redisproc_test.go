@@ -82,6 +82,9 @@ func TestStandalone(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(s.Log(), "Ready to accept connections") {
+		t.Errorf("Log after Stop lacks the ready line:\n%s", s.Log())
+	}
 	if err := s.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
