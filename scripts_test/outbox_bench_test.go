@@ -14,23 +14,23 @@ import (
 //
 //	cd scripts_test && go test -run '^$' -bench Outbox -benchmem .
 
-// benchPayload is a typical small gateway frame.
-var benchPayload = make([]byte, 128)
+// outboxBenchPayload is a typical small gateway frame.
+var outboxBenchPayload = make([]byte, 128)
 
-// benchOutbox returns an Outbox on a fresh prefix of the shared server.
-func benchOutbox(b *testing.B) *store.Outbox {
+// outboxBench returns an Outbox on a fresh prefix of the shared server.
+func outboxBench(b *testing.B) *store.Outbox {
 	b.Helper()
-	c := harnessNewClient(b, harnessStandaloneURL(b))
+	c := newClientTB(b, benchURL(b))
 	return store.NewOutbox(c, store.WithPrefix(fmt.Sprintf("outbox-bench:%s:%d:", b.Name(), outboxPrefixes.Add(1))))
 }
 
-// benchFill appends n messages to conn and returns their ids.
-func benchFill(b *testing.B, ob *store.Outbox, conn string, n int) []string {
+// outboxBenchFill appends n messages to conn and returns their ids.
+func outboxBenchFill(b *testing.B, ob *store.Outbox, conn string, n int) []string {
 	b.Helper()
 	ctx := context.Background()
 	ids := make([]string, n)
 	for i := range ids {
-		id, _, err := ob.Append(ctx, conn, benchPayload)
+		id, _, err := ob.Append(ctx, conn, outboxBenchPayload)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,12 +42,12 @@ func benchFill(b *testing.B, ob *store.Outbox, conn string, n int) []string {
 // BenchmarkOutboxAppend appends 128-byte payloads; every 1000 appends go to a
 // new connection, so the tail stays the size of a busy connection's.
 func BenchmarkOutboxAppend(b *testing.B) {
-	ob := benchOutbox(b)
+	ob := outboxBench(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, _, err := ob.Append(ctx, fmt.Sprintf("conn-%d", i/1000), benchPayload); err != nil {
+		if _, _, err := ob.Append(ctx, fmt.Sprintf("conn-%d", i/1000), outboxBenchPayload); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,9 +56,9 @@ func BenchmarkOutboxAppend(b *testing.B) {
 // BenchmarkOutboxAck acks messages one by one (the floor is equal, so nothing
 // but the HDEL is written).
 func BenchmarkOutboxAck(b *testing.B) {
-	ob := benchOutbox(b)
+	ob := outboxBench(b)
 	ctx := context.Background()
-	ids := benchFill(b, ob, "conn", b.N)
+	ids := outboxBenchFill(b, ob, "conn", b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -73,9 +73,9 @@ func BenchmarkOutboxAck(b *testing.B) {
 func BenchmarkOutboxUnacked(b *testing.B) {
 	for _, n := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("tail=%d", n), func(b *testing.B) {
-			ob := benchOutbox(b)
+			ob := outboxBench(b)
 			ctx := context.Background()
-			benchFill(b, ob, "conn", n)
+			outboxBenchFill(b, ob, "conn", n)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

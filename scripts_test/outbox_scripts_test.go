@@ -20,16 +20,16 @@ import (
 // then compare the reply and the raw key (HGETALL, PTTL) with the case's. Every
 // error case checks that nothing changed.
 
-// epochMark stands, in a case's wanted reply or hash, for the _epoch the script
+// outboxEpochMark stands, in a case's wanted reply or hash, for the _epoch the script
 // stamped: a new hash gets the server's time in microseconds. The test checks
 // it is near now and that the reply carries the same value as the hash.
-const epochMark = "<epoch>"
+const outboxEpochMark = "<epoch>"
 
-// oldEpoch is the _epoch of the seeded hashes.
-const oldEpoch = "1700000000000000"
+// outboxOldEpoch is the _epoch of the seeded hashes.
+const outboxOldEpoch = "1700000000000000"
 
-// noKey as a case's after means: the key must not exist.
-var noKey map[string]string
+// outboxNoKey as a case's after means: the key must not exist.
+var outboxNoKey map[string]string
 
 // outboxCase is one script run.
 type outboxCase struct {
@@ -37,9 +37,9 @@ type outboxCase struct {
 	seed map[string]string // the hash before; nil: no key
 	ttl  int64             // the seeded key's PTTL in ms; 0: none
 	args []string
-	// want is the reply: int64, string, []any of those, or errCode("BADARG").
+	// want is the reply: int64, string, []any of those, or outboxErr("BADARG").
 	want any
-	// after is the hash afterwards (noKey: absent). Ignored for an error reply,
+	// after is the hash afterwards (outboxNoKey: absent). Ignored for an error reply,
 	// after which the key must be exactly as seeded.
 	after map[string]string
 	// afterTTL is the PTTL afterwards in ms: -1 none; a positive value is a
@@ -48,21 +48,21 @@ type outboxCase struct {
 	afterTTL int64
 }
 
-// errCode is a wanted error reply, by its first word.
-type errCode string
+// outboxErr is a wanted error reply, by its first word.
+type outboxErr string
 
-// outboxHash builds a seeded outbox hash: _seq, _gen, _epoch (oldEpoch), then
+// outboxHash builds a seeded outbox hash: _seq, _gen, _epoch (outboxOldEpoch), then
 // id, value pairs.
 func outboxHash(seq, gen string, pairs ...string) map[string]string {
-	h := map[string]string{"_seq": seq, "_gen": gen, "_epoch": oldEpoch}
+	h := map[string]string{"_seq": seq, "_gen": gen, "_epoch": outboxOldEpoch}
 	for i := 0; i+1 < len(pairs); i += 2 {
 		h[pairs[i]] = pairs[i+1]
 	}
 	return h
 }
 
-// with returns a copy of h with the pairs set; a value "-" deletes the field.
-func with(h map[string]string, pairs ...string) map[string]string {
+// outboxWith returns a copy of h with the pairs set; a value "-" deletes the field.
+func outboxWith(h map[string]string, pairs ...string) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
 		out[k] = v
@@ -91,7 +91,7 @@ func runOutboxCases(t *testing.T, name string, cases []outboxCase) {
 	}{{"standalone", standaloneURL}, {"cluster", clusterURL}} {
 		t.Run(topo.name, func(t *testing.T) {
 			c := newClient(t, topo.url(t))
-			loadScript(t, c, s)
+			outboxLoadScript(t, c, s)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) { runOutboxCase(t, c, s, tc) })
 			}
@@ -99,8 +99,8 @@ func runOutboxCases(t *testing.T, name string, cases []outboxCase) {
 	}
 }
 
-// loadScript runs SCRIPT LOAD on every node, so EVALSHA finds the script.
-func loadScript(t testing.TB, c rueidis.Client, s redisonce.Script) {
+// outboxLoadScript runs SCRIPT LOAD on every node, so EVALSHA finds the script.
+func outboxLoadScript(t testing.TB, c rueidis.Client, s redisonce.Script) {
 	t.Helper()
 	for addr, n := range c.Nodes() {
 		sha, err := n.Do(context.Background(), n.B().ScriptLoad().Script(s.Source).Build()).ToString()
@@ -113,8 +113,8 @@ func loadScript(t testing.TB, c rueidis.Client, s redisonce.Script) {
 	}
 }
 
-// rawHash is the key's raw state: its hash (nil when absent) and PTTL.
-func rawHash(t *testing.T, c rueidis.Client, key string) (map[string]string, int64) {
+// outboxRaw is the key's raw state: its hash (nil when absent) and PTTL.
+func outboxRaw(t *testing.T, c rueidis.Client, key string) (map[string]string, int64) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64()
@@ -135,8 +135,8 @@ func rawHash(t *testing.T, c rueidis.Client, key string) (map[string]string, int
 	return h, pttl
 }
 
-// seedHash writes h (and a PTTL when ttl > 0) under key, replacing what was there.
-func seedHash(t *testing.T, c rueidis.Client, key string, h map[string]string, ttl int64) {
+// outboxSeed writes h (and a PTTL when ttl > 0) under key, replacing what was there.
+func outboxSeed(t *testing.T, c rueidis.Client, key string, h map[string]string, ttl int64) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil {
@@ -159,8 +159,8 @@ func seedHash(t *testing.T, c rueidis.Client, key string, h map[string]string, t
 	}
 }
 
-// evalScript runs s on key with EVALSHA (EVALSHA_RO for a read-only script).
-func evalScript(c rueidis.Client, s redisonce.Script, key string, args ...string) rueidis.RedisResult {
+// outboxEval runs s on key with EVALSHA (EVALSHA_RO for a read-only script).
+func outboxEval(c rueidis.Client, s redisonce.Script, key string, args ...string) rueidis.RedisResult {
 	ctx := context.Background()
 	if s.ReadOnly {
 		return c.Do(ctx, c.B().EvalshaRo().Sha1(s.SHA1).Numkeys(1).Key(key).Arg(args...).Build())
@@ -168,12 +168,12 @@ func evalScript(c rueidis.Client, s redisonce.Script, key string, args ...string
 	return c.Do(ctx, c.B().Evalsha().Sha1(s.SHA1).Numkeys(1).Key(key).Arg(args...).Build())
 }
 
-// replyOf turns a reply into int64, string, []any or errCode.
-func replyOf(r rueidis.RedisResult) any {
+// outboxReply turns a reply into int64, string, []any or outboxErr.
+func outboxReply(r rueidis.RedisResult) any {
 	if err := r.Error(); err != nil {
 		if re, ok := rueidis.IsRedisErr(err); ok {
 			code, _, _ := strings.Cut(re.Error(), " ")
-			return errCode(code)
+			return outboxErr(code)
 		}
 		return err
 	}
@@ -186,21 +186,21 @@ func replyOf(r rueidis.RedisResult) any {
 
 func runOutboxCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc outboxCase) {
 	key := "outbox-scripts:" + t.Name()
-	seedHash(t, c, key, tc.seed, tc.ttl)
-	before, beforeTTL := rawHash(t, c, key)
+	outboxSeed(t, c, key, tc.seed, tc.ttl)
+	before, beforeTTL := outboxRaw(t, c, key)
 
-	got := replyOf(evalScript(c, s, key, tc.args...))
-	after, afterTTL := rawHash(t, c, key)
+	got := outboxReply(outboxEval(c, s, key, tc.args...))
+	after, afterTTL := outboxRaw(t, c, key)
 	if arr, ok := got.([]any); ok && s.Name == "unacked" {
-		got = sortPairs(arr)
+		got = outboxSortPairs(arr)
 	}
 
-	if code, isErr := tc.want.(errCode); isErr {
+	if code, isErr := tc.want.(outboxErr); isErr {
 		if got != code {
-			t.Errorf("reply = %v, want error %s", short(got), code)
+			t.Errorf("reply = %v, want error %s", outboxShort(got), code)
 		}
 		if diff := cmp.Diff(before, after); diff != "" {
-			t.Errorf("an error reply changed the hash (-before +after):\n%s", short(diff))
+			t.Errorf("an error reply changed the hash (-before +after):\n%s", outboxShort(diff))
 		}
 		if afterTTL > beforeTTL || (beforeTTL > 0) != (afterTTL > 0) {
 			t.Errorf("an error reply changed the PTTL from %d to %d", beforeTTL, afterTTL)
@@ -210,19 +210,19 @@ func runOutboxCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc outbox
 
 	// Resolve the epoch placeholder from the stored hash.
 	want, wantAfter := tc.want, tc.after
-	if e, ok := after["_epoch"]; ok && wantAfter != nil && wantAfter["_epoch"] == epochMark {
-		checkFreshEpoch(t, e)
-		wantAfter = with(wantAfter, "_epoch", e)
-		want = replaceEpoch(want, e)
+	if e, ok := after["_epoch"]; ok && wantAfter != nil && wantAfter["_epoch"] == outboxEpochMark {
+		outboxFreshEpoch(t, e)
+		wantAfter = outboxWith(wantAfter, "_epoch", e)
+		want = outboxReplaceEpoch(want, e)
 	}
 	if arr, ok := want.([]any); ok && s.Name == "unacked" {
-		want = sortPairs(arr)
+		want = outboxSortPairs(arr)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("reply (-want +got):\n%s", short(diff))
+		t.Errorf("reply (-want +got):\n%s", outboxShort(diff))
 	}
 	if diff := cmp.Diff(wantAfter, after); diff != "" {
-		t.Errorf("hash afterwards (-want +got):\n%s", short(diff))
+		t.Errorf("hash afterwards (-want +got):\n%s", outboxShort(diff))
 	}
 	switch {
 	case wantAfter == nil:
@@ -240,8 +240,8 @@ func runOutboxCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc outbox
 	}
 }
 
-// checkFreshEpoch wants a stamp of the server's clock now, in microseconds.
-func checkFreshEpoch(t *testing.T, e string) {
+// outboxFreshEpoch wants a stamp of the server's clock now, in microseconds.
+func outboxFreshEpoch(t *testing.T, e string) {
 	t.Helper()
 	us, err := strconv.ParseInt(e, 10, 64)
 	if err != nil || len(e) != 16 {
@@ -252,16 +252,16 @@ func checkFreshEpoch(t *testing.T, e string) {
 	}
 }
 
-// replaceEpoch substitutes e for epochMark in a wanted reply: as an integer in
+// outboxReplaceEpoch substitutes e for outboxEpochMark in a wanted reply: as an integer in
 // an append reply's array, as a string elsewhere.
-func replaceEpoch(want any, e string) any {
+func outboxReplaceEpoch(want any, e string) any {
 	arr, ok := want.([]any)
 	if !ok {
 		return want
 	}
 	out := append([]any(nil), arr...)
 	for i, v := range out {
-		if v == epochMark {
+		if v == outboxEpochMark {
 			if i == 1 && len(out) == 3 { // append.lua: {seq, epoch, created}
 				n, _ := strconv.ParseInt(e, 10, 64)
 				out[i] = n
@@ -273,8 +273,8 @@ func replaceEpoch(want any, e string) any {
 	return out
 }
 
-// short keeps failure output readable when a case moves megabytes.
-func short(v any) string {
+// outboxShort keeps failure output readable when a case moves megabytes.
+func outboxShort(v any) string {
 	s := fmt.Sprint(v)
 	if len(s) > 2000 {
 		return s[:2000] + fmt.Sprintf("... (%d bytes)", len(s))
@@ -283,11 +283,11 @@ func short(v any) string {
 }
 
 var (
-	u53   = "9007199254740992"     // 2^53
-	u53p1 = "9007199254740993"     // 2^53+1: the same float64 as 2^53
-	u64m2 = "18446744073709551614" // 2^64-2
-	u64m1 = "18446744073709551615" // 2^64-1: the same float64 as 2^64-2
-	u64   = "18446744073709551616" // 2^64: out of range
+	outboxU53   = "9007199254740992"     // 2^53
+	outboxU53p1 = "9007199254740993"     // 2^53+1: the same float64 as 2^53
+	outboxU64m2 = "18446744073709551614" // 2^64-2
+	outboxU64m1 = "18446744073709551615" // 2^64-1: the same float64 as 2^64-2
+	outboxU64   = "18446744073709551616" // 2^64: out of range
 )
 
 func TestOutboxScriptAppend(t *testing.T) {
@@ -295,62 +295,62 @@ func TestOutboxScriptAppend(t *testing.T) {
 	big := strings.Repeat("\x00:", 2<<20) // 4 MiB, the limit
 	runOutboxCases(t, "append", []outboxCase{
 		{name: "new connection", args: []string{"m1", "hello", "0", "0"},
-			want:  []any{int64(1), epochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": epochMark, "m1": "1:hello"}, afterTTL: -1},
+			want:  []any{int64(1), outboxEpochMark, int64(1)},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m1": "1:hello"}, afterTTL: -1},
 		{name: "new connection with ttl", args: []string{"m1", "hello", "5000", "0"},
-			want:  []any{int64(1), epochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": epochMark, "m1": "1:hello"}, afterTTL: 5000},
+			want:  []any{int64(1), outboxEpochMark, int64(1)},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m1": "1:hello"}, afterTTL: 5000},
 		{name: "next seq", seed: two, args: []string{"m8", "p", "0", "0"},
-			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: with(two, "m8", "8:p", "_seq", "8"), afterTTL: -1},
+			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "m8", "8:p", "_seq", "8"), afterTTL: -1},
 		{name: "seq continues on a drained hash", seed: outboxHash("41", "2"), args: []string{"m", "p", "0", "0"},
-			want: []any{int64(42), int64(1700000000000000), int64(1)}, after: with(outboxHash("42", "2"), "m", "42:p"), afterTTL: -1},
+			want: []any{int64(42), int64(1700000000000000), int64(1)}, after: outboxWith(outboxHash("42", "2"), "m", "42:p"), afterTTL: -1},
 		{name: "retry returns the existing seq", seed: two, args: []string{"a", "other", "0", "0"},
 			want: []any{int64(6), int64(1700000000000000), int64(0)}, after: two, afterTTL: -1},
 		{name: "retry re-arms the ttl", seed: two, ttl: 1000, args: []string{"a", "x", "60000", "0"},
 			want: []any{int64(6), int64(1700000000000000), int64(0)}, after: two, afterTTL: 60000},
 		{name: "append re-arms the ttl", seed: two, ttl: 1000, args: []string{"c", "z", "60000", "0"},
-			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: with(two, "c", "8:z", "_seq", "8"), afterTTL: 60000},
+			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "c", "8:z", "_seq", "8"), afterTTL: 60000},
 		{name: "ttl 0 keeps an expiry", seed: two, ttl: 100000, args: []string{"c", "z", "0", "0"},
-			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: with(two, "c", "8:z", "_seq", "8"), afterTTL: 100000},
+			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "c", "8:z", "_seq", "8"), afterTTL: 100000},
 		{name: "below the limit", seed: two, args: []string{"c", "z", "0", "3"},
-			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: with(two, "c", "8:z", "_seq", "8"), afterTTL: -1},
-		{name: "full", seed: two, args: []string{"c", "z", "0", "2"}, want: errCode("FULL")},
-		{name: "full with a ttl", seed: two, ttl: 100000, args: []string{"c", "z", "60000", "2"}, want: errCode("FULL")},
+			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "c", "8:z", "_seq", "8"), afterTTL: -1},
+		{name: "full", seed: two, args: []string{"c", "z", "0", "2"}, want: outboxErr("FULL")},
+		{name: "full with a ttl", seed: two, ttl: 100000, args: []string{"c", "z", "60000", "2"}, want: outboxErr("FULL")},
 		{name: "retry when full", seed: two, args: []string{"b", "y", "0", "2"},
 			want: []any{int64(7), int64(1700000000000000), int64(0)}, after: two, afterTTL: -1},
 		{name: "binary payload", seed: two, args: []string{"c:\x00", "a:b\x00\r\n", "0", "0"},
-			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: with(two, "c:\x00", "8:a:b\x00\r\n", "_seq", "8"), afterTTL: -1},
+			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "c:\x00", "8:a:b\x00\r\n", "_seq", "8"), afterTTL: -1},
 		{name: "empty payload", args: []string{"m", "", "0", "0"},
-			want:  []any{int64(1), epochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": epochMark, "m": "1:"}, afterTTL: -1},
+			want:  []any{int64(1), outboxEpochMark, int64(1)},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m": "1:"}, afterTTL: -1},
 		{name: "payload at the limit", args: []string{"m", big, "0", "0"},
-			want:  []any{int64(1), epochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": epochMark, "m": "1:" + big}, afterTTL: -1},
+			want:  []any{int64(1), outboxEpochMark, int64(1)},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m": "1:" + big}, afterTTL: -1},
 		{name: "id of 256 bytes", args: []string{strings.Repeat("i", 256), "p", "0", "0"},
-			want:  []any{int64(1), epochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": epochMark, strings.Repeat("i", 256): "1:p"}, afterTTL: -1},
+			want:  []any{int64(1), outboxEpochMark, int64(1)},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, strings.Repeat("i", 256): "1:p"}, afterTTL: -1},
 
-		{name: "payload over the limit", seed: two, args: []string{"c", big + "x", "0", "0"}, want: errCode("BADARG")},
-		{name: "payload over the limit, new", args: []string{"c", big + "x", "0", "0"}, want: errCode("BADARG")},
-		{name: "empty id", seed: two, args: []string{"", "p", "0", "0"}, want: errCode("BADARG")},
-		{name: "reserved id", seed: two, args: []string{"_seq", "p", "0", "0"}, want: errCode("BADARG")},
-		{name: "underscore id", args: []string{"_x", "p", "0", "0"}, want: errCode("BADARG")},
-		{name: "id of 257 bytes", args: []string{strings.Repeat("i", 257), "p", "0", "0"}, want: errCode("BADARG")},
-		{name: "negative ttl", seed: two, args: []string{"c", "p", "-1", "0"}, want: errCode("BADARG")},
-		{name: "fractional ttl", args: []string{"c", "p", "1.5", "0"}, want: errCode("BADARG")},
-		{name: "empty ttl", args: []string{"c", "p", "", "0"}, want: errCode("BADARG")},
-		{name: "huge ttl", args: []string{"c", "p", "1000000000000000", "0"}, want: errCode("BADARG")},
-		{name: "negative max", seed: two, args: []string{"c", "p", "0", "-1"}, want: errCode("BADARG")},
-		{name: "text max", args: []string{"c", "p", "0", "ten"}, want: errCode("BADARG")},
-		{name: "missing max", args: []string{"c", "p", "0"}, want: errCode("BADARG")},
-		{name: "no args", args: nil, want: errCode("BADARG")},
+		{name: "payload over the limit", seed: two, args: []string{"c", big + "x", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "payload over the limit, new", args: []string{"c", big + "x", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "empty id", seed: two, args: []string{"", "p", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "reserved id", seed: two, args: []string{"_seq", "p", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "underscore id", args: []string{"_x", "p", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "id of 257 bytes", args: []string{strings.Repeat("i", 257), "p", "0", "0"}, want: outboxErr("BADARG")},
+		{name: "negative ttl", seed: two, args: []string{"c", "p", "-1", "0"}, want: outboxErr("BADARG")},
+		{name: "fractional ttl", args: []string{"c", "p", "1.5", "0"}, want: outboxErr("BADARG")},
+		{name: "empty ttl", args: []string{"c", "p", "", "0"}, want: outboxErr("BADARG")},
+		{name: "huge ttl", args: []string{"c", "p", "1000000000000000", "0"}, want: outboxErr("BADARG")},
+		{name: "negative max", seed: two, args: []string{"c", "p", "0", "-1"}, want: outboxErr("BADARG")},
+		{name: "text max", args: []string{"c", "p", "0", "ten"}, want: outboxErr("BADARG")},
+		{name: "missing max", args: []string{"c", "p", "0"}, want: outboxErr("BADARG")},
+		{name: "no args", args: nil, want: outboxErr("BADARG")},
 
-		{name: "not an outbox hash", seed: map[string]string{"foo": "bar"}, args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
-		{name: "no _epoch", seed: with(two, "_epoch", "-"), args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
-		{name: "bad _epoch", seed: with(two, "_epoch", "yesterday"), args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
-		{name: "bad _seq", seed: with(two, "_seq", "-3"), args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
-		{name: "no _gen", seed: with(two, "_gen", "-"), args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
-		{name: "retry of a foreign value", seed: with(two, "c", "no seq here"), args: []string{"c", "p", "0", "0"}, want: errCode("CORRUPT")},
+		{name: "not an outbox hash", seed: map[string]string{"foo": "bar"}, args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
+		{name: "no _epoch", seed: outboxWith(two, "_epoch", "-"), args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
+		{name: "bad _epoch", seed: outboxWith(two, "_epoch", "yesterday"), args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
+		{name: "bad _seq", seed: outboxWith(two, "_seq", "-3"), args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
+		{name: "no _gen", seed: outboxWith(two, "_gen", "-"), args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
+		{name: "retry of a foreign value", seed: outboxWith(two, "c", "no seq here"), args: []string{"c", "p", "0", "0"}, want: outboxErr("CORRUPT")},
 	})
 }
 
@@ -365,46 +365,46 @@ func TestOutboxScriptAck(t *testing.T) {
 	}
 	gen := func(g string) map[string]string { return outboxHash("1", g, "a", "1:x") }
 	runOutboxCases(t, "ack", []outboxCase{
-		{name: "no such connection", args: []string{"5", "a"}, want: int64(0), after: noKey},
-		{name: "no such connection, max generation", args: []string{u64m1, "a", "b"}, want: int64(0), after: noKey},
-		{name: "equal generation", seed: h, args: []string{"3", "a"}, want: int64(1), after: with(h, "a", "-"), afterTTL: -1},
+		{name: "no such connection", args: []string{"5", "a"}, want: int64(0), after: outboxNoKey},
+		{name: "no such connection, max generation", args: []string{outboxU64m1, "a", "b"}, want: int64(0), after: outboxNoKey},
+		{name: "equal generation", seed: h, args: []string{"3", "a"}, want: int64(1), after: outboxWith(h, "a", "-"), afterTTL: -1},
 		{name: "higher generation raises", seed: h, args: []string{"4", "a", "b", "zz", "a"},
-			want: int64(2), after: with(h, "a", "-", "b", "-", "_gen", "4"), afterTTL: -1},
-		{name: "higher generation, no id found", seed: h, args: []string{"10", "zz"}, want: int64(0), after: with(h, "_gen", "10"), afterTTL: -1},
+			want: int64(2), after: outboxWith(h, "a", "-", "b", "-", "_gen", "4"), afterTTL: -1},
+		{name: "higher generation, no id found", seed: h, args: []string{"10", "zz"}, want: int64(0), after: outboxWith(h, "_gen", "10"), afterTTL: -1},
 		{name: "drained keeps reserved fields", seed: gen("0"), args: []string{"0", "a"}, want: int64(1), after: outboxHash("1", "0"), afterTTL: -1},
-		{name: "keeps the ttl", seed: h, ttl: 100000, args: []string{"3", "a"}, want: int64(1), after: with(h, "a", "-"), afterTTL: 100000},
+		{name: "keeps the ttl", seed: h, ttl: 100000, args: []string{"3", "a"}, want: int64(1), after: outboxWith(h, "a", "-"), afterTTL: 100000},
 		{name: "2500 ids", seed: many, args: manyIDs, want: int64(2500), after: outboxHash("2500", "1"), afterTTL: -1},
-		{name: "2^53+1 above 2^53", seed: gen(u53), args: []string{u53p1, "a"}, want: int64(1), after: outboxHash("1", u53p1), afterTTL: -1},
-		{name: "2^64-1 above 2^64-2", seed: gen(u64m2), args: []string{u64m1, "a"}, want: int64(1), after: outboxHash("1", u64m1), afterTTL: -1},
+		{name: "2^53+1 above 2^53", seed: gen(outboxU53), args: []string{outboxU53p1, "a"}, want: int64(1), after: outboxHash("1", outboxU53p1), afterTTL: -1},
+		{name: "2^64-1 above 2^64-2", seed: gen(outboxU64m2), args: []string{outboxU64m1, "a"}, want: int64(1), after: outboxHash("1", outboxU64m1), afterTTL: -1},
 		{name: "10 above 9", seed: gen("9"), args: []string{"10", "a"}, want: int64(1), after: outboxHash("1", "10"), afterTTL: -1},
-		{name: "2^64-1 equal", seed: gen(u64m1), args: []string{u64m1, "a"}, want: int64(1), after: outboxHash("1", u64m1), afterTTL: -1},
+		{name: "2^64-1 equal", seed: gen(outboxU64m1), args: []string{outboxU64m1, "a"}, want: int64(1), after: outboxHash("1", outboxU64m1), afterTTL: -1},
 
-		{name: "stale", seed: h, args: []string{"2", "a"}, want: errCode("STALE_OWNER")},
-		{name: "stale, many ids", seed: h, ttl: 100000, args: []string{"0", "a", "b", "c"}, want: errCode("STALE_OWNER")},
-		{name: "2^53 below 2^53+1", seed: gen(u53p1), args: []string{u53, "a"}, want: errCode("STALE_OWNER")},
-		{name: "2^64-2 below 2^64-1", seed: gen(u64m1), args: []string{u64m2, "a"}, want: errCode("STALE_OWNER")},
-		{name: "9 below 10", seed: gen("10"), args: []string{"9", "a"}, want: errCode("STALE_OWNER")},
+		{name: "stale", seed: h, args: []string{"2", "a"}, want: outboxErr("STALE_OWNER")},
+		{name: "stale, many ids", seed: h, ttl: 100000, args: []string{"0", "a", "b", "c"}, want: outboxErr("STALE_OWNER")},
+		{name: "2^53 below 2^53+1", seed: gen(outboxU53p1), args: []string{outboxU53, "a"}, want: outboxErr("STALE_OWNER")},
+		{name: "2^64-2 below 2^64-1", seed: gen(outboxU64m1), args: []string{outboxU64m2, "a"}, want: outboxErr("STALE_OWNER")},
+		{name: "9 below 10", seed: gen("10"), args: []string{"9", "a"}, want: outboxErr("STALE_OWNER")},
 
-		{name: "generation 2^64", seed: h, args: []string{u64, "a"}, want: errCode("BADARG")},
-		{name: "generation of 21 digits", seed: h, args: []string{"100000000000000000000", "a"}, want: errCode("BADARG")},
-		{name: "generation 99999999999999999999", seed: h, args: []string{"99999999999999999999", "a"}, want: errCode("BADARG")},
-		{name: "negative generation", seed: h, args: []string{"-1", "a"}, want: errCode("BADARG")},
-		{name: "leading zero", seed: h, args: []string{"04", "a"}, want: errCode("BADARG")},
-		{name: "fractional generation", seed: h, args: []string{"4.0", "a"}, want: errCode("BADARG")},
-		{name: "hex generation", seed: h, args: []string{"0x4", "a"}, want: errCode("BADARG")},
-		{name: "spaced generation", seed: h, args: []string{" 4", "a"}, want: errCode("BADARG")},
-		{name: "empty generation", seed: h, args: []string{"", "a"}, want: errCode("BADARG")},
-		{name: "no ids", seed: h, args: []string{"4"}, want: errCode("BADARG")},
-		{name: "no args", seed: h, args: nil, want: errCode("BADARG")},
-		{name: "empty id", seed: h, args: []string{"4", "a", ""}, want: errCode("BADARG")},
-		{name: "reserved id", seed: h, args: []string{"4", "a", "_gen"}, want: errCode("BADARG")},
-		{name: "id of 257 bytes", seed: h, args: []string{"4", "a", strings.Repeat("i", 257)}, want: errCode("BADARG")},
-		{name: "bad id, no connection", args: []string{"4", "_seq"}, want: errCode("BADARG")},
+		{name: "generation 2^64", seed: h, args: []string{outboxU64, "a"}, want: outboxErr("BADARG")},
+		{name: "generation of 21 digits", seed: h, args: []string{"100000000000000000000", "a"}, want: outboxErr("BADARG")},
+		{name: "generation 99999999999999999999", seed: h, args: []string{"99999999999999999999", "a"}, want: outboxErr("BADARG")},
+		{name: "negative generation", seed: h, args: []string{"-1", "a"}, want: outboxErr("BADARG")},
+		{name: "leading zero", seed: h, args: []string{"04", "a"}, want: outboxErr("BADARG")},
+		{name: "fractional generation", seed: h, args: []string{"4.0", "a"}, want: outboxErr("BADARG")},
+		{name: "hex generation", seed: h, args: []string{"0x4", "a"}, want: outboxErr("BADARG")},
+		{name: "spaced generation", seed: h, args: []string{" 4", "a"}, want: outboxErr("BADARG")},
+		{name: "empty generation", seed: h, args: []string{"", "a"}, want: outboxErr("BADARG")},
+		{name: "no ids", seed: h, args: []string{"4"}, want: outboxErr("BADARG")},
+		{name: "no args", seed: h, args: nil, want: outboxErr("BADARG")},
+		{name: "empty id", seed: h, args: []string{"4", "a", ""}, want: outboxErr("BADARG")},
+		{name: "reserved id", seed: h, args: []string{"4", "a", "_gen"}, want: outboxErr("BADARG")},
+		{name: "id of 257 bytes", seed: h, args: []string{"4", "a", strings.Repeat("i", 257)}, want: outboxErr("BADARG")},
+		{name: "bad id, no connection", args: []string{"4", "_seq"}, want: outboxErr("BADARG")},
 
-		{name: "no _gen", seed: with(h, "_gen", "-"), args: []string{"4", "a"}, want: errCode("CORRUPT")},
-		{name: "bad _gen", seed: with(h, "_gen", "four"), args: []string{"4", "a"}, want: errCode("CORRUPT")},
-		{name: "_gen over 2^64-1", seed: with(h, "_gen", u64), args: []string{"4", "a"}, want: errCode("CORRUPT")},
-		{name: "not an outbox hash", seed: map[string]string{"a": "b"}, args: []string{"4", "a"}, want: errCode("CORRUPT")},
+		{name: "no _gen", seed: outboxWith(h, "_gen", "-"), args: []string{"4", "a"}, want: outboxErr("CORRUPT")},
+		{name: "bad _gen", seed: outboxWith(h, "_gen", "four"), args: []string{"4", "a"}, want: outboxErr("CORRUPT")},
+		{name: "_gen over 2^64-1", seed: outboxWith(h, "_gen", outboxU64), args: []string{"4", "a"}, want: outboxErr("CORRUPT")},
+		{name: "not an outbox hash", seed: map[string]string{"a": "b"}, args: []string{"4", "a"}, want: outboxErr("CORRUPT")},
 	})
 }
 
@@ -412,52 +412,52 @@ func TestOutboxScriptAdvance(t *testing.T) {
 	h := outboxHash("2", "3", "a", "1:x", "b", "2:y")
 	gen := func(g string) map[string]string { return outboxHash("1", g, "a", "1:x") }
 	runOutboxCases(t, "advance", []outboxCase{
-		{name: "no such connection", args: []string{"5", "0"}, want: int64(0), after: noKey},
-		{name: "no such connection, ttl", args: []string{"5", "60000"}, want: int64(0), after: noKey},
-		{name: "raise", seed: h, args: []string{"4", "0"}, want: int64(1), after: with(h, "_gen", "4"), afterTTL: -1},
-		{name: "raise re-arms the ttl", seed: h, ttl: 1000, args: []string{"4", "60000"}, want: int64(1), after: with(h, "_gen", "4"), afterTTL: 60000},
-		{name: "raise, ttl 0 keeps the expiry", seed: h, ttl: 100000, args: []string{"4", "0"}, want: int64(1), after: with(h, "_gen", "4"), afterTTL: 100000},
+		{name: "no such connection", args: []string{"5", "0"}, want: int64(0), after: outboxNoKey},
+		{name: "no such connection, ttl", args: []string{"5", "60000"}, want: int64(0), after: outboxNoKey},
+		{name: "raise", seed: h, args: []string{"4", "0"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: -1},
+		{name: "raise re-arms the ttl", seed: h, ttl: 1000, args: []string{"4", "60000"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: 60000},
+		{name: "raise, ttl 0 keeps the expiry", seed: h, ttl: 100000, args: []string{"4", "0"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: 100000},
 		{name: "equal", seed: h, args: []string{"3", "60000"}, want: int64(0), after: h, afterTTL: -1},
 		{name: "below", seed: h, args: []string{"2", "0"}, want: int64(0), after: h, afterTTL: -1},
 		{name: "below does not re-arm", seed: h, ttl: 10000, args: []string{"0", "60000"}, want: int64(0), after: h, afterTTL: 10000},
-		{name: "2^53+1 above 2^53", seed: gen(u53), args: []string{u53p1, "0"}, want: int64(1), after: gen(u53p1), afterTTL: -1},
-		{name: "2^53 not above 2^53+1", seed: gen(u53p1), args: []string{u53, "0"}, want: int64(0), after: gen(u53p1), afterTTL: -1},
-		{name: "2^64-1 above 2^64-2", seed: gen(u64m2), args: []string{u64m1, "0"}, want: int64(1), after: gen(u64m1), afterTTL: -1},
-		{name: "2^64-2 not above 2^64-1", seed: gen(u64m1), args: []string{u64m2, "0"}, want: int64(0), after: gen(u64m1), afterTTL: -1},
+		{name: "2^53+1 above 2^53", seed: gen(outboxU53), args: []string{outboxU53p1, "0"}, want: int64(1), after: gen(outboxU53p1), afterTTL: -1},
+		{name: "2^53 not above 2^53+1", seed: gen(outboxU53p1), args: []string{outboxU53, "0"}, want: int64(0), after: gen(outboxU53p1), afterTTL: -1},
+		{name: "2^64-1 above 2^64-2", seed: gen(outboxU64m2), args: []string{outboxU64m1, "0"}, want: int64(1), after: gen(outboxU64m1), afterTTL: -1},
+		{name: "2^64-2 not above 2^64-1", seed: gen(outboxU64m1), args: []string{outboxU64m2, "0"}, want: int64(0), after: gen(outboxU64m1), afterTTL: -1},
 		{name: "10 above 9", seed: gen("9"), args: []string{"10", "0"}, want: int64(1), after: gen("10"), afterTTL: -1},
 
-		{name: "generation 2^64", seed: h, args: []string{u64, "0"}, want: errCode("BADARG")},
-		{name: "leading zero", seed: h, args: []string{"07", "0"}, want: errCode("BADARG")},
-		{name: "negative generation", seed: h, args: []string{"-7", "0"}, want: errCode("BADARG")},
-		{name: "empty generation", seed: h, args: []string{"", "0"}, want: errCode("BADARG")},
-		{name: "bad ttl", seed: h, ttl: 100000, args: []string{"9", "soon"}, want: errCode("BADARG")},
-		{name: "negative ttl", seed: h, args: []string{"9", "-1"}, want: errCode("BADARG")},
-		{name: "missing ttl", seed: h, args: []string{"9"}, want: errCode("BADARG")},
-		{name: "no _gen", seed: with(h, "_gen", "-"), args: []string{"9", "0"}, want: errCode("CORRUPT")},
-		{name: "bad _gen", seed: with(h, "_gen", "1e3"), args: []string{"9", "0"}, want: errCode("CORRUPT")},
+		{name: "generation 2^64", seed: h, args: []string{outboxU64, "0"}, want: outboxErr("BADARG")},
+		{name: "leading zero", seed: h, args: []string{"07", "0"}, want: outboxErr("BADARG")},
+		{name: "negative generation", seed: h, args: []string{"-7", "0"}, want: outboxErr("BADARG")},
+		{name: "empty generation", seed: h, args: []string{"", "0"}, want: outboxErr("BADARG")},
+		{name: "bad ttl", seed: h, ttl: 100000, args: []string{"9", "soon"}, want: outboxErr("BADARG")},
+		{name: "negative ttl", seed: h, args: []string{"9", "-1"}, want: outboxErr("BADARG")},
+		{name: "missing ttl", seed: h, args: []string{"9"}, want: outboxErr("BADARG")},
+		{name: "no _gen", seed: outboxWith(h, "_gen", "-"), args: []string{"9", "0"}, want: outboxErr("CORRUPT")},
+		{name: "bad _gen", seed: outboxWith(h, "_gen", "1e3"), args: []string{"9", "0"}, want: outboxErr("CORRUPT")},
 	})
 }
 
 func TestOutboxScriptUnacked(t *testing.T) {
 	h := outboxHash("5", "7", "b", "2:y", "a", "1:x", "e", "5::\x00:")
 	runOutboxCases(t, "unacked", []outboxCase{
-		{name: "no such connection", args: nil, want: []any{}, after: noKey},
+		{name: "no such connection", args: nil, want: []any{}, after: outboxNoKey},
 		{name: "tail", seed: h, args: nil,
-			want: []any{oldEpoch, "7", "a", "1:x", "b", "2:y", "e", "5::\x00:"}, after: h, afterTTL: -1},
-		{name: "drained", seed: outboxHash("5", u64m1), ttl: 100000, args: nil,
-			want: []any{oldEpoch, u64m1}, after: outboxHash("5", u64m1), afterTTL: 100000},
-		{name: "foreign value", seed: with(h, "c", "x:1"), args: nil, want: errCode("CORRUPT")},
-		{name: "value without a colon", seed: with(h, "c", "3"), args: nil, want: errCode("CORRUPT")},
-		{name: "value without a seq", seed: with(h, "c", ":abc"), args: nil, want: errCode("CORRUPT")},
-		{name: "no _epoch", seed: with(h, "_epoch", "-"), args: nil, want: errCode("CORRUPT")},
-		{name: "no _gen", seed: with(h, "_gen", "-"), args: nil, want: errCode("CORRUPT")},
-		{name: "not an outbox hash", seed: map[string]string{"a": "1:x"}, args: nil, want: errCode("CORRUPT")},
+			want: []any{outboxOldEpoch, "7", "a", "1:x", "b", "2:y", "e", "5::\x00:"}, after: h, afterTTL: -1},
+		{name: "drained", seed: outboxHash("5", outboxU64m1), ttl: 100000, args: nil,
+			want: []any{outboxOldEpoch, outboxU64m1}, after: outboxHash("5", outboxU64m1), afterTTL: 100000},
+		{name: "foreign value", seed: outboxWith(h, "c", "x:1"), args: nil, want: outboxErr("CORRUPT")},
+		{name: "value without a colon", seed: outboxWith(h, "c", "3"), args: nil, want: outboxErr("CORRUPT")},
+		{name: "value without a seq", seed: outboxWith(h, "c", ":abc"), args: nil, want: outboxErr("CORRUPT")},
+		{name: "no _epoch", seed: outboxWith(h, "_epoch", "-"), args: nil, want: outboxErr("CORRUPT")},
+		{name: "no _gen", seed: outboxWith(h, "_gen", "-"), args: nil, want: outboxErr("CORRUPT")},
+		{name: "not an outbox hash", seed: map[string]string{"a": "1:x"}, args: nil, want: outboxErr("CORRUPT")},
 	})
 }
 
-// sortPairs orders the id/value pairs of an unacked.lua reply by id: the
+// outboxSortPairs orders the id/value pairs of an unacked.lua reply by id: the
 // script returns them in hash order (the Go side sorts by seq).
-func sortPairs(arr []any) []any {
+func outboxSortPairs(arr []any) []any {
 	if len(arr) < 2 {
 		return arr
 	}
@@ -477,7 +477,7 @@ func sortPairs(arr []any) []any {
 func TestOutboxScriptDrop(t *testing.T) {
 	h := outboxHash("2", "3", "a", "1:x")
 	runOutboxCases(t, "drop", []outboxCase{
-		{name: "no such connection", args: nil, want: int64(0), after: noKey},
-		{name: "drop", seed: h, ttl: 100000, args: nil, want: int64(1), after: noKey},
+		{name: "no such connection", args: nil, want: int64(0), after: outboxNoKey},
+		{name: "drop", seed: h, ttl: 100000, args: nil, want: int64(1), after: outboxNoKey},
 	})
 }

@@ -247,22 +247,22 @@ func TestOutboxCorruptState(t *testing.T) {
 	ob := store.NewOutbox(c, store.WithPrefix(prefix))
 	ctx := context.Background()
 
-	seedHash(t, c, prefix+"foreign", map[string]string{"_seq": "2", "_gen": "0", "_epoch": oldEpoch, "m": "not a seq"}, 0)
-	seedHash(t, c, prefix+"nogen", map[string]string{"_seq": "2", "_epoch": oldEpoch, "m": "1:x"}, 0)
+	outboxSeed(t, c, prefix+"foreign", map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxOldEpoch, "m": "not a seq"}, 0)
+	outboxSeed(t, c, prefix+"nogen", map[string]string{"_seq": "2", "_epoch": outboxOldEpoch, "m": "1:x"}, 0)
 	if err := c.Do(ctx, c.B().Set().Key(prefix+"string").Value("hello").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	for _, conn := range []string{"foreign", "nogen", "string"} {
 		_, err := ob.Unacked(ctx, conn)
-		wantUnexpected(t, "Unacked "+conn, err)
+		outboxWantUnexpected(t, "Unacked "+conn, err)
 		_, err = ob.AppendWithID(ctx, conn, "m", []byte("p"))
-		wantUnexpected(t, "AppendWithID "+conn, err)
+		outboxWantUnexpected(t, "AppendWithID "+conn, err)
 	}
-	wantUnexpected(t, "Ack nogen", ob.Ack(ctx, "nogen", "m", 1))
-	wantUnexpected(t, "AdvanceGeneration nogen", ob.AdvanceGeneration(ctx, "nogen", 1))
-	wantUnexpected(t, "Ack string", ob.Ack(ctx, "string", "m", 1))
-	wantUnexpected(t, "AdvanceGeneration string", ob.AdvanceGeneration(ctx, "string", 1))
-	if h, _ := rawHash(t, c, prefix+"nogen"); len(h) != 3 || h["m"] != "1:x" {
+	outboxWantUnexpected(t, "Ack nogen", ob.Ack(ctx, "nogen", "m", 1))
+	outboxWantUnexpected(t, "AdvanceGeneration nogen", ob.AdvanceGeneration(ctx, "nogen", 1))
+	outboxWantUnexpected(t, "Ack string", ob.Ack(ctx, "string", "m", 1))
+	outboxWantUnexpected(t, "AdvanceGeneration string", ob.AdvanceGeneration(ctx, "string", 1))
+	if h, _ := outboxRaw(t, c, prefix+"nogen"); len(h) != 3 || h["m"] != "1:x" {
 		t.Errorf("refused calls changed the hash: %v", h)
 	}
 	// DropConn removes whatever is there.
@@ -273,22 +273,22 @@ func TestOutboxCorruptState(t *testing.T) {
 	}
 }
 
-func wantUnexpected(t *testing.T, what string, err error) {
+func outboxWantUnexpected(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, store.ErrUnexpectedReply) {
 		t.Errorf("%s: error = %v, want ErrUnexpectedReply", what, err)
 	}
 }
 
-// impostorClient runs, in place of every outbox script the store sends, a
+// outboxImpostor runs, in place of every outbox script the store sends, a
 // script of the test's that replies with the wrong shape: the replies come
 // from a real Redis, only the script differs.
-type impostorClient struct {
+type outboxImpostor struct {
 	rueidis.Client
 	src string
 }
 
-func (c impostorClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+func (c outboxImpostor) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	cs := cmd.Commands()
 	if len(cs) >= 4 && strings.HasPrefix(cs[0], "EVALSHA") {
 		return c.Client.Do(ctx, c.Client.B().Eval().Script(c.src).Numkeys(1).Key(cs[3]).Arg(cs[4:]...).Build())
@@ -343,7 +343,7 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 		{"return 2", []op{advanceOp}},
 		{"return redis.error_reply('WHAT is this')", []op{appendOp, tailOp, ackOp, advanceOp, dropOp}},
 	} {
-		s := store.NewOutbox(impostorClient{c, tc.reply}, store.WithPrefix(outboxPrefix(t)))
+		s := store.NewOutbox(outboxImpostor{c, tc.reply}, store.WithPrefix(outboxPrefix(t)))
 		for _, o := range tc.ops {
 			err := o.call(s)
 			if tc.reply == "return redis.error_reply('WHAT is this')" {
@@ -397,13 +397,13 @@ func TestOutboxNoScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The default prefix, as documented.
-	if h, _ := rawHash(t, c, store.DefaultOutboxPrefix+"conn"); h != nil {
+	if h, _ := outboxRaw(t, c, store.DefaultOutboxPrefix+"conn"); h != nil {
 		t.Errorf("DropConn left %v", h)
 	}
 	if _, _, err := ob.Append(ctx, "conn", nil); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := rawHash(t, c, "gateway:outbox:conn"); h["_seq"] != "1" {
+	if h, _ := outboxRaw(t, c, "gateway:outbox:conn"); h["_seq"] != "1" {
 		t.Errorf("default key gateway:outbox:conn holds %v", h)
 	}
 }
