@@ -451,3 +451,49 @@ func TestOutboxScriptsAreRegistered(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxBadInputSendsNothing: calls refused in Go (bad ids, oversize
+// payloads, bad options, a cancelled context) send no command and leave no key.
+func TestOutboxBadInputSendsNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, redisproc.Options{})
+	c := newClient(t, srv.URL())
+	ob := store.NewOutbox(c)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	before := commandCount(t, c)
+	for _, ch := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"empty conn", func() error { _, _, err := ob.Append(ctx, "", nil); return err }, store.ErrInvalidArgument},
+		{"long conn", func() error { _, err := ob.Tail(ctx, strings.Repeat("c", store.MaxIDLen+1)); return err }, store.ErrInvalidArgument},
+		{"reserved id", func() error { _, err := ob.AppendWithID(ctx, "c", "_seq", nil); return err }, store.ErrInvalidArgument},
+		{"long id", func() error { _, err := ob.AppendWithID(ctx, "c", strings.Repeat("i", 257), nil); return err }, store.ErrInvalidArgument},
+		{"oversize payload", func() error { _, _, err := ob.Append(ctx, "c", make([]byte, store.MaxPayloadLen+1)); return err }, store.ErrInvalidArgument},
+		{"ack of an empty id", func() error { return ob.Ack(ctx, "c", "", 1) }, store.ErrInvalidArgument},
+		{"batch with a reserved id", func() error { _, err := ob.AckMany(ctx, "c", []string{"a", "_gen"}, 1); return err }, store.ErrInvalidArgument},
+		{"empty batch", func() error { _, err := ob.AckMany(ctx, "c", nil, 1); return err }, nil},
+		{"negative ttl", func() error {
+			_, _, err := store.NewOutbox(c, store.WithTTL(-time.Second)).Append(ctx, "c", nil)
+			return err
+		}, store.ErrInvalidArgument},
+		{"negative max", func() error {
+			_, _, err := store.NewOutbox(c, store.WithMaxUnacked(-1)).Append(ctx, "c", nil)
+			return err
+		}, store.ErrInvalidArgument},
+		{"cancelled context", func() error { return ob.AdvanceGeneration(cancelled, "c", 1) }, context.Canceled},
+	} {
+		if err := ch.call(); !errors.Is(err, ch.want) || (ch.want == nil && err != nil) {
+			t.Errorf("%s: error = %v, want %v", ch.name, err, ch.want)
+		}
+	}
+	// The second reading counts the first INFO, and nothing else may be sent.
+	if after := commandCount(t, c); after != before+1 {
+		t.Errorf("refused calls sent %d commands", after-before-1)
+	}
+	if n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("DBSIZE after refused calls = %d, %v; want 0", n, err)
+	}
+}
