@@ -231,7 +231,7 @@ func TestRecordsBadInputSendsNothing(t *testing.T) {
 	cancel()
 	long := strings.Repeat("x", store.MaxIDLen+1)
 	st := func(s string) *store.Status { v := store.Status(s); return &v }
-	big := make([]byte, store.MaxPayloadLen+1)
+	big := make([]byte, store.MaxRecordPayloadLen+1)
 	fn := func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil }
 	var errs []error
 	add := func(_ any, _ bool, err error) { errs = append(errs, err) }

@@ -17,6 +17,16 @@ func TestMemoryClaims(t *testing.T) {
 	})
 }
 
+func TestMemoryOutbox(t *testing.T) {
+	clock := storetest.NewClock()
+	storetest.TestOutbox(t, storetest.OutboxHarness{
+		New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
+			return store.NewMemoryOutbox(append(opts, store.WithClock(clock.Now))...)
+		},
+		Wait: clock.Advance,
+	})
+}
+
 func TestMemoryRecords(t *testing.T) {
 	clock := storetest.NewClock()
 	storetest.TestRecords(t, storetest.RecordsHarness{

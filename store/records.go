@@ -17,10 +17,10 @@ const DefaultRecordsPrefix = "idempotency:"
 // Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
 // by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
 const (
-	// MaxPayloadLen is the largest payload a record stores: 1 MiB. A stored
+	// MaxRecordPayloadLen is the largest payload a record stores: 1 MiB. A stored
 	// result is replayed on every retry, so it should stay small; put a large
 	// result elsewhere and store a reference to it.
-	MaxPayloadLen = 1 << 20
+	MaxRecordPayloadLen = 1 << 20
 	// MaxStatusLen is the longest status, in bytes; a status is never empty.
 	MaxStatusLen = 64
 	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
@@ -71,7 +71,7 @@ type Record struct {
 	Key string
 	// Status is the record's state.
 	Status Status
-	// Payload is the stored result (or error text), at most MaxPayloadLen bytes.
+	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
 	Payload []byte
 	// ExpiresAt is when the record expires; zero: never. For Records it is the
 	// Redis key's expiry (PEXPIREAT).
@@ -100,7 +100,7 @@ type Update struct {
 	// Status sets the status (1..MaxStatusLen bytes). Any status other than
 	// StatusPending clears the lease, whatever LeaseUntil says.
 	Status *Status
-	// Payload sets the payload (at most MaxPayloadLen bytes).
+	// Payload sets the payload (at most MaxRecordPayloadLen bytes).
 	Payload *[]byte
 	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
 	// it (the record never expires), a time at or before now expires the record
@@ -372,9 +372,9 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs. Its result is stored as
 //     completed; its error as failed, with the error text (cut to
-//     MaxPayloadLen) as payload, and returned as is; an error marked with
+//     MaxRecordPayloadLen) as payload, and returned as is; an error marked with
 //     Retryable deletes the record instead, so the next Do runs fn again; a
-//     panic deletes the record and goes on. A result longer than MaxPayloadLen
+//     panic deletes the record and goes on. A result longer than MaxRecordPayloadLen
 //     cannot be stored: the record is marked failed and Do returns the result
 //     with ErrInvalidArgument.
 //
@@ -474,8 +474,8 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 			return nil, false, fnErr
 		}
 		text := []byte(fnErr.Error())
-		if len(text) > MaxPayloadLen {
-			text = text[:MaxPayloadLen]
+		if len(text) > MaxRecordPayloadLen {
+			text = text[:MaxRecordPayloadLen]
 		}
 		failed := StatusFailed
 		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
@@ -483,8 +483,8 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		}
 		return nil, false, fnErr
 	}
-	if len(result) > MaxPayloadLen {
-		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxPayloadLen)
+	if len(result) > MaxRecordPayloadLen {
+		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
 		text := []byte(tooLong.Error())
 		failed := StatusFailed
 		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
@@ -548,8 +548,8 @@ func (u Update) fields(op, key string) (updateFields, error) {
 		f.status = &st
 	}
 	if u.Payload != nil {
-		if len(*u.Payload) > MaxPayloadLen {
-			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxPayloadLen)
+		if len(*u.Payload) > MaxRecordPayloadLen {
+			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxRecordPayloadLen)
 		}
 		f.payload = u.Payload
 	}
@@ -581,7 +581,7 @@ func (u Update) args(op, key string) ([]string, error) {
 		args = append(args, "status", *f.status)
 	}
 	if f.payload != nil {
-		args = append(args, "payload", string(*f.payload))
+		args = append(args, "payload", rueidis.BinaryString(*f.payload))
 	}
 	if f.setExp {
 		args = append(args, "expires_ms", strconv.FormatInt(f.expires, 10))

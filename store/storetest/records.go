@@ -425,7 +425,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		s := newStore(t)
 		a := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
 		p := []byte("a\x00b\xff\r\n:{}")
-		big := bytes.Repeat([]byte{0, 1, 2, 0xfe}, store.MaxPayloadLen/4)
+		big := bytes.Repeat([]byte{0, 1, 2, 0xfe}, store.MaxRecordPayloadLen/4)
 		st := store.Status(strings.Repeat("s", store.MaxStatusLen))
 		for _, payload := range [][]byte{p, big, {}} {
 			noErr(t, s.Update(ctx, "k", store.Update{Payload: &payload, Status: &st, Token: a.Token}))
@@ -443,7 +443,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		s := newStore(t)
 		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
 		before := mustGet(t, s, "k", true)
-		long := make([]byte, store.MaxPayloadLen+1)
+		long := make([]byte, store.MaxRecordPayloadLen+1)
 		for name, u := range map[string]store.Update{
 			"nothing":       {},
 			"token only":    {Token: a.Token},
@@ -756,7 +756,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 	t.Run("DoResultTooLong", func(t *testing.T) {
 		s := newStore(t)
-		big := make([]byte, store.MaxPayloadLen+1)
+		big := make([]byte, store.MaxRecordPayloadLen+1)
 		res, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return big, nil })
 		if len(res) != len(big) || !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("Do = %d bytes, %v; want the result and ErrInvalidArgument", len(res), err)
@@ -770,13 +770,13 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	t.Run("DoLongErrorTextIsCut", func(t *testing.T) {
 		s := newStore(t)
 		_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
-			return nil, errors.New(strings.Repeat("e", store.MaxPayloadLen+10))
+			return nil, errors.New(strings.Repeat("e", store.MaxRecordPayloadLen+10))
 		})
 		if err == nil {
 			t.Fatal("Do = nil error")
 		}
-		if got := mustGet(t, s, "k", true); got.Status != store.StatusFailed || len(got.Payload) != store.MaxPayloadLen {
-			t.Errorf("record: status %q, payload %d bytes; want failed, %d", got.Status, len(got.Payload), store.MaxPayloadLen)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusFailed || len(got.Payload) != store.MaxRecordPayloadLen {
+			t.Errorf("record: status %q, payload %d bytes; want failed, %d", got.Status, len(got.Payload), store.MaxRecordPayloadLen)
 		}
 	})
 
