@@ -75,6 +75,9 @@ func (e *env) measure(ctx context.Context, op *operation, v variant, g int, rc r
 		return nil, err
 	}
 	limit := int64(len(e.ids))
+	if op.pool > 0 {
+		limit = min(limit, int64(op.pool))
+	}
 	if op.seed != nil {
 		if err := op.seed(ctx, e); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)

@@ -83,7 +83,7 @@ func main() {
 		}
 	}
 	if cfg.smoke {
-		cfg.duration, cfg.warmup, cfg.goroutines, cfg.pool, cfg.options, cfg.reps = 30*time.Millisecond, 10*time.Millisecond, []int{1, 4}, 2000, false, 1
+		cfg.duration, cfg.warmup, cfg.goroutines, cfg.pool, cfg.options, cfg.reps = 30*time.Millisecond, 10*time.Millisecond, []int{1, 4}, 20_000, false, 1
 	}
 	var w io.Writer = os.Stdout
 	if cfg.out != "" {

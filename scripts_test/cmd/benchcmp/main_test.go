@@ -22,7 +22,7 @@ func TestSmoke(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	cfg := config{duration: 20 * time.Millisecond, warmup: 5 * time.Millisecond, goroutines: []int{1, 3}, pool: 3000,
+	cfg := config{duration: 20 * time.Millisecond, warmup: 5 * time.Millisecond, goroutines: []int{1, 3}, pool: 20_000,
 		serverCPU: -1, options: true, smoke: true, reps: 1}
 	var out bytes.Buffer
 	if err := run(context.Background(), cfg, &out, io.Discard); err != nil {

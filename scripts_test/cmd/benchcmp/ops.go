@@ -16,7 +16,10 @@ type operation struct {
 	seed func(ctx context.Context, e *env) error
 	// reuse: calls do not consume their ids (reads, updates), so the pool is
 	// cycled through (call functions take the index modulo their key count).
-	reuse    bool
+	reuse bool
+	// pool is how many ids of the pool the calls may use (the seeded ones);
+	// 0: all of them.
+	pool     int
 	variants []variant
 }
 
@@ -43,5 +46,7 @@ type variant struct {
 func operations() []*operation {
 	return []*operation{
 		opClaim(), opClaimMany(),
+		opAppend(), opAck(), opAckMany(), opUnacked(),
+		opAcquire(), opUpdate(),
 	}
 }
