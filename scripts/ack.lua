@@ -23,7 +23,7 @@ local gen = ARGV[1]
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
-  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.match(s, '^%d+$') ~= nil
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
     and (#s == 1 or string.byte(s, 1) ~= 48)
 end
 local function cmp(a, b)

@@ -32,7 +32,7 @@ local ttl, token, fp, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = KEYS[1]
 
 local function is_ms(s)
-  return type(s) == 'string' and #s <= 15 and string.match(s, '^%d+$') ~= nil
+  return type(s) == 'string' and #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
 if #ARGV ~= 4 then
@@ -67,7 +67,7 @@ if kind == 'hash' then
     end
   end
   -- fence <= 19 digits, so fence + 1 stays below 2^64.
-  if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
     return redis.error_reply('CORRUPT bad status or fence')
   end
 elseif kind ~= 'none' then

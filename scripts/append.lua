@@ -33,39 +33,43 @@ end
 if type(payload) ~= 'string' or #payload > 4194304 then
   return redis.error_reply('BADARG payload must be at most 4194304 bytes')
 end
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
-if type(max) ~= 'string' or not string.match(max, '^%d+$') or #max > 15 then
+if type(max) ~= 'string' or not string.find(max, '^%d+$') or #max > 15 then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 
--- The reserved fields exist together or not at all; anything else is not ours.
-local fields = redis.call('HLEN', key)
+-- One read on the common path: the reserved fields, which exist together or
+-- not at all (anything else is not ours), and the id's value on a retry.
+local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id)
 local epoch, oldseq
-if fields > 0 then
-  local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch')
-  if not (r[1] and string.match(r[1], '^%d+$') and r[2] and string.match(r[2], '^%d+$')
-      and r[3] and string.match(r[3], '^[1-9]%d*$') and #r[3] <= 16) then
+if r[1] or r[2] or r[3] then
+  if not (r[1] and string.find(r[1], '^%d+$') and r[2] and string.find(r[2], '^%d+$')
+      and r[3] and string.find(r[3], '^[1-9]%d*$') and #r[3] <= 16) then
     return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
   end
   epoch = r[3]
-  local old = redis.call('HGET', key, id)
-  if old then
-    oldseq = string.match(old, '^(%d+):')
+  if r[4] then
+    oldseq = string.match(r[4], '^(%d+):')
     if not oldseq then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
-  elseif tonumber(max) > 0 and fields - 3 >= tonumber(max) then
-    return redis.error_reply('FULL the tail holds ' .. (fields - 3) .. ' unacked messages')
+  elseif tonumber(max) > 0 then
+    local held = redis.call('HLEN', key) - 3
+    if held >= tonumber(max) then
+      return redis.error_reply('FULL the tail holds ' .. held .. ' unacked messages')
+    end
   end
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
 
 local seq, created
 if oldseq then
   seq, created = tonumber(oldseq), 0
 else
-  if fields == 0 then
+  if not epoch then
     -- A new incarnation: stamp it with the server's clock in microseconds.
     local t = redis.call('TIME')
     epoch = t[1] .. string.format('%06d', tonumber(t[2]))

@@ -16,7 +16,7 @@
 ]]
 local ttl, value = ARGV[1], ARGV[2]
 
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 if value ~= '1' and not (type(value) == 'string' and #value > 1 and #value <= 257

@@ -15,7 +15,7 @@
 local key = KEYS[1]
 
 local function is_ms(s)
-  return #s <= 15 and string.match(s, '^%d+$') ~= nil
+  return #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
 local kind = redis.call('TYPE', key)['ok']
@@ -37,7 +37,7 @@ for i = 3, 6 do
     return redis.error_reply('CORRUPT a time field is not decimal ms')
   end
 end
-if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
   return redis.error_reply('CORRUPT bad status or fence')
 end
 return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}

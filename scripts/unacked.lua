@@ -40,7 +40,7 @@ while i < last do
     i = i + 2
   end
 end
-if not (epoch and string.match(epoch, '^[1-9]%d*$') and gen and string.match(gen, '^%d+$')) then
+if not (epoch and string.find(epoch, '^[1-9]%d*$') and gen and string.find(gen, '^%d+$')) then
   return redis.error_reply('CORRUPT reserved fields _epoch, _gen missing or not decimal')
 end
 -- {epoch, generation, pairs 2..m, pair 1}: the first pair moves behind the

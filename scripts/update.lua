@@ -33,7 +33,7 @@ local token = ARGV[1]
 local key = KEYS[1]
 
 local function is_ms(s)
-  return #s <= 15 and string.match(s, '^%d+$') ~= nil
+  return #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
 local n = #ARGV
@@ -86,7 +86,7 @@ for i = 3, 6 do
     return redis.error_reply('CORRUPT a time field is not decimal ms')
   end
 end
-if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
   return redis.error_reply('CORRUPT bad status or fence')
 end
 if token ~= '' and token ~= r[9] then
