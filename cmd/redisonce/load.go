@@ -50,7 +50,7 @@ to EVAL by themselves), or install the Functions library instead
 				for _, s := range redisonce.All() {
 					fmt.Fprintf(e.stdout, "%s %s\n", s.Name, s.SHA1)
 				}
-				e.logf("loaded %d scripts on %d primaries: %s", len(redisonce.All()), len(nodes), addrs(nodes))
+				e.logf("loaded %d scripts on %s: %s", len(redisonce.All()), plural(len(nodes), "primary", "primaries"), addrs(nodes))
 				return nil
 			}
 		},
@@ -91,4 +91,12 @@ func addrs(nodes []node) string {
 		a[i] = n.addr
 	}
 	return strings.Join(a, ", ")
+}
+
+// plural renders "1 primary", "3 primaries".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
