@@ -12,11 +12,11 @@ import (
 // same behaviour as Claims (the storetest suite checks both). It is for tests and
 // single-process programs; it is safe for concurrent use. WithClock sets its clock.
 type MemoryClaims struct {
-	mu   sync.Mutex
-	m    map[string]memClaim
-	ttl  time.Duration
-	now  func() time.Time
-	err  error
+	mu  sync.Mutex
+	m   map[string]memClaim
+	ttl time.Duration
+	now func() time.Time
+	err error
 }
 
 type memClaim struct {

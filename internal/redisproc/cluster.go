@@ -93,6 +93,7 @@ func StartCluster(masters int, o Options) (*Cluster, error) {
 }
 
 // lookRedisCLI finds redis-cli next to the redis-server binary, then on PATH.
+// Its error wraps ErrNotInstalled.
 func lookRedisCLI(serverBin string) (string, error) {
 	if p := filepath.Join(filepath.Dir(serverBin), "redis-cli"); isExecutable(p) {
 		return p, nil
@@ -100,8 +101,8 @@ func lookRedisCLI(serverBin string) (string, error) {
 	if p, err := exec.LookPath("redis-cli"); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("redisproc: redis-cli not found next to %s or on PATH; "+
-		"install it with `sudo apt-get install redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)", serverBin)
+	return "", fmt.Errorf("redisproc: redis-cli %w: not found next to %s or on PATH; "+
+		"install it with `sudo apt-get install redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)", ErrNotInstalled, serverBin)
 }
 
 // assignAllSlots gives the only node every slot.

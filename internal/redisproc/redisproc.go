@@ -42,9 +42,9 @@ const (
 	clusterBusOffset = 10000
 )
 
-// ErrNotInstalled is wrapped by the error of LookPath (and so of Start) when no
-// redis-server binary can be found.
-var ErrNotInstalled = errors.New("redis-server not found")
+// ErrNotInstalled is wrapped by the errors of LookPath, Start and StartCluster
+// when redis-server (or, for StartCluster, redis-cli) cannot be found.
+var ErrNotInstalled = errors.New("not installed")
 
 // Options configures a server. The zero value is a plain standalone server on a
 // free loopback port in a fresh temporary directory.
@@ -83,7 +83,7 @@ type Options struct {
 
 // LookPath finds a redis-server executable: on PATH first, then in /usr/sbin,
 // /usr/local/bin, /usr/bin and /opt/homebrew/bin. When there is none, the error
-// wraps ErrNotInstalled and says how to install one.
+// wraps ErrNotInstalled and says how to install it.
 func LookPath() (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
@@ -94,7 +94,7 @@ func LookPath() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("redisproc: %w on PATH, /usr/sbin or /usr/local/bin; "+
+	return "", fmt.Errorf("redisproc: redis-server %w: not found on PATH, /usr/sbin or /usr/local/bin; "+
 		"install it with `sudo apt-get install redis-server redis-tools` (Debian/Ubuntu) "+
 		"or `brew install redis` (macOS)", ErrNotInstalled)
 }
@@ -119,8 +119,9 @@ type Server struct {
 	ownDir bool    // Dir was created by Start and is removed by Stop
 
 	mu      sync.Mutex
-	proc    *process // nil when not running
-	stopped bool     // Stop was called: the Server is finished
+	proc    *process    // nil when not running
+	log     *tailBuffer // output of the current or last process
+	stopped bool        // Stop was called: the Server is finished
 }
 
 // process is one incarnation of the server (Restart makes a new one).
@@ -177,12 +178,16 @@ func Start(o Options) (*Server, error) {
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 		p, err := s.launch()
 		if err == nil {
-			s.proc = p
+			s.proc, s.log = p, p.log
 			return s, nil
 		}
 		if !autoPort || attempt >= 5 || !errors.Is(err, errAddrInUse) {
 			s.removeOwnDir()
 			return nil, err
+		}
+		if s.ownDir {
+			// The failed node may have written its identity; start afresh.
+			_ = os.Remove(filepath.Join(o.Dir, "nodes.conf"))
 		}
 	}
 }
@@ -324,15 +329,15 @@ func (s *Server) URL() string {
 	return u.String()
 }
 
-// Log returns the server's recent stdout and stderr (up to 64 KiB) of the
-// current or last process.
+// Log returns the recent stdout and stderr (up to 64 KiB) of the server's
+// current or last process, also after Kill or Stop.
 func (s *Server) Log() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.log == nil {
 		return ""
 	}
-	return s.proc.log.String()
+	return s.log.String()
 }
 
 // Pid returns the process id of the running server, or 0 when it is not
@@ -398,7 +403,7 @@ func (s *Server) Restart() error {
 	for attempt := 1; attempt <= 20; attempt++ {
 		var p *process
 		if p, err = s.launch(); err == nil {
-			s.proc = p
+			s.proc, s.log = p, p.log
 			return nil
 		}
 		if !errors.Is(err, errAddrInUse) {

@@ -82,6 +82,9 @@ func TestStandalone(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(s.Log(), "Ready to accept connections") {
+		t.Errorf("Log after Stop lacks the ready line:\n%s", s.Log())
+	}
 	if err := s.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
@@ -172,9 +175,17 @@ func TestCluster1(t *testing.T) {
 func TestCluster3(t *testing.T) {
 	needBinary(t)
 	t.Parallel()
-	c := StartClusterT(t, 3, Options{})
+	// A password and a caller's Dir: redis-cli must authenticate, and each
+	// node gets a directory of its own.
+	dir := t.TempDir()
+	c := StartClusterT(t, 3, Options{Password: "pw", Dir: dir})
 	if len(c.Nodes) != 3 {
 		t.Fatalf("%d nodes, want 3", len(c.Nodes))
+	}
+	for i, n := range c.Nodes {
+		if want := filepath.Join(dir, fmt.Sprintf("node%d", i)); n.Dir != want {
+			t.Errorf("node %d Dir = %q, want %q", i, n.Dir, want)
+		}
 	}
 	for _, n := range c.Nodes {
 		info := parseInfo(mustDo(t, n, "CLUSTER", "INFO"))
@@ -277,5 +288,17 @@ func TestReadReply(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("readReply(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+func TestNotInstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := StartCluster(3, Options{Binary: filepath.Join(t.TempDir(), "redis-server")}); !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "redis-cli") {
+		t.Errorf("StartCluster without redis-cli: %v, want ErrNotInstalled naming redis-cli", err)
+	}
+	if _, err := LookPath(); err == nil {
+		t.Skip("redis-server found outside PATH; cannot test its absence")
+	} else if !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "apt-get install redis-server") {
+		t.Errorf("LookPath: %v, want ErrNotInstalled with install advice", err)
 	}
 }
