@@ -1,0 +1,316 @@
+package scripts_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/store"
+)
+
+// Non-Go callers: every script is driven through the redis-cli binary, twice —
+// EVALSHA after `redis-cli -x SCRIPT LOAD < scripts/<name>.lua`, and FCALL after
+// `redis-cli -x FUNCTION LOAD REPLACE` of the generated Functions library — with
+// exactly the KEYS and ARGV its header documents, and the Go store must see the
+// result (claim through redis-cli, then Claims.Seen says true).
+//
+// redisCLICases holds the calls, per script. A script without cases fails the
+// tests: every new script must document how a non-Go caller uses it here.
+
+// cliEnv is what a case gets: the Go stores, all on prefix, and a raw client.
+// A new store adds its field here and in newCLIEnv.
+type cliEnv struct {
+	ctx    context.Context
+	raw    rueidis.Client
+	prefix string // every store's key prefix: the key of id is prefix + id
+	claims *store.Claims
+}
+
+func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
+	c := newClient(t, url)
+	return &cliEnv{
+		ctx:    context.Background(),
+		raw:    c,
+		prefix: prefix,
+		claims: store.NewClaims(c, store.WithPrefix(prefix)),
+	}
+}
+
+// cliCase is one call of a script through redis-cli.
+type cliCase struct {
+	name string
+	// seed prepares id's state before the call (nil: nothing there).
+	seed func(t *testing.T, e *cliEnv, id string)
+	// argv is the script's ARGV, exactly as its header documents; KEYS[1] is
+	// always e.prefix + id.
+	argv []string
+	// want is redis-cli's output (raw mode: an integer as digits, a string as
+	// is, an array one element per line); for an error, its first word.
+	want    string
+	wantErr bool
+	// check asserts the Go store's view of id afterwards.
+	check func(t *testing.T, e *cliEnv, id string)
+}
+
+var redisCLICases = map[string][]cliCase{
+	"claim": {
+		{name: "first delivery wins", argv: []string{"60000", "1"}, want: "1", check: claimsSeen(true, "processed")},
+		{name: "a lease", argv: []string{"60000", "~tok"}, want: "1", check: claimsInFlight},
+		{name: "after a Go claim", seed: goClaim, argv: []string{"0", "1"}, want: "0", check: claimsSeen(true, "processed")},
+		{name: "bad ttl", argv: []string{"soon", "1"}, want: "BADARG", wantErr: true, check: claimsSeen(false, "")},
+	},
+	"seen": {
+		{name: "after a Go claim", seed: goClaim, want: "1", check: claimsSeen(true, "processed")},
+		{name: "nothing there", want: "0", check: claimsSeen(false, "")},
+	},
+	"forget": {
+		{name: "after a Go claim", seed: goClaim, want: "1", check: claimsSeen(false, "")},
+		{name: "nothing there", want: "0", check: claimsSeen(false, "")},
+	},
+	"commit": {
+		{name: "own lease", seed: lease("tok"), argv: []string{"tok", "0"}, want: "1", check: claimsSeen(true, "processed")},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "0"}, want: "0", check: claimsInFlight},
+	},
+	"release": {
+		{name: "own lease", seed: lease("tok"), argv: []string{"tok"}, want: "1", check: claimsSeen(false, "")},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok"}, want: "0", check: claimsInFlight},
+	},
+}
+
+// goClaim marks id processed through the Go store.
+func goClaim(t *testing.T, e *cliEnv, id string) {
+	t.Helper()
+	if ok, err := e.claims.Claim(e.ctx, id); !ok || err != nil {
+		t.Fatalf("Claims.Claim(%q) = %v, %v", id, ok, err)
+	}
+}
+
+// lease writes what Claims.Do writes while a consumer holds id.
+func lease(token string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, id string) {
+		t.Helper()
+		do(t, e.raw, "SET", e.prefix+id, "~"+token, "PX", "60000")
+	}
+}
+
+// claimsSeen checks Claims.Seen, and for a processed id that Claims.Claim and
+// Claims.Do treat it as a duplicate; for an absent one, that Do runs.
+func claimsSeen(want bool, state string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, id string) {
+		t.Helper()
+		seen, err := e.claims.Seen(e.ctx, id)
+		if err != nil || seen != want {
+			t.Fatalf("Claims.Seen(%q) = %v, %v; want %v", id, seen, err, want)
+		}
+		ran, err := e.claims.Do(e.ctx, id, time.Minute, func(context.Context) error { return nil })
+		switch {
+		case state == "processed" && (ran || err != nil):
+			t.Errorf("Claims.Do(%q) = %v, %v; want a duplicate (false, nil)", id, ran, err)
+		case state == "" && (!ran || err != nil):
+			t.Errorf("Claims.Do(%q) = %v, %v; want it to run (true, nil)", id, ran, err)
+		}
+	}
+}
+
+// claimsInFlight checks that the Go store sees id held by a lease.
+func claimsInFlight(t *testing.T, e *cliEnv, id string) {
+	t.Helper()
+	if seen, err := e.claims.Seen(e.ctx, id); !seen || err != nil {
+		t.Fatalf("Claims.Seen(%q) = %v, %v; want true", id, seen, err)
+	}
+	ran, err := e.claims.Do(e.ctx, id, time.Minute, func(context.Context) error { return nil })
+	if ran || !errors.Is(err, store.ErrInFlight) {
+		t.Errorf("Claims.Do(%q) = %v, %v; want ErrInFlight", id, ran, err)
+	}
+}
+
+// redisCLI finds the redis-cli binary; without one the test is skipped (failed
+// under CI=true).
+func redisCLI(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("redis-cli"); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"} {
+		if p := filepath.Join(dir, "redis-cli"); isFile(p) {
+			return p
+		}
+	}
+	msg := "no redis-cli binary: install it with `sudo apt-get install redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal("CI=true: " + msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// runRedisCLI runs redis-cli -e -u url args..., with stdin when not nil, and
+// returns its output without the trailing newlines and whether the command
+// failed (-e: exit status 1 on an error reply).
+func runRedisCLI(t *testing.T, url string, stdin []byte, args ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(redisCLI(t), append([]string{"-e", "-u", url}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("redis-cli %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimRight(out.String(), "\n"), err != nil
+}
+
+// argvRE reads the header's ARGV count: "ARGV (n=2)" or "ARGV (n>=2)".
+var argvRE = regexp.MustCompile(`ARGV \(n(>=|=)(\d+)\)`)
+
+// checkArgvCount fails when a case's ARGV does not fit the header.
+func checkArgvCount(t *testing.T, s redisonce.Script, tc cliCase) {
+	t.Helper()
+	m := argvRE.FindStringSubmatch(s.Doc)
+	if m == nil {
+		t.Fatalf("%s: header has no ARGV (n=...) line", s.Name)
+	}
+	n, _ := strconv.Atoi(m[2])
+	if (m[1] == "=" && len(tc.argv) != n) || (m[1] == ">=" && len(tc.argv) < n) {
+		t.Fatalf("case %q passes %d ARGV, the header of %s.lua says n%s%d: call it as documented",
+			tc.name, len(tc.argv), s.Name, m[1], n)
+	}
+}
+
+// runCLICases runs every script's cases through redis-cli; call builds the
+// command for one script (EVALSHA or FCALL).
+func runCLICases(t *testing.T, url, mode string, call func(s redisonce.Script, key string, argv []string) []string) {
+	t.Helper()
+	e := newCLIEnv(t, url, "cli:"+mode+":"+strconv.FormatInt(time.Now().UnixNano(), 36)+":")
+	all := map[string]bool{}
+	for _, s := range redisonce.All() {
+		all[s.Name] = true
+		t.Run(s.Name, func(t *testing.T) {
+			cases := redisCLICases[s.Name]
+			if len(cases) == 0 {
+				t.Fatalf("script %q has no redis-cli case: add its calls to redisCLICases in scripts_test/noncgo_callers_test.go "+
+					"(exactly the KEYS and ARGV its header documents, and a check of the Go store's view)", s.Name)
+			}
+			for i, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					checkArgvCount(t, s, tc)
+					id := s.Name + "-" + strconv.Itoa(i)
+					if tc.seed != nil {
+						tc.seed(t, e, id)
+					}
+					args := call(s, e.prefix+id, tc.argv)
+					out, failed := runRedisCLI(t, url, nil, args...)
+					if tc.wantErr {
+						if code, _, _ := strings.Cut(out, " "); !failed || code != tc.want {
+							t.Fatalf("redis-cli %s: %q (failed %v), want an error %s", strings.Join(args, " "), out, failed, tc.want)
+						}
+					} else if failed || out != tc.want {
+						t.Fatalf("redis-cli %s: %q (failed %v), want %q", strings.Join(args, " "), out, failed, tc.want)
+					}
+					if tc.check == nil {
+						t.Fatal("the case has no check of the Go store's view")
+					}
+					tc.check(t, e, id)
+				})
+			}
+		})
+	}
+	for name := range redisCLICases {
+		if !all[name] {
+			t.Errorf("redisCLICases has cases for %q, which is not a script", name)
+		}
+	}
+}
+
+func TestNonGoCallersEVALSHA(t *testing.T) {
+	url := standaloneURL(t)
+	// Load byte for byte from the file: `$(cat file)` would strip the trailing
+	// newline and change the SHA1.
+	for _, s := range redisonce.All() {
+		src, err := os.ReadFile(filepath.Join("..", "scripts", s.Name+".lua"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, failed := runRedisCLI(t, url, src, "-x", "SCRIPT", "LOAD"); failed || out != s.SHA1 {
+			t.Fatalf("redis-cli -x SCRIPT LOAD < scripts/%s.lua: %q (failed %v), want %s", s.Name, out, failed, s.SHA1)
+		}
+	}
+	runCLICases(t, url, "evalsha", func(s redisonce.Script, key string, argv []string) []string {
+		cmd := "EVALSHA"
+		if s.ReadOnly {
+			cmd = "EVALSHA_RO"
+		}
+		return append([]string{cmd, s.SHA1, "1", key}, argv...)
+	})
+}
+
+func TestNonGoCallersFCALL(t *testing.T) {
+	url := standaloneURL(t)
+	name, code := redisonce.FunctionsLibrary()
+	dropOlderLibraries(t, newClient(t, url), name)
+	if out, failed := runRedisCLI(t, url, []byte(code), "-x", "FUNCTION", "LOAD", "REPLACE"); failed || out != name {
+		t.Fatalf("redis-cli -x FUNCTION LOAD REPLACE: %q (failed %v), want %s", out, failed, name)
+	}
+	runCLICases(t, url, "fcall", func(s redisonce.Script, key string, argv []string) []string {
+		cmd := "FCALL"
+		if s.ReadOnly {
+			cmd = "FCALL_RO"
+		}
+		return append([]string{cmd, redisonce.FunctionName(s.Name), "1", key}, argv...)
+	})
+	// A write function refused by FCALL_RO shows the flags are right.
+	for _, s := range redisonce.All() {
+		if s.ReadOnly {
+			continue
+		}
+		out, failed := runRedisCLI(t, url, nil, "FCALL_RO", redisonce.FunctionName(s.Name), "1", "cli:ro-probe")
+		if !failed || !strings.Contains(out, "write flag") {
+			t.Errorf("FCALL_RO %s: %q (failed %v), want it refused as a write function", redisonce.FunctionName(s.Name), out, failed)
+		}
+	}
+}
+
+// dropOlderLibraries deletes redisonce_* libraries other than keep, left by a
+// run of another version on a shared server: they hold the function names.
+func dropOlderLibraries(t *testing.T, c rueidis.Client, keep string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range c.Nodes() {
+		libs, err := n.Do(ctx, n.B().FunctionList().Libraryname(redisonce.FunctionPrefix+"*").Build()).ToArray()
+		if err != nil {
+			t.Fatalf("FUNCTION LIST: %v", err)
+		}
+		for _, l := range libs {
+			m, err := l.AsMap()
+			if err != nil {
+				t.Fatalf("FUNCTION LIST entry: %v", err)
+			}
+			v := m["library_name"]
+			lib, _ := v.ToString()
+			if lib != keep {
+				if err := n.Do(ctx, n.B().FunctionDelete().LibraryName(lib).Build()).Error(); err != nil {
+					t.Fatalf("FUNCTION DELETE %s: %v", lib, err)
+				}
+			}
+		}
+	}
+}
