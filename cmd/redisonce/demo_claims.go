@@ -66,18 +66,20 @@ func demoClaims(ctx context.Context, d *demo) (tally, error) {
 		crashedID                           string
 		crashedAt                           time.Time
 		tookOver                            string
+		tookOverAfter                       time.Duration
 		lost                                []string
 		progressed                          = 0
 	)
 	opts := []store.Option{store.WithPrefix(d.prefix + "claims:"), store.WithTTL(10 * time.Minute)}
 
-	// The consumers are separate processes: each has its own store and client.
+	// The consumers are separate processes: each has its own client and store.
 	consumer := func(name string, crash bool) error {
-		claims, err := store.OpenClaims(d.url, opts...)
+		proc, err := d.newProcess()
 		if err != nil {
 			return err
 		}
-		defer claims.Close()
+		defer proc.client.Close()
+		claims := store.NewClaims(proc.client, opts...)
 		done := 0
 		for {
 			del, ok := q.take(ctx)
@@ -89,9 +91,10 @@ func demoClaims(ctx context.Context, d *demo) (tally, error) {
 			mu.Unlock()
 			ran, err := claims.Do(ctx, del.id, claimsLease, func(ctx context.Context) error {
 				if crash && done == claimsCrashAfter {
-					// The process dies mid-message: no ack, no release; the
+					// The process dies mid-message: its connections drop, so
+					// neither the release Do attempts nor an ack gets out; the
 					// lease "~<token>" stays in Redis until it expires.
-					claims.Close()
+					proc.kill()
 					mu.Lock()
 					crashedID, crashedAt = del.id, time.Now()
 					mu.Unlock()
@@ -100,9 +103,9 @@ func demoClaims(ctx context.Context, d *demo) (tally, error) {
 				}
 				mu.Lock()
 				if del.id == crashedID && tookOver == "" {
-					tookOver = name
+					tookOver, tookOverAfter = name, time.Since(crashedAt)
 					d.say("claims", "%s processes %s %v after the crash: the dead consumer's lease expired",
-						name, del.id, time.Since(crashedAt).Round(10*time.Millisecond))
+						name, del.id, tookOverAfter.Round(10*time.Millisecond))
 				}
 				mu.Unlock()
 				done++
@@ -167,6 +170,10 @@ func demoClaims(ctx context.Context, d *demo) (tally, error) {
 		return tally{}, err
 	}
 	defer check.Close()
+	// The lease was set just before the crash, by at most one effect's work.
+	if tookOverAfter < claimsLease-claimsWork-20*time.Millisecond {
+		return tally{}, fmt.Errorf("%s was processed again %v after the crash, before the %v lease expired", crashedID, tookOverAfter, claimsLease)
+	}
 	effects := 0
 	for _, id := range ids {
 		n := fx.count(id)
@@ -203,8 +210,8 @@ func demoClaims(ctx context.Context, d *demo) (tally, error) {
 		replays:    na,
 		stale:      na,
 		notes: []string{
-			fmt.Sprintf("%d deliveries found their message in flight and were redelivered later (Do: ErrInFlight)", inFlight),
-			fmt.Sprintf("%d failed effects released their lease and were retried by a redelivery", rt),
+			fmt.Sprintf("%s found the message in flight and were redelivered later (Do: ErrInFlight)", plural(inFlight, "delivery", "deliveries")),
+			fmt.Sprintf("%s released the lease and were retried by a redelivery", plural(rt, "failed effect", "failed effects")),
 			fmt.Sprintf("1 consumer crashed holding %s; %s processed it after the lease expired", crashedID, tookOver),
 		},
 	}, nil
