@@ -16,3 +16,13 @@ func TestMemoryClaims(t *testing.T) {
 		Wait: clock.Advance,
 	})
 }
+
+func TestMemoryOutbox(t *testing.T) {
+	clock := storetest.NewClock()
+	storetest.TestOutbox(t, storetest.OutboxHarness{
+		New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
+			return store.NewMemoryOutbox(append(opts, store.WithClock(clock.Now))...)
+		},
+		Wait: clock.Advance,
+	})
+}

@@ -14,6 +14,7 @@ type config struct {
 	prefixSet bool
 	ttl       time.Duration
 	now       func() time.Time
+	maxUnack  int   // Outbox: the most unacked messages per connection, 0 = unbounded
 	err       error // the first invalid option, returned by every call
 }
 
@@ -42,6 +43,20 @@ func WithTTL(d time.Duration) Option {
 // clock (TIME) and ignore it.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
+}
+
+// WithMaxUnacked bounds an Outbox connection's unacknowledged tail: an Append of
+// a new message while the tail holds n messages fails with ErrOutboxFull and
+// writes nothing (an idempotent retry of an id already in the tail still
+// succeeds). Default 0: unbounded. Negative values are invalid (every call then
+// returns ErrInvalidArgument). Other stores ignore it.
+func WithMaxUnacked(n int) Option {
+	return func(c *config) {
+		if n < 0 && c.err == nil {
+			c.err = fmt.Errorf("redisonce: WithMaxUnacked(%d): %w: negative limit", n, ErrInvalidArgument)
+		}
+		c.maxUnack = n
+	}
 }
 
 func newConfig(defaultPrefix string, opts []Option) config {
