@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
@@ -34,7 +36,9 @@ type cliEnv struct {
 	ctx    context.Context
 	raw    rueidis.Client
 	prefix string // every store's key prefix: the key of id is prefix + id
+	out    string // redis-cli's output of the case's call, for check
 	claims *store.Claims
+	outbox *store.Outbox
 }
 
 func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
@@ -44,6 +48,7 @@ func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
 		raw:    c,
 		prefix: prefix,
 		claims: store.NewClaims(c, store.WithPrefix(prefix)),
+		outbox: store.NewOutbox(c, store.WithPrefix(prefix)),
 	}
 }
 
@@ -59,11 +64,15 @@ type cliCase struct {
 	// is, an array one element per line); for an error, its first word.
 	want    string
 	wantErr bool
+	// like, when set instead of want, is a regexp the whole output must match
+	// (for replies that hold a server time).
+	like string
 	// check asserts the Go store's view of id afterwards.
 	check func(t *testing.T, e *cliEnv, id string)
 }
 
 var redisCLICases = map[string][]cliCase{
+	// Claims: KEYS[1] is prefix + message_id.
 	"claim": {
 		{name: "first delivery wins", argv: []string{"60000", "1"}, want: "1", check: claimsSeen(true, "processed")},
 		{name: "a lease", argv: []string{"60000", "~tok"}, want: "1", check: claimsInFlight},
@@ -86,6 +95,110 @@ var redisCLICases = map[string][]cliCase{
 		{name: "own lease", seed: lease("tok"), argv: []string{"tok"}, want: "1", check: claimsSeen(false, "")},
 		{name: "another's lease", seed: lease("other"), argv: []string{"tok"}, want: "0", check: claimsInFlight},
 	},
+	// Outbox: KEYS[1] is prefix + conn_id; the Go side reads what redis-cli wrote.
+	"append": {
+		{name: "new connection", argv: []string{"m1", "hello", "60000", "0"}, like: `1\n\d{16}\n1`,
+			check: outboxTail([]store.Message{{ID: "m1", Seq: 1, Payload: []byte("hello")}}, 0)},
+		{name: "retry of a Go append", seed: goAppend("m1", "hello"), argv: []string{"m1", "other", "0", "0"}, like: `1\n\d{16}\n0`,
+			check: outboxTail([]store.Message{{ID: "m1", Seq: 1, Payload: []byte("hello")}}, 0)},
+		{name: "full", seed: goAppend("m1", "hello"), argv: []string{"m2", "x", "0", "1"}, want: "FULL", wantErr: true,
+			check: outboxTail([]store.Message{{ID: "m1", Seq: 1, Payload: []byte("hello")}}, 0)},
+	},
+	"ack": {
+		{name: "owner acks", seed: goAppend("m1", "a", "m2", "b"), argv: []string{"3", "m1"}, want: "1",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				outboxTail([]store.Message{{ID: "m2", Seq: 2, Payload: []byte("b")}}, 3)(t, e, id)
+				if err := e.outbox.Ack(e.ctx, id, "m2", 2); !errors.Is(err, store.ErrStaleOwner) {
+					t.Errorf("Outbox.Ack at generation 2 after redis-cli acked at 3: %v, want ErrStaleOwner", err)
+				}
+			}},
+		{name: "stale owner", seed: seeds(goAppend("m1", "a"), goAdvance(5)), argv: []string{"4", "m1"}, want: "STALE_OWNER", wantErr: true,
+			check: outboxTail([]store.Message{{ID: "m1", Seq: 1, Payload: []byte("a")}}, 5)},
+	},
+	"advance": {
+		{name: "new owner", seed: goAppend("m1", "a"), argv: []string{"7", "0"}, want: "1",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				outboxTail([]store.Message{{ID: "m1", Seq: 1, Payload: []byte("a")}}, 7)(t, e, id)
+				if err := e.outbox.Ack(e.ctx, id, "m1", 6); !errors.Is(err, store.ErrStaleOwner) {
+					t.Errorf("Outbox.Ack at generation 6 after redis-cli advanced to 7: %v, want ErrStaleOwner", err)
+				}
+			}},
+		{name: "no connection", argv: []string{"7", "0"}, want: "0", check: outboxTail(nil, 0)},
+	},
+	"unacked": {
+		{name: "tail of a Go connection", seed: goAppend("m1", "a", "m2", "b:c"),
+			like: `\d{16}\n0\n(m1\n1:a\nm2\n2:b:c|m2\n2:b:c\nm1\n1:a)`,
+			check: func(t *testing.T, e *cliEnv, id string) {
+				tail, err := e.outbox.Tail(e.ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if epoch, _, _ := strings.Cut(e.out, "\n"); epoch != strconv.FormatUint(tail.Epoch, 10) {
+					t.Errorf("redis-cli epoch %s, Outbox.Tail epoch %d", epoch, tail.Epoch)
+				}
+			}},
+		{name: "no connection", want: "", check: outboxTail(nil, 0)},
+	},
+	"drop": {
+		{name: "Go connection", seed: goAppend("m1", "a"), want: "1",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				outboxTail(nil, 0)(t, e, id)
+				if _, seq, err := e.outbox.Append(e.ctx, id, []byte("x")); err != nil || seq != 1 {
+					t.Errorf("Outbox.Append after the drop: seq %d, %v; want a new incarnation at seq 1", seq, err)
+				}
+			}},
+		{name: "no connection", want: "0", check: outboxTail(nil, 0)},
+	},
+}
+
+// seeds runs several seeds in order.
+func seeds(all ...func(*testing.T, *cliEnv, string)) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, id string) {
+		for _, s := range all {
+			s(t, e, id)
+		}
+	}
+}
+
+// goAppend appends messages (id, payload pairs) to connection id through the
+// Go store.
+func goAppend(pairs ...string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, conn string) {
+		t.Helper()
+		for i := 0; i < len(pairs); i += 2 {
+			if _, err := e.outbox.AppendWithID(e.ctx, conn, pairs[i], []byte(pairs[i+1])); err != nil {
+				t.Fatalf("Outbox.AppendWithID(%q, %q): %v", conn, pairs[i], err)
+			}
+		}
+	}
+}
+
+// goAdvance raises connection id's floor through the Go store.
+func goAdvance(gen uint64) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, conn string) {
+		t.Helper()
+		if err := e.outbox.AdvanceGeneration(e.ctx, conn, gen); err != nil {
+			t.Fatalf("Outbox.AdvanceGeneration(%q, %d): %v", conn, gen, err)
+		}
+	}
+}
+
+// outboxTail checks the Go store's view of connection id: its messages and
+// generation floor.
+func outboxTail(want []store.Message, gen uint64) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, conn string) {
+		t.Helper()
+		tail, err := e.outbox.Tail(e.ctx, conn)
+		if err != nil {
+			t.Fatalf("Outbox.Tail(%q): %v", conn, err)
+		}
+		if diff := cmp.Diff(want, tail.Messages, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("Outbox.Tail(%q).Messages (-want +got):\n%s", conn, diff)
+		}
+		if tail.Generation != gen {
+			t.Errorf("Outbox.Tail(%q).Generation = %d, want %d", conn, tail.Generation, gen)
+		}
+	}
 }
 
 // goClaim marks id processed through the Go store.
@@ -223,9 +336,14 @@ func runCLICases(t *testing.T, url, mode string, call func(s redisonce.Script, k
 						if code, _, _ := strings.Cut(out, " "); !failed || code != tc.want {
 							t.Fatalf("redis-cli %s: %q (failed %v), want an error %s", strings.Join(args, " "), out, failed, tc.want)
 						}
+					} else if tc.like != "" {
+						if re := regexp.MustCompile(`^(?:` + tc.like + `)$`); failed || !re.MatchString(out) {
+							t.Fatalf("redis-cli %s: %q (failed %v), want it to match %s", strings.Join(args, " "), out, failed, re)
+						}
 					} else if failed || out != tc.want {
 						t.Fatalf("redis-cli %s: %q (failed %v), want %q", strings.Join(args, " "), out, failed, tc.want)
 					}
+					e.out = out
 					if tc.check == nil {
 						t.Fatal("the case has no check of the Go store's view")
 					}
