@@ -35,6 +35,7 @@ type demoSection struct {
 // section here.
 var demoSections = []demoSection{
 	{name: "claims", run: demoClaims},
+	{name: "outbox", run: demoOutbox},
 }
 
 // sectionTimeout bounds one section; the whole demo takes a few seconds.
@@ -147,6 +148,10 @@ crashes mid-message:
   claims   several consumers drain a stream with duplicates and redeliveries
            through Claims.Do; one consumer crashes holding a message: its lease
            expires and another consumer processes the message.
+  outbox   gateways push messages to clients over connections whose unacked
+           tails live in Outbox; one gateway stops answering, the next owner
+           replays its connections' tails (clients drop what they had by
+           (epoch, seq)), and the old owner's late acks are rejected as stale.
 
 It ends with a table per store: messages delivered, duplicates suppressed,
 unique messages, effects applied (must equal unique messages, or the demo
