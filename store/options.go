@@ -26,7 +26,9 @@ func WithPrefix(p string) Option {
 }
 
 // WithTTL sets how long a key lives after a write. Claims: the dedupe window of a
-// processed id. Default 0: keys never expire. Negative values are invalid
+// processed id. Records: the lifetime of a record acquired with a zero
+// AcquireOptions.TTL (or Acquire's ttl 0), counted from its creation. Default 0:
+// keys never expire. Negative values are invalid
 // (every call then returns ErrInvalidArgument). Sub-millisecond durations round
 // up to 1 ms so that a positive TTL never becomes "no expiry".
 func WithTTL(d time.Duration) Option {
@@ -38,7 +40,7 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithClock sets the clock of an in-memory store (MemoryClaims...), for tests
+// WithClock sets the clock of an in-memory store (MemoryClaims, MemoryRecords...), for tests
 // that move time by hand. Default time.Now. Redis stores always use the server's
 // clock (TIME) and ignore it.
 func WithClock(now func() time.Time) Option {
