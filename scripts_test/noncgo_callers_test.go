@@ -37,8 +37,10 @@ type cliEnv struct {
 	raw    rueidis.Client
 	prefix string // every store's key prefix: the key of id is prefix + id
 	out    string // redis-cli's output of the case's call, for check
+	token  string // set by a seed; "$TOKEN" in a case's argv stands for it
 	claims *store.Claims
 	outbox *store.Outbox
+	recs   *store.Records
 }
 
 func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
@@ -49,6 +51,7 @@ func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
 		prefix: prefix,
 		claims: store.NewClaims(c, store.WithPrefix(prefix)),
 		outbox: store.NewOutbox(c, store.WithPrefix(prefix)),
+		recs:   store.NewRecords(c, store.WithPrefix(prefix)),
 	}
 }
 
@@ -149,6 +152,120 @@ var redisCLICases = map[string][]cliCase{
 			}},
 		{name: "no connection", want: "0", check: outboxTail(nil, 0)},
 	},
+	// Records: KEYS[1] is prefix + idempotency key. Times are ms since the
+	// epoch (13 digits); a reply's empty trailing fields (fp, token '') are
+	// trimmed with the output's trailing newlines.
+	"acquire": {
+		{name: "new record", argv: []string{"60000", "tok1", "fp1", "30000"},
+			like: `1\npending\n\n\d{13}\n\d{13}\n\d{13}\n\d{13}\n1\nfp1\ntok1`,
+			check: func(t *testing.T, e *cliEnv, key string) {
+				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				if r.Fingerprint != "fp1" || r.LeaseUntil.IsZero() || r.ExpiresAt.IsZero() {
+					t.Errorf("Records.Get: fingerprint %q, lease %v, expires %v; want fp1 with a lease and an expiry", r.Fingerprint, r.LeaseUntil, r.ExpiresAt)
+				}
+				if _, _, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute}, nil); !errors.Is(err, store.ErrInFlight) {
+					t.Errorf("Records.Do while redis-cli's lease runs: %v, want ErrInFlight", err)
+				}
+			}},
+		{name: "completed by Go", seed: goDo("receipt-1"), argv: []string{"0", "tok2", "", "0"},
+			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+			check: recordDone("receipt-1")},
+		{name: "fingerprint mismatch", seed: goAcquire("fpA"), argv: []string{"0", "tok", "fpB", "0"}, want: "MISMATCH", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) {
+				if r := recordIs(t, e, key, store.StatusPending, "", 1); r.Fingerprint != "fpA" {
+					t.Errorf("Records.Get fingerprint %q, want fpA", r.Fingerprint)
+				}
+			}},
+	},
+	"get": {
+		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+			check: func(t *testing.T, e *cliEnv, key string) {
+				r := recordIs(t, e, key, store.StatusCompleted, "receipt-1", 1)
+				if f := strings.Split(e.out, "\n"); len(f) < 3 || f[2] != strconv.FormatInt(r.CreatedAt.UnixMilli(), 10) {
+					t.Errorf("redis-cli created_ms %q, Records.Get CreatedAt %d", f, r.CreatedAt.UnixMilli())
+				}
+			}},
+		{name: "nothing there", want: "", check: recordAbsent},
+	},
+	"update": {
+		{name: "owner completes", seed: goAcquire(""), argv: []string{"$TOKEN", "status", "completed", "payload", "receipt-1"},
+			like:  `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1\n\n[0-9a-f]{32}`,
+			check: recordDone("receipt-1")},
+		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+		{name: "nothing there", argv: []string{"", "status", "completed"}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
+	},
+	"delete": {
+		{name: "owner deletes", seed: goAcquire(""), argv: []string{"$TOKEN"}, want: "1", check: recordAbsent},
+		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner"}, want: "STALE_OWNER", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+		{name: "unconditional", seed: goDo("receipt-1"), argv: []string{""}, want: "1", check: recordAbsent},
+	},
+}
+
+// goAcquire acquires key through the Go store with a lease, and keeps the
+// owner token for "$TOKEN".
+func goAcquire(fingerprint string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, key string) {
+		t.Helper()
+		r, ok, err := e.recs.AcquireWith(e.ctx, key, store.AcquireOptions{Lease: time.Minute, Fingerprint: fingerprint})
+		if !ok || err != nil {
+			t.Fatalf("Records.AcquireWith(%q) = %v, %v", key, ok, err)
+		}
+		e.token = r.Token
+	}
+}
+
+// goDo completes key through Records.Do with result.
+func goDo(result string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, key string) {
+		t.Helper()
+		_, replayed, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute},
+			func(context.Context) ([]byte, error) { return []byte(result), nil })
+		if replayed || err != nil {
+			t.Fatalf("Records.Do(%q) = replayed %v, %v", key, replayed, err)
+		}
+	}
+}
+
+// recordIs checks Records.Get's view of key and returns the record.
+func recordIs(t *testing.T, e *cliEnv, key string, status store.Status, payload string, fence uint64) store.Record {
+	t.Helper()
+	r, ok, err := e.recs.Get(e.ctx, key)
+	if !ok || err != nil {
+		t.Fatalf("Records.Get(%q) = found %v, %v", key, ok, err)
+	}
+	if r.Status != status || string(r.Payload) != payload || r.Fence != fence || r.Token != "" {
+		t.Errorf("Records.Get(%q) = status %q, payload %q, fence %d, token %q; want %q, %q, %d and no token",
+			key, r.Status, r.Payload, r.Fence, r.Token, status, payload, fence)
+	}
+	return r
+}
+
+// recordDone checks that Go sees key completed with result and that Do
+// replays it without running anything.
+func recordDone(result string) func(*testing.T, *cliEnv, string) {
+	return func(t *testing.T, e *cliEnv, key string) {
+		t.Helper()
+		recordIs(t, e, key, store.StatusCompleted, result, 1)
+		got, replayed, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute},
+			func(context.Context) ([]byte, error) { t.Error("Do ran fn for a completed record"); return nil, nil })
+		if string(got) != result || !replayed || err != nil {
+			t.Errorf("Records.Do(%q) = %q, replayed %v, %v; want the stored %q replayed", key, got, replayed, err, result)
+		}
+	}
+}
+
+// recordAbsent checks that Go sees no record, and that Do runs fn.
+func recordAbsent(t *testing.T, e *cliEnv, key string) {
+	t.Helper()
+	if _, ok, err := e.recs.Get(e.ctx, key); ok || err != nil {
+		t.Fatalf("Records.Get(%q) = found %v, %v; want no record", key, ok, err)
+	}
+	if _, replayed, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute},
+		func(context.Context) ([]byte, error) { return []byte("new"), nil }); replayed || err != nil {
+		t.Errorf("Records.Do(%q) = replayed %v, %v; want fn to run", key, replayed, err)
+	}
 }
 
 // seeds runs several seeds in order.
@@ -327,10 +444,18 @@ func runCLICases(t *testing.T, url, mode string, call func(s redisonce.Script, k
 				t.Run(tc.name, func(t *testing.T) {
 					checkArgvCount(t, s, tc)
 					id := s.Name + "-" + strconv.Itoa(i)
+					e.token = ""
 					if tc.seed != nil {
 						tc.seed(t, e, id)
 					}
-					args := call(s, e.prefix+id, tc.argv)
+					argv := make([]string, len(tc.argv))
+					for j, a := range tc.argv {
+						if a == "$TOKEN" {
+							a = e.token
+						}
+						argv[j] = a
+					}
+					args := call(s, e.prefix+id, argv)
 					out, failed := runRedisCLI(t, url, nil, args...)
 					if tc.wantErr {
 						if code, _, _ := strings.Cut(out, " "); !failed || code != tc.want {
