@@ -36,6 +36,7 @@ type demoSection struct {
 var demoSections = []demoSection{
 	{name: "claims", run: demoClaims},
 	{name: "outbox", run: demoOutbox},
+	{name: "records", run: demoRecords},
 }
 
 // sectionTimeout bounds one section; the whole demo takes a few seconds.
@@ -133,7 +134,7 @@ func (p *process) kill() {
 func (d *demo) say(section, format string, args ...any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	fmt.Fprintf(d.out, "  %-7s %s\n", section, fmt.Sprintf(format, args...))
+	fmt.Fprintf(d.out, "  %-8s %s\n", section, fmt.Sprintf(format, args...))
 }
 
 func demoCommand() *command {
@@ -152,6 +153,10 @@ crashes mid-message:
            tails live in Outbox; one gateway stops answering, the next owner
            replays its connections' tails (clients drop what they had by
            (epoch, seq)), and the old owner's late acks are rejected as stale.
+  records  clients send payments with an Idempotency-Key through Records.Do and
+           retry (lost responses, slow first tries, provider errors); a server
+           stalls past its lease, another takes the request over, and the
+           stalled server's late write is rejected as stale.
 
 It ends with a table per store: messages delivered, duplicates suppressed,
 unique messages, effects applied (must equal unique messages, or the demo
@@ -254,7 +259,7 @@ func runDemo(ctx context.Context, e *env, url string) error {
 	bad := printTallies(out, demoSections, tallies)
 	for i, t := range tallies {
 		for _, n := range t.notes {
-			fmt.Fprintf(out, "  %-7s %s\n", demoSections[i].name, n)
+			fmt.Fprintf(out, "  %-8s %s\n", demoSections[i].name, n)
 		}
 	}
 	if bad != "" {

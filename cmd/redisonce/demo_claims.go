@@ -24,7 +24,7 @@ const (
 	claimsVisibility = 300 * time.Millisecond // a delivery not acked by then is redelivered
 	claimsNackDelay  = 60 * time.Millisecond  // redelivery delay of a nacked delivery
 	claimsWork       = 2 * time.Millisecond   // how long one effect takes
-	claimsCrashAfter = 12                     // the crashing consumer's effects before it dies
+	claimsCrashAfter = 5                      // the crashing consumer's effects before it dies
 )
 
 // errDownstream is the transient failure some effects hit on their first try.

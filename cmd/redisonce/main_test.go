@@ -469,3 +469,20 @@ func TestPrintTalliesFailsOnMismatch(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
+
+func TestDemoExitsNonZeroWhenEffectsDiffer(t *testing.T) {
+	srv := startServer(t, redisproc.Options{})
+	saved := demoSections
+	t.Cleanup(func() { demoSections = saved })
+	demoSections = []demoSection{{name: "broken", run: func(context.Context, *demo) (tally, error) {
+		return tally{delivered: 4, duplicates: 1, unique: 2, effects: 3, replays: na, stale: na}, nil
+	}}}
+	code, out, errs := cli(t, "demo", "--url", srv.URL())
+	if code != exitFail || strings.Contains(out, "\nok:") {
+		t.Errorf("exit %d, stdout:\n%s", code, out)
+	}
+	oneLineErr(t, errs, "redisonce demo: exactly-once broken: broken: 3 effects applied for 2 unique messages")
+	if !regexp.MustCompile(`(?m)^ *broken +4 +1 +2 +3 +- +- +FAIL$`).MatchString(out) {
+		t.Errorf("no FAIL row:\n%s", out)
+	}
+}
