@@ -5,8 +5,9 @@
                             lease_ms, fence, fp, token
   ARGV (n=0)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
-             fence, fp, token}: 9 strings, token always ''; or nil when the key
-            is absent (never created, deleted, or expired)
+             fence, fp, token}: the four times integers (ms since the epoch,
+            0 = none), the rest strings (fence a decimal uint64), token always '';
+            or nil when the key is absent (never created, deleted, or expired)
   Errors    CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
   Atomicity one TYPE and one HMGET in one script
@@ -40,4 +41,6 @@ end
 if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
   return redis.error_reply('CORRUPT bad status or fence')
 end
-return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
+-- Times as integers (exact: at most 15 digits): no string to allocate per
+-- field on the reader's side.
+return {r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}

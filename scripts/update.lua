@@ -12,8 +12,9 @@
                         expires_ms  decimal ms since the epoch, 0 = never expire
                         lease_ms    decimal ms since the epoch, 0 = no lease
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
-             fence, fp, token}: the updated record, 9 strings; token is the
-            caller's when it gave one, else ''. updated_ms is now (TIME).
+             fence, fp, token}: the updated record, the four times integers
+            (ms since the epoch, 0 = none), the rest strings (fence a decimal
+            uint64); token is the caller's when it gave one, else ''. updated_ms is now (TIME).
             A status other than "pending" clears the lease (lease_ms 0).
             nil when expires_ms was given at or before now: the record expired
             at once and the key is deleted
@@ -125,4 +126,4 @@ local shown = ''
 if token ~= '' then
   shown = token
 end
-return {status, payload, r[3], now_s, expires, lease, r[7], r[8], shown}
+return {status, payload, tonumber(r[3]), now, tonumber(expires), tonumber(lease), r[7], r[8], shown}
