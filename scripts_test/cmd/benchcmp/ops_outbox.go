@@ -78,7 +78,24 @@ const minimalUnacked = `return redis.call('HGETALL', KEYS[1])`
 
 var errNotAcked = errors.New("ack removed nothing")
 
-func appendConn(i int) string { return "c" + strconv.Itoa(i%appendConns) }
+// Connection names, built once so the calls allocate nothing of the
+// harness's own.
+var (
+	appendConnNames = names("c", appendConns)
+	ackConnNames    = names("a", ackConns)
+	ackConnKeys     = names(outboxPrefix+"a", ackConns)
+	tailConnNames   = names("t", tailConns)
+)
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+func appendConn(i int) string { return appendConnNames[i%appendConns] }
 
 func opAppend() *operation {
 	conns := make([]string, appendConns)
@@ -123,7 +140,10 @@ func opAppend() *operation {
 }
 
 // ackConn is the connection of pool id i.
-func ackConn(i int) string { return "a" + strconv.Itoa((i/ackPerConn)%ackConns) }
+func ackConn(i int) string { return ackConnNames[(i/ackPerConn)%ackConns] }
+
+// ackKey is the key of ackConn(i).
+func ackKey(i int) string { return ackConnKeys[(i/ackPerConn)%ackConns] }
 
 // seedAcks writes ackPool messages, id i under ackConn(i), generation floor 1,
 // the way append.lua lays them out.
@@ -166,18 +186,18 @@ func opAck() *operation {
 			{name: "rueidis Lua.Exec minimal (HGET+HDEL)", role: roleMinimal, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
 				lua := rueidis.NewLuaScript(minimalAck)
 				return func(ctx context.Context, i int) error {
-					return wantOne(lua.Exec(ctx, rc, []string{outboxPrefix + ackConn(i)}, []string{"1", e.ids[i]}))
+					return wantOne(lua.Exec(ctx, rc, []string{ackKey(i)}, []string{"1", e.ids[i]}))
 				}, nil
 			}},
 			{name: "rueidis HDEL (unfenced)", role: roleRaw, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
 				return func(ctx context.Context, i int) error {
-					return wantOne(rc.Do(ctx, rc.B().Hdel().Key(outboxPrefix+ackConn(i)).Field(e.ids[i]).Build()))
+					return wantOne(rc.Do(ctx, rc.B().Hdel().Key(ackKey(i)).Field(e.ids[i]).Build()))
 				}, nil
 			}},
 			{name: "go-redis Script.Run minimal (HGET+HDEL)", role: roleOther, setup: func(_ context.Context, e *env, _ rueidis.Client) (callFunc, error) {
 				script := redis.NewScript(minimalAck)
 				return func(ctx context.Context, i int) error {
-					n, err := script.Run(ctx, e.gr, []string{outboxPrefix + ackConn(i)}, 1, e.ids[i]).Int64()
+					n, err := script.Run(ctx, e.gr, []string{ackKey(i)}, 1, e.ids[i]).Int64()
 					if err == nil && n != 1 {
 						err = errNotAcked
 					}
@@ -212,7 +232,7 @@ func opAckMany() *operation {
 					return nil, err
 				}
 				return func(ctx context.Context, first int) error {
-					key := outboxPrefix + ackConn(first)
+					key := ackKey(first)
 					cmds := make(rueidis.Commands, 0, batchSize)
 					for _, id := range e.ids[first : first+batchSize] {
 						cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(1).Key(key).Arg("1", id).Build())
@@ -231,7 +251,7 @@ func opAckMany() *operation {
 					args := make([]string, 0, 1+batchSize)
 					args = append(args, "1")
 					args = append(args, e.ids[first:first+batchSize]...)
-					n, err := lua.Exec(ctx, rc, []string{outboxPrefix + ackConn(first)}, args).AsInt64()
+					n, err := lua.Exec(ctx, rc, []string{ackKey(first)}, args).AsInt64()
 					if err == nil && n != batchSize {
 						err = fmt.Errorf("acked %d of %d", n, batchSize)
 					}
@@ -240,7 +260,7 @@ func opAckMany() *operation {
 			}},
 			{name: "rueidis HDEL 100 fields (unfenced)", role: roleRaw, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
 				return func(ctx context.Context, first int) error {
-					n, err := rc.Do(ctx, rc.B().Hdel().Key(outboxPrefix+ackConn(first)).Field(e.ids[first:first+batchSize]...).Build()).AsInt64()
+					n, err := rc.Do(ctx, rc.B().Hdel().Key(ackKey(first)).Field(e.ids[first:first+batchSize]...).Build()).AsInt64()
 					if err == nil && n != batchSize {
 						err = fmt.Errorf("acked %d of %d", n, batchSize)
 					}
@@ -270,7 +290,7 @@ func seedTails(ctx context.Context, e *env) error {
 	return nil
 }
 
-func tailConn(i int) string { return "t" + strconv.Itoa(i%tailConns) }
+func tailConn(i int) string { return tailConnNames[i%tailConns] }
 
 func opUnacked() *operation {
 	conns := make([]string, tailConns)

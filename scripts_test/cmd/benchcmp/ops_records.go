@@ -117,7 +117,9 @@ func opAcquire() *operation {
 	}
 }
 
-func updateKey(i int) string { return "u" + strconv.Itoa(i%updateKeys) }
+var updateKeyNames = names("u", updateKeys)
+
+func updateKey(i int) string { return updateKeyNames[i%updateKeys] }
 
 // seedRecords writes updateKeys pending records owned by updateToken.
 func seedRecords(ctx context.Context, e *env) error {
