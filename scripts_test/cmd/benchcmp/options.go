@@ -42,7 +42,7 @@ func optionSets() []struct {
 }
 
 // optionOps are the operations the options are measured on.
-var optionOps = map[string]bool{"Claim": true, "ClaimMany": true, "Append": true}
+var optionOps = map[string]bool{"Claim": true, "Append": true}
 
 func optionPlans(cfg config) []optionPlan {
 	var out []optionPlan
