@@ -40,7 +40,7 @@ demo: redis-server
 # The comparison's report is also written to bin/bench.md.
 BENCHFLAGS ?=
 bench: redis-server
-	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -timeout 10m .
+	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
 	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
 	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
 	  echo "taskset -c 1 bin/benchcmp -server-cpu 0 -out bin/bench.md $(BENCHFLAGS)"; \

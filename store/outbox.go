@@ -126,6 +126,10 @@ var _ OutboxStore = (*Outbox)(nil)
 // connection's hash never expires; with a TTL, every Append, and every
 // AdvanceGeneration that raises the floor, re-arms it), WithMaxUnacked (default
 // 0: unbounded).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenOutbox does:
+// the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
 	return &Outbox{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl),
@@ -133,7 +137,8 @@ func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 }
 
 // OpenOutbox connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) and returns an outbox that owns the client: Close closes it.
+// rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
+// client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 	c, err := openClient(url)
 	if err != nil {

@@ -200,14 +200,18 @@ var (
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
 // 0: a record acquired with TTL 0 never expires).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
+// the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
 	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) and returns a records store that owns the client: Close
-// closes it.
+// rueidis.ParseURL) with ClientOptions and returns a records store that owns
+// the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
 	c, err := openClient(url)
 	if err != nil {

@@ -115,6 +115,9 @@ func (e *env) measure(ctx context.Context, op *operation, v variant, g int, rc r
 		return nil, err
 	}
 	res.SrvUsec, res.SrvCalls, res.SrvCommands = topLevel(stats)
+	if res.Items > 0 {
+		res.SrvRounds = []float64{res.SrvUsec / float64(res.Items)}
+	}
 	return res, nil
 }
 

@@ -50,12 +50,12 @@ type config struct {
 func main() {
 	var cfg config
 	var gs, ops string
-	flag.DurationVar(&cfg.duration, "duration", 400*time.Millisecond, "measured window of each cell")
+	flag.DurationVar(&cfg.duration, "duration", 300*time.Millisecond, "measured window of each cell")
 	flag.IntVar(&cfg.reps, "reps", 3, "rounds per cell; the report gives the median ops/s")
 	flag.DurationVar(&cfg.warmup, "warmup", 100*time.Millisecond, "warm-up before each cell's window")
 	flag.StringVar(&gs, "goroutines", "1,16,64,256", "concurrency levels, comma-separated")
 	flag.StringVar(&ops, "ops", "", "operations to run, comma-separated (default all)")
-	flag.IntVar(&cfg.pool, "pool", 250_000, "distinct ids per cell: a cell stops early when it has used them all")
+	flag.IntVar(&cfg.pool, "pool", 150_000, "distinct ids per cell: a cell stops early when it has used them all")
 	flag.IntVar(&cfg.serverCPU, "server-cpu", -1, "pin redis-server to this CPU with taskset (-1: do not pin)")
 	flag.BoolVar(&cfg.options, "options", true, "also measure the rueidis client options (MaxFlushDelay, DisableCache, PipelineMultiplex)")
 	flag.StringVar(&cfg.out, "out", "", "also write the Markdown report to this file")

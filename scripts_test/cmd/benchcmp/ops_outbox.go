@@ -27,7 +27,7 @@ const (
 	// ackConns is how many connections the seeded messages spread over.
 	ackConns = 256
 	// ackPool is how many messages an Ack cell seeds: enough for its window.
-	ackPool = 150_000
+	ackPool = 100_000
 	// tailConns is how many 1000-message tails the Unacked cells read.
 	tailConns = 16
 	tailLen   = 1000

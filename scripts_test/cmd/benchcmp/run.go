@@ -40,23 +40,16 @@ type cellResult struct {
 	Mallocs    uint64 // runtime.MemStats deltas over the window
 	AllocBytes uint64
 
-	SrvUsec     float64 // commandstats usec of the top-level commands
-	SrvCalls    int64   // commandstats calls of the top-level commands
-	SrvCPU      float64 // used_cpu_user + used_cpu_sys delta, in µs
-	SrvCommands string  // which top-level commands were counted
+	SrvUsec     float64   // commandstats usec of the top-level commands
+	SrvRounds   []float64 // srv µs/op of each round
+	SrvCalls    int64     // commandstats calls of the top-level commands
+	SrvCPU      float64   // used_cpu_user + used_cpu_sys delta, in µs
+	SrvCommands string    // which top-level commands were counted
 }
 
 // OpsPerSec is items per second: the median of the rounds.
 func (r *cellResult) OpsPerSec() float64 {
-	if len(r.Rates) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), r.Rates...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return median(r.Rates)
 }
 
 // RateRange is the lowest and highest ops/s of the rounds.
@@ -80,6 +73,7 @@ func (r *cellResult) merge(o *cellResult) {
 	r.Mallocs += o.Mallocs
 	r.AllocBytes += o.AllocBytes
 	r.SrvUsec += o.SrvUsec
+	r.SrvRounds = append(r.SrvRounds, o.SrvRounds...)
 	r.SrvCalls += o.SrvCalls
 	r.SrvCPU += o.SrvCPU
 	r.Rates = append(r.Rates, o.Rates...)
@@ -91,8 +85,26 @@ func (r *cellResult) AllocsPerOp() float64 { return per(float64(r.Mallocs), r.It
 // BytesPerOp is client heap bytes allocated per item.
 func (r *cellResult) BytesPerOp() float64 { return per(float64(r.AllocBytes), r.Items) }
 
-// SrvUsecPerOp is the server's command time (INFO commandstats) per item.
-func (r *cellResult) SrvUsecPerOp() float64 { return per(r.SrvUsec, r.Items) }
+// SrvUsecPerOp is the server's command time (INFO commandstats) per item: the
+// median of the rounds.
+func (r *cellResult) SrvUsecPerOp() float64 {
+	if len(r.SrvRounds) == 0 {
+		return per(r.SrvUsec, r.Items)
+	}
+	return median(r.SrvRounds)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
 
 // SrvCPUPerOp is the server process's CPU time (INFO cpu) per item.
 func (r *cellResult) SrvCPUPerOp() float64 { return per(r.SrvCPU, r.Items) }
