@@ -105,9 +105,14 @@ local lease = set['lease_ms'] or r[6]
 if status ~= 'pending' then
   lease = '0'
 end
--- Normalise "007" to "7" so the stored value reads back as written by TIME.
-expires = string.format('%d', tonumber(expires))
-lease = string.format('%d', tonumber(lease))
+-- Normalise "007" to "7" so the stored value reads back as written by TIME
+-- (only a leading zero needs it: the values are checked to be digits).
+if #expires > 1 and string.byte(expires, 1) == 48 then
+  expires = string.format('%d', tonumber(expires))
+end
+if #lease > 1 and string.byte(lease, 1) == 48 then
+  lease = string.format('%d', tonumber(lease))
+end
 
 if set['expires_ms'] and expires ~= '0' and tonumber(expires) <= now then
   redis.call('DEL', key)
