@@ -230,6 +230,17 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	if len(optResults) > 0 {
 		writeOptions(w, optResults)
 	}
+	if cfg.options {
+		tries := 9
+		if cfg.smoke {
+			tries = 1
+		}
+		costs, err := e.measureConnect(ctx, tries)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		writeConnect(w, costs)
+	}
 	writeGoals(w, results)
 	fmt.Fprintf(w, "\nLoad average at the end: %s; total time %s.\n", loadavg(), time.Since(started).Round(time.Second))
 	if len(failed) > 0 {
