@@ -10,7 +10,7 @@
             or nil when the key is absent (never created, deleted, or expired)
   Errors    CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
-  Atomicity one TYPE and one HMGET in one script
+  Atomicity one HMGET (and an EXISTS when fields are missing) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 local key = KEYS[1]
@@ -19,17 +19,18 @@ local function is_ms(s)
   return #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
-local kind = redis.call('TYPE', key)['ok']
-if kind == 'none' then
-  return false
-end
-if kind ~= 'hash' then
-  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-end
-local r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
+-- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
+-- for a key of another type; EXISTS tells absent from incomplete only then.
+local r = redis.pcall('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
   'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+end
 for i = 1, 9 do
   if not r[i] then
+    if redis.call('EXISTS', key) == 0 then
+      return false
+    end
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end

@@ -68,17 +68,18 @@ for i = 2, n, 2 do
   set[f] = v
 end
 
-local kind = redis.call('TYPE', key)['ok']
-if kind == 'none' then
-  return redis.error_reply('NOT_FOUND no such record')
-end
-if kind ~= 'hash' then
-  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-end
-local r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
+-- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
+-- for a key of another type; EXISTS tells absent from incomplete only then.
+local r = redis.pcall('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
   'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+end
 for i = 1, 9 do
   if not r[i] then
+    if redis.call('EXISTS', key) == 0 then
+      return redis.error_reply('NOT_FOUND no such record')
+    end
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end

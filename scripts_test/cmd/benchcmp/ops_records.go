@@ -46,14 +46,14 @@ redis.call('PEXPIREAT', key, expires)
 return {1, 'pending', '', now, now, expires, lease, '1', ARGV[3], ARGV[2]}`
 
 // sameUpdate issues the same Redis commands as update.lua on its common path
-// (TYPE, HMGET of the 9 fields, TIME, HSET of 5 fields), without its checks.
+// (HMGET of the 9 fields, TIME, HSET of 5 fields), without its checks.
 // ARGV: token, status, payload.
 const sameUpdate = `local key = KEYS[1]
-if redis.call('TYPE', key)['ok'] == 'none' then
-  return redis.error_reply('NOT_FOUND')
-end
 local r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
   'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+if not r[1] then
+  return redis.error_reply('NOT_FOUND')
+end
 if ARGV[1] ~= r[9] then
   return redis.error_reply('STALE_OWNER')
 end
