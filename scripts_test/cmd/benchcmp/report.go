@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-const tableHead = "| goroutines | variant | ops/s | rounds | p50 | p99 | allocs/op | B/op | srv µs/op | srv CPU µs/op |\n" +
-	"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+const tableHead = "| goroutines | variant | ops/s | rounds | p50 | p99 | allocs/op | B/op | client CPU µs/op | srv µs/op | srv CPU µs/op |\n" +
+	"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 
 func writeTables(w io.Writer, results []*cellResult) {
 	fmt.Fprintf(w, "## Results\n\n")
@@ -17,7 +17,7 @@ func writeTables(w io.Writer, results []*cellResult) {
 		"rounds the lowest and highest; ops/s counts ids (a batch of 100 is 100 ops); p50/p99 are per call (a batch is one call); "+
 		"p50/p99, allocs/op, B/op and srv CPU pool every round, srv µs/op is the median round; allocs/op and B/op are the client's heap allocations per op (runtime.MemStats over the window, rueidis' "+
 		"and go-redis' own goroutines included); srv µs/op is INFO commandstats usec of the commands the client sent "+
-		"(EVALSHA, or the plain commands) per op; srv CPU µs/op is the server process's used_cpu_user+sys per op "+
+		"(EVALSHA, or the plain commands) per op; client CPU µs/op is the client process's user+sys CPU time per op (the runner's own bookkeeping included); srv CPU µs/op is the server process's used_cpu_user+sys per op "+
 		"(parsing and network I/O included).\n\n")
 	for _, op := range operations() {
 		var rows []*cellResult
@@ -44,9 +44,9 @@ func writeRow(w io.Writer, r *cellResult, name string) {
 		errs = fmt.Sprintf(" (%d errors)", r.Errors)
 	}
 	lo, hi := r.RateRange()
-	fmt.Fprintf(w, "| %d | %s%s | %s | %s–%s | %s | %s | %s | %s | %s | %s |\n", r.Goroutines, name, errs,
+	fmt.Fprintf(w, "| %d | %s%s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s |\n", r.Goroutines, name, errs,
 		fmtRate(r.OpsPerSec()), fmtRate(lo), fmtRate(hi), fmtDur(r.Hist.quantile(0.50)), fmtDur(r.Hist.quantile(0.99)),
-		fmtNum(r.AllocsPerOp(), 2), fmtNum(r.BytesPerOp(), 0), fmtNum(r.SrvUsecPerOp(), 2), fmtNum(r.SrvCPUPerOp(), 2))
+		fmtNum(r.AllocsPerOp(), 2), fmtNum(r.BytesPerOp(), 0), fmtNum(r.CliCPUPerOp(), 2), fmtNum(r.SrvUsecPerOp(), 2), fmtNum(r.SrvCPUPerOp(), 2))
 }
 
 func writeOptions(w io.Writer, results []*cellResult) {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -37,7 +38,8 @@ type cellResult struct {
 
 	Hist hist // per-call latency
 
-	Mallocs    uint64 // runtime.MemStats deltas over the window
+	CliCPU     float64 // the client process's user+sys CPU over the window, in µs
+	Mallocs    uint64  // runtime.MemStats deltas over the window
 	AllocBytes uint64
 
 	SrvUsec     float64   // commandstats usec of the top-level commands
@@ -70,6 +72,7 @@ func (r *cellResult) merge(o *cellResult) {
 		r.FirstErr = o.FirstErr
 	}
 	r.Hist.merge(&o.Hist)
+	r.CliCPU += o.CliCPU
 	r.Mallocs += o.Mallocs
 	r.AllocBytes += o.AllocBytes
 	r.SrvUsec += o.SrvUsec
@@ -104,6 +107,19 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// CliCPUPerOp is the client process's CPU time per item (the runner's own
+// bookkeeping included, the same for every variant).
+func (r *cellResult) CliCPUPerOp() float64 { return per(r.CliCPU, r.Items) }
+
+// processCPU is this process's user + system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // SrvCPUPerOp is the server process's CPU time (INFO cpu) per item.
@@ -157,11 +173,13 @@ func drive(ctx context.Context, g, batch int, next *atomic.Int64, limit int64, d
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
+	c0 := processCPU()
 	t0 := time.Now()
 	deadline = t0.Add(d)
 	close(start)
 	wg.Wait()
 	res.Elapsed = time.Since(t0)
+	res.CliCPU = float64(processCPU()-c0) / 1e3
 	runtime.ReadMemStats(&m1)
 	res.Mallocs = m1.Mallocs - m0.Mallocs
 	res.AllocBytes = m1.TotalAlloc - m0.TotalAlloc
