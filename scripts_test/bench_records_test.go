@@ -101,8 +101,18 @@ func BenchmarkGet(b *testing.B) {
 	})
 }
 
-// BenchmarkDelete deletes a record per op, fenced by its owner's token.
+// BenchmarkDelete deletes a record per op, whoever owns it.
 func BenchmarkDelete(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		keys, _ := benchPending(b, s, b.N)
+		ctx := context.Background()
+		benchParallel(b, g, func(i int) error { return s.Delete(ctx, keys[i]) })
+	})
+}
+
+// BenchmarkDeleteFenced deletes a record per op, fenced by its owner's token.
+func BenchmarkDeleteFenced(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
 		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
 		keys, tokens := benchPending(b, s, b.N)
