@@ -25,18 +25,22 @@
   Complexity O(1) (plus the payload's size)
 ]]
 local key = KEYS[1]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 4 then
+  return redis.error_reply('BADARG want 4 arguments: msg_id, payload, ttl_ms, max_unacked')
+end
 local id, payload, ttl, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if type(id) ~= 'string' or #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
+if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
 end
-if type(payload) ~= 'string' or #payload > 4194304 then
+if #payload > 4194304 then
   return redis.error_reply('BADARG payload must be at most 4194304 bytes')
 end
-if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
+if #ttl > 15 or not string.find(ttl, '^%d+$') then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
-if type(max) ~= 'string' or not string.find(max, '^%d+$') or #max > 15 then
+if #max > 15 or not string.find(max, '^%d+$') then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 

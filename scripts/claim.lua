@@ -14,13 +14,16 @@
   Atomicity all checks precede the single SET NX GET
   Complexity O(1)
 ]]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 2 then
+  return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
+end
 local ttl, value = ARGV[1], ARGV[2]
 
-if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
+if #ttl > 15 or not string.find(ttl, '^%d+$') then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
-if value ~= '1' and not (type(value) == 'string' and #value > 1 and #value <= 257
-    and string.byte(value, 1) == 126) then
+if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
   return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
 end
 if value ~= '1' and tonumber(ttl) == 0 then
