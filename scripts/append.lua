@@ -49,8 +49,9 @@ end
 local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id)
 local epoch, oldseq
 if r[1] or r[2] or r[3] then
-  if not (r[1] and string.find(r[1], '^%d+$') and r[2] and string.find(r[2], '^%d+$')
-      and r[3] and string.find(r[3], '^[1-9]%d*$') and #r[3] <= 16) then
+  -- (One pattern match over the three, not one each.)
+  if not (r[1] and r[2] and r[3] and #r[3] <= 16
+      and string.find(r[1] .. ',' .. r[2] .. ',' .. r[3], '^%d+,%d+,[1-9]%d*$')) then
     return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
   end
   epoch = r[3]
@@ -59,7 +60,7 @@ if r[1] or r[2] or r[3] then
     if not oldseq then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
-  elseif tonumber(max) > 0 then
+  elseif max ~= '0' and tonumber(max) > 0 then
     local held = redis.call('HLEN', key) - 3
     if held >= tonumber(max) then
       return redis.error_reply('FULL the tail holds ' .. held .. ' unacked messages')

@@ -37,6 +37,7 @@ import (
 type config struct {
 	duration   time.Duration
 	reps       int
+	srvOnly    bool
 	warmup     time.Duration
 	goroutines []int
 	ops        map[string]bool // nil = all
@@ -60,6 +61,7 @@ func main() {
 	flag.BoolVar(&cfg.options, "options", true, "also measure the rueidis client options (MaxFlushDelay, DisableCache, PipelineMultiplex)")
 	flag.StringVar(&cfg.out, "out", "", "also write the Markdown report to this file")
 	flag.BoolVar(&cfg.smoke, "smoke", false, "tiny run that only checks every variant works")
+	flag.BoolVar(&cfg.srvOnly, "server-time-only", false, "run only the server-time comparison")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -150,7 +152,7 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	// the report gives the median round.
 	var jobs, optJobs []job
 	for _, op := range operations() {
-		if cfg.ops != nil && !cfg.ops[op.name] {
+		if (cfg.ops != nil && !cfg.ops[op.name]) || cfg.srvOnly {
 			continue
 		}
 		for _, g := range cfg.goroutines {
@@ -164,7 +166,7 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 			}
 		}
 	}
-	if cfg.options {
+	if cfg.options && !cfg.srvOnly {
 		plans := optionPlans(cfg)
 		if cfg.smoke {
 			plans = plans[:1]
@@ -222,15 +224,31 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var srvTime []*srvPairs
+	for _, op := range operations() {
+		if cfg.ops != nil && !cfg.ops[op.name] {
+			continue
+		}
+		p, err := e.measureServerTime(ctx, op)
+		if err != nil {
+			return fmt.Errorf("server time %s: %w", op.name, err)
+		}
+		if p != nil {
+			srvTime = append(srvTime, p)
+			fmt.Fprintf(progress, "[%4s] server time %-10s %d pairs: µs/op ratio %.2f, CPU ratio %.2f  load %s\n",
+				time.Since(started).Round(time.Second), op.name, len(p.usecRatios), median(p.usecRatios), median(p.cpuRatios), loadavg1())
+		}
+	}
 	optResults, err := runAll(optJobs, "options ")
 	if err != nil {
 		return err
 	}
 	writeTables(w, results)
+	writeServerTime(w, srvTime)
 	if len(optResults) > 0 {
 		writeOptions(w, optResults)
 	}
-	if cfg.options {
+	if cfg.options && !cfg.srvOnly {
 		tries := 9
 		if cfg.smoke {
 			tries = 1
@@ -241,7 +259,7 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 		}
 		writeConnect(w, costs)
 	}
-	writeGoals(w, results)
+	writeGoals(w, results, srvTime)
 	fmt.Fprintf(w, "\nLoad average at the end: %s; total time %s.\n", loadavg(), time.Since(started).Round(time.Second))
 	if len(failed) > 0 {
 		return errors.New("variants failed:\n  " + strings.Join(failed, "\n  "))
