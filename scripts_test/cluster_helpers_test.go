@@ -20,16 +20,6 @@ func newCluster(t *testing.T, masters int, o redisproc.Options) *redisproc.Clust
 	return redisproc.StartClusterT(t, masters, o)
 }
 
-// clusterNodeID returns the node's cluster id (CLUSTER MYID).
-func clusterNodeID(t *testing.T, n *redisproc.Server) string {
-	t.Helper()
-	id, err := n.Do("CLUSTER", "MYID")
-	if err != nil {
-		t.Fatalf("CLUSTER MYID on %s: %v", n.Addr, err)
-	}
-	return id
-}
-
 // slotOwner returns the node of cl that serves slot, as that node itself
 // says (the "myself" line of its CLUSTER NODES).
 func slotOwner(t *testing.T, cl *redisproc.Cluster, slot int) *redisproc.Server {
@@ -98,47 +88,64 @@ func keySlot(t *testing.T, n *redisproc.Server, key string) int {
 
 // migrateSlot moves slot from one master to another by hand, the way
 // redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on the
-// source, MIGRATE the keys in batches of batch (with pause() between batches,
-// to let the load hit ASK redirections), then SETSLOT NODE on every master.
-func migrateSlot(t *testing.T, cl *redisproc.Cluster, slot int, from, to *redisproc.Server, batch int, pause func()) {
-	t.Helper()
-	fromID, toID := clusterNodeID(t, from), clusterNodeID(t, to)
+// source, MIGRATE the keys in batches of batch (with pause() between steps, to
+// let a load hit the ASK redirections), then SETSLOT NODE on every master.
+// It may run in a goroutine of its own: it returns errors, never fails a test.
+func migrateSlot(cl *redisproc.Cluster, slot int, from, to *redisproc.Server, batch int, pause func()) error {
+	fromID, err := from.Do("CLUSTER", "MYID")
+	if err != nil {
+		return err
+	}
+	toID, err := to.Do("CLUSTER", "MYID")
+	if err != nil {
+		return err
+	}
 	s := strconv.Itoa(slot)
-	must := func(n *redisproc.Server, args ...string) string {
-		t.Helper()
+	do := func(n *redisproc.Server, args ...string) (string, error) {
 		out, err := n.Do(args...)
 		if err != nil {
-			t.Fatalf("%s on %s: %v", strings.Join(args, " "), n.Addr, err)
+			return "", fmt.Errorf("%s on %s: %w", strings.Join(args, " "), n.Addr, err)
 		}
-		return out
+		return out, nil
 	}
-	must(to, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID)
-	must(from, "CLUSTER", "SETSLOT", s, "MIGRATING", toID)
+	if _, err := do(to, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID); err != nil {
+		return err
+	}
+	if _, err := do(from, "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
+		return err
+	}
 	pause()
-	for moved := 0; ; {
-		out := must(from, "CLUSTER", "GETKEYSINSLOT", s, strconv.Itoa(batch))
+	for rounds := 0; ; rounds++ {
+		out, err := do(from, "CLUSTER", "GETKEYSINSLOT", s, strconv.Itoa(batch))
+		if err != nil {
+			return err
+		}
 		if out == "" {
 			break
 		}
+		if rounds > 100_000 {
+			return fmt.Errorf("slot %d never drains", slot)
+		}
 		keys := strings.Split(out, "\n")
 		args := append([]string{"MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS"}, keys...)
-		if r := must(from, args...); r != "OK" && r != "NOKEY" {
-			t.Fatalf("MIGRATE: %s", r)
-		}
-		moved += len(keys)
-		if moved > 1_000_000 {
-			t.Fatalf("slot %d never drains", slot)
+		if _, err := do(from, args...); err != nil {
+			return err
 		}
 		pause()
 	}
 	// The target first, then the source, then the others, as redis-cli does.
-	must(to, "CLUSTER", "SETSLOT", s, "NODE", toID)
-	must(from, "CLUSTER", "SETSLOT", s, "NODE", toID)
+	order := []*redisproc.Server{to, from}
 	for _, n := range cl.Nodes {
 		if n != from && n != to {
-			must(n, "CLUSTER", "SETSLOT", s, "NODE", toID)
+			order = append(order, n)
 		}
 	}
+	for _, n := range order {
+		if _, err := do(n, "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tagsInSlots returns n hash tags whose slots are all different and owned by

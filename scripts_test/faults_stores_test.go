@@ -35,6 +35,27 @@ type storeKind struct {
 	// when set, are hash tags the workload puts in every id, so a test can
 	// choose the cluster slots it hits.
 	workload func(c rueidis.Client, prefix string, tags []string) workload
+	// probes returns every operation of the store on stores under prefix,
+	// for the tests that put a key in a bad state (memory full, wrong type).
+	probes func(c rueidis.Client, prefix string) []probe
+	// seed gives id the state an ordinary operation leaves behind.
+	seed func(ctx context.Context, c rueidis.Client, prefix, id string) error
+	// wrongType is a raw command that puts a value of a type the store never
+	// writes at key.
+	wrongType func(key string) []string
+}
+
+// probe is one operation of a store, run on one id.
+type probe struct {
+	name string
+	// write: the operation runs a write script (refused when memory is full).
+	write bool
+	// run runs the operation on id; called reports whether a callback the
+	// operation takes (Do's fn) ran.
+	run func(ctx context.Context, id string) (called bool, err error)
+	// wrongTypeOK: the operation succeeds on a key of the wrong type (a read
+	// that only checks existence, or a delete) instead of failing.
+	wrongTypeOK bool
 }
 
 // reliabilityStores lists every store the reliability tests cover.
@@ -55,7 +76,42 @@ var reliabilityStores = []storeKind{
 		workload: func(c rueidis.Client, prefix string, tags []string) workload {
 			return newClaimsLoad(c, prefix, tags)
 		},
+		probes: claimsProbes,
+		seed: func(ctx context.Context, c rueidis.Client, prefix, id string) error {
+			_, err := store.NewClaims(c, store.WithPrefix(prefix)).Claim(ctx, id)
+			return err
+		},
+		wrongType: func(key string) []string { return []string{"HSET", key, "f", "v"} },
 	},
+}
+
+func claimsProbes(c rueidis.Client, prefix string) []probe {
+	s := store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour))
+	return []probe{
+		{name: "Claim", write: true, run: func(ctx context.Context, id string) (bool, error) {
+			_, err := s.Claim(ctx, id)
+			return false, err
+		}},
+		{name: "ClaimMany", write: true, run: func(ctx context.Context, id string) (bool, error) {
+			_, err := s.ClaimMany(ctx, []string{id})
+			return false, err
+		}},
+		{name: "Remember", write: true, run: func(ctx context.Context, id string) (bool, error) {
+			return false, s.Remember(ctx, id)
+		}},
+		{name: "Do", write: true, run: func(ctx context.Context, id string) (bool, error) {
+			called := false
+			_, err := s.Do(ctx, id, time.Minute, func(context.Context) error { called = true; return nil })
+			return called, err
+		}},
+		{name: "Seen", run: func(ctx context.Context, id string) (bool, error) {
+			_, err := s.Seen(ctx, id)
+			return false, err
+		}, wrongTypeOK: true},
+		{name: "Forget", write: true, run: func(ctx context.Context, id string) (bool, error) {
+			return false, s.Forget(ctx, id)
+		}, wrongTypeOK: true},
+	}
 }
 
 // workload is a stream of operations on one store, run by several workers at
@@ -72,11 +128,13 @@ type workload interface {
 }
 
 // loadOpts bounds a load run: it stops after ops operations per worker or
-// after d, whichever comes first.
+// after d, whichever comes first. Workers are numbered from first, so a second
+// run on the same workload with another first uses fresh ids.
 type loadOpts struct {
 	workers int
 	ops     int
 	d       time.Duration
+	first   int
 }
 
 // loadResult is what a load run saw.
@@ -101,7 +159,7 @@ func runLoad(t *testing.T, wl workload, o loadOpts, fault func(ctx context.Conte
 		go func() { faultsDone <- fault(ctx) }()
 	}
 	var wg sync.WaitGroup
-	for w := range o.workers {
+	for w := o.first; w < o.first+o.workers; w++ {
 		wg.Go(func() {
 			for i := 0; i < o.ops && ctx.Err() == nil; i++ {
 				// Each operation gets its own bounded context: the load's
@@ -128,6 +186,18 @@ func runLoad(t *testing.T, wl workload, o loadOpts, fault func(ctx context.Conte
 	}
 	return res
 }
+
+// errorKinds summarises the errors res kept: each distinct text with the
+// ids and numbers taken out, and how often it occurred.
+func errorKinds(res loadResult) map[string]int {
+	m := map[string]int{}
+	for _, err := range res.errs {
+		m[noIDs.ReplaceAllString(err.Error(), "#")]++
+	}
+	return m
+}
+
+var noIDs = regexp.MustCompile(`"[^"]*"|[0-9]+`)
 
 // retryable reports whether err is one a caller may simply retry: the
 // operation may or may not have happened (a connection was lost) and the

@@ -1,0 +1,136 @@
+package scripts_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+// TestFaultMaxMemory: with maxmemory reached under noeviction, every write
+// operation of every store is refused whole — the scripts' #!lua shebang makes
+// Redis answer OOM before the script starts — on an id in use and on a fresh
+// one; callbacks do not run; reads still work; not one key changes. Once
+// memory is available again the same operations succeed.
+func TestFaultMaxMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
+	c := newClient(t, srv.URL())
+	prefix := func(k storeKind) string { return "oom:" + k.name + ":" }
+	for _, k := range reliabilityStores {
+		if err := k.seed(ctx, c, prefix(k), "seeded"); err != nil {
+			t.Fatalf("%s: seed: %v", k.name, err)
+		}
+		// Cache every script now: SCRIPT LOAD of a write script is refused
+		// under OOM too, and EVAL is what this test is about.
+		for _, p := range k.probes(c, prefix(k)) {
+			_, _ = p.run(ctx, "warmup")
+		}
+	}
+	filled := fillMemory(t, c)
+	t.Logf("memory full after %d filler keys", filled)
+
+	for _, k := range reliabilityStores {
+		t.Run(k.name, func(t *testing.T) {
+			for _, p := range k.probes(c, prefix(k)) {
+				for _, id := range []string{"seeded", "fresh-" + p.name} {
+					key := prefix(k) + id
+					before := raw(t, c, key)
+					called, err := p.run(ctx, id)
+					switch {
+					case called:
+						t.Errorf("%s(%q) under OOM: the callback ran", p.name, id)
+					case p.write && (err == nil || !strings.Contains(err.Error(), "OOM")):
+						t.Errorf("%s(%q) under OOM: error %v, want Redis's OOM refusal", p.name, id, err)
+					case p.write && !strings.Contains(err.Error(), fmt.Sprintf("%q", id)):
+						t.Errorf("%s(%q) under OOM: error %q does not name the id", p.name, id, err)
+					case !p.write && err != nil:
+						t.Errorf("read %s(%q) under OOM: %v", p.name, id, err)
+					}
+					if diff := cmp.Diff(before, raw(t, c, key), approxTTL); diff != "" {
+						t.Errorf("%s(%q) under OOM changed the key (-before +after):\n%s", p.name, id, diff)
+					}
+				}
+			}
+		})
+	}
+
+	// Room again: every operation works.
+	do(t, c, "CONFIG", "SET", "maxmemory", "0")
+	for _, k := range reliabilityStores {
+		for _, p := range k.probes(c, prefix(k)) {
+			if _, err := p.run(ctx, "after-"+p.name); err != nil {
+				t.Errorf("%s %s after memory was freed: %v", k.name, p.name, err)
+			}
+		}
+	}
+}
+
+// fillMemory writes filler keys until the server refuses a write with OOM
+// and returns how many it wrote. It fails the test if memory never fills.
+func fillMemory(t *testing.T, c rueidis.Client) int {
+	t.Helper()
+	ctx := context.Background()
+	v := strings.Repeat("x", 64<<10)
+	for i := range 10_000 {
+		err := c.Do(ctx, c.B().Set().Key(fmt.Sprint("filler:", i)).Value(v).Build()).Error()
+		if err == nil {
+			continue
+		}
+		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "OOM") {
+			return i
+		}
+		t.Fatalf("fill memory: %v", err)
+	}
+	t.Fatal("memory never filled up")
+	return 0
+}
+
+// TestFaultWrongType: a key of a type the store never writes, under the
+// store's prefix (another program's data, a typo in a prefix). Every
+// operation that must read the value fails with a clear error that names the
+// id — Redis's WRONGTYPE or ErrUnexpectedReply — and leaves the key as it
+// was; only existence checks and deletes may succeed.
+func TestFaultWrongType(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, standaloneURL(t))
+	for _, k := range reliabilityStores {
+		t.Run(k.name, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			for _, p := range k.probes(c, prefix) {
+				id := "wrong-" + p.name
+				key := prefix + id
+				do(t, c, k.wrongType(key)...)
+				before := raw(t, c, key)
+				called, err := p.run(ctx, id)
+				if p.wrongTypeOK {
+					if err != nil {
+						t.Errorf("%s on a key of the wrong type: %v, want success", p.name, err)
+					}
+					continue
+				}
+				switch {
+				case err == nil:
+					t.Errorf("%s on a key of the wrong type (%s) succeeded", p.name, before.Type)
+				case called:
+					t.Errorf("%s on a key of the wrong type: the callback ran", p.name)
+				case !errors.Is(err, store.ErrUnexpectedReply) && !strings.Contains(err.Error(), "WRONGTYPE"):
+					t.Errorf("%s on a key of the wrong type: %v, want WRONGTYPE or ErrUnexpectedReply", p.name, err)
+				case !strings.Contains(err.Error(), fmt.Sprintf("%q", id)):
+					t.Errorf("%s on a key of the wrong type: error %q does not name the id", p.name, err)
+				}
+				if diff := cmp.Diff(before, raw(t, c, key), approxTTL); diff != "" {
+					t.Errorf("%s changed a key of the wrong type (-before +after):\n%s", p.name, diff)
+				}
+			}
+		})
+	}
+}
