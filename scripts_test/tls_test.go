@@ -183,4 +183,3 @@ func freeLoopbackPort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
-
