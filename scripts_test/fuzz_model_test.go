@@ -1,0 +1,79 @@
+package scripts_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+)
+
+// Model-based fuzzing: a fuzz input is read as store options and a sequence
+// of operations (fuzz_ops_test.go), applied in turn to the Redis store and to
+// its in-memory twin; every reply must be the same. Ids include invalid and
+// odd ones, so argument validation is compared too. `go test` runs the seed
+// corpus (testdata/fuzz/<target>) as plain tests; `make fuzz` fuzzes.
+
+func FuzzClaimsModel(f *testing.F) { fuzzModel(f, claimsModel) }
+
+var fuzzSeq atomic.Int64
+
+// fuzzModel is the fuzz target of one opModel.
+func fuzzModel(f *testing.F, m opModel) {
+	for _, seed := range modelSeeds {
+		f.Add(seed)
+	}
+	c := harnessNewClient(f, harnessStandaloneURL(f))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r := &opReader{b: data}
+		opts := m.options(r)
+		ops := decodeOps(m, r, false, 64)
+		prefix := fmt.Sprintf("fuzz:%s:%d:", m.name, fuzzSeq.Add(1))
+		defer cleanKeys(t, c, prefix, m.ids)
+		rs, ms := m.newRedis(c, prefix, opts...), m.newMemory(opts...)
+		renv, menv := newApplyEnv(), newApplyEnv()
+		for i, o := range ops {
+			want := m.apply(ctx, ms, o, menv)
+			start := time.Now()
+			got := m.apply(ctx, rs, o, renv)
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("operation %d, %v took %v", i, o, d)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("operation %d, %v: the Redis store and the memory store differ (-memory +redis):\n%s\nthe operations: %v",
+					i, o, diff, ops[:i+1])
+			}
+		}
+	})
+}
+
+// modelSeeds are hand-written starts for every model: the first bytes pick
+// options, then each operation takes a name byte, an id byte and maybe more.
+var modelSeeds = [][]byte{
+	{},
+	{0, 0, 0, 0, 0, 0},
+	{0, 1, 2, 0, 0, 0, 4, 0, 1, 0, 0, 2, 0},
+	[]byte("\x00\x05\x00\x01\x05\x01\x00\x03\x01\x04\x01\x00\x01"),
+	[]byte("\x00\x00\x06\x00\x07\x01\x01\x03\x00\x01\x02\x04\x05"),
+	[]byte("the quick brown fox jumps over the lazy dog"),
+}
+
+// cleanKeys deletes prefix+id for every id, so fuzzing leaves nothing behind.
+func cleanKeys(t *testing.T, c rueidis.Client, prefix string, ids []string) {
+	ctx := context.Background()
+	cmds := make(rueidis.Commands, 0, len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, c.B().Del().Key(prefix+id).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil && !strings.Contains(err.Error(), "closing") {
+			t.Errorf("clean up: %v", err)
+		}
+	}
+}
