@@ -16,3 +16,24 @@ func TestMemoryClaims(t *testing.T) {
 		Wait: clock.Advance,
 	})
 }
+
+func TestMemoryOutbox(t *testing.T) {
+	clock := storetest.NewClock()
+	storetest.TestOutbox(t, storetest.OutboxHarness{
+		New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
+			return store.NewMemoryOutbox(append(opts, store.WithClock(clock.Now))...)
+		},
+		Wait: clock.Advance,
+	})
+}
+
+func TestMemoryRecords(t *testing.T) {
+	clock := storetest.NewClock()
+	storetest.TestRecords(t, storetest.RecordsHarness{
+		New: func(t *testing.T, opts ...store.Option) store.RecordStore {
+			return store.NewMemoryRecords(append(opts, store.WithClock(clock.Now))...)
+		},
+		Wait: clock.Advance,
+		Now:  clock.Now,
+	})
+}

@@ -14,6 +14,7 @@ type config struct {
 	prefixSet bool
 	ttl       time.Duration
 	now       func() time.Time
+	maxUnack  int   // Outbox: the most unacked messages per connection, 0 = unbounded
 	err       error // the first invalid option, returned by every call
 }
 
@@ -25,7 +26,9 @@ func WithPrefix(p string) Option {
 }
 
 // WithTTL sets how long a key lives after a write. Claims: the dedupe window of a
-// processed id. Default 0: keys never expire. Negative values are invalid
+// processed id. Records: the lifetime of a record acquired with a zero
+// AcquireOptions.TTL (or Acquire's ttl 0), counted from its creation. Default 0:
+// keys never expire. Negative values are invalid
 // (every call then returns ErrInvalidArgument). Sub-millisecond durations round
 // up to 1 ms so that a positive TTL never becomes "no expiry".
 func WithTTL(d time.Duration) Option {
@@ -37,11 +40,25 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithClock sets the clock of an in-memory store (MemoryClaims...), for tests
+// WithClock sets the clock of an in-memory store (MemoryClaims, MemoryRecords...), for tests
 // that move time by hand. Default time.Now. Redis stores always use the server's
 // clock (TIME) and ignore it.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
+}
+
+// WithMaxUnacked bounds an Outbox connection's unacknowledged tail: an Append of
+// a new message while the tail holds n messages fails with ErrOutboxFull and
+// writes nothing (an idempotent retry of an id already in the tail still
+// succeeds). Default 0: unbounded. Negative values are invalid (every call then
+// returns ErrInvalidArgument). Other stores ignore it.
+func WithMaxUnacked(n int) Option {
+	return func(c *config) {
+		if n < 0 && c.err == nil {
+			c.err = fmt.Errorf("redisonce: WithMaxUnacked(%d): %w: negative limit", n, ErrInvalidArgument)
+		}
+		c.maxUnack = n
+	}
 }
 
 func newConfig(defaultPrefix string, opts []Option) config {

@@ -1,0 +1,229 @@
+// Command redisonce lists, prints and installs the redisonce script bundle for
+// callers outside Go, and runs the demo:
+//
+//	redisonce scripts                 the scripts: name, SHA1, keys, read/write, summary
+//	redisonce show NAME               one script's source, byte for byte
+//	redisonce load [--url U]          SCRIPT LOAD every script on every primary
+//	redisonce functions [--load]      print (or install) the Redis Functions library
+//	redisonce call NAME KEY [ARG...]  run one script with EVALSHA (or --fcall FCALL)
+//	redisonce demo [--url U]          the main job: a small fleet, exactly-once effects
+//
+// The server is taken from --url, else the REDIS_URL environment variable, else
+// redis://127.0.0.1:6379 (demo: else a throwaway redis-server it starts itself).
+// Every command takes --help. On failure the command prints one line saying what
+// went wrong and what to do, and exits non-zero (1; 2 for a usage error).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // positional arguments, for the usage line
+	summary string
+	// help is the text after the usage line and before the flags: what the
+	// command does, with examples.
+	help string
+	// flags declares the command's flags on fs and returns what run needs.
+	flags func(fs *flag.FlagSet) func(ctx context.Context, e *env, args []string) error
+	// nargs checks the number of positional arguments.
+	nargs func(n int) bool
+}
+
+// env is what every command writes to.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\n", args...) }
+
+// commands lists every subcommand, in help order.
+func commands() []*command {
+	return []*command{scriptsCommand(), showCommand(), loadCommand(), functionsCommand(), callCommand(), demoCommand()}
+}
+
+// usageError is a bad command line: exit 2 with a pointer to --help.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+// run is the whole program: it parses args (without the program name), runs
+// the command and returns the exit code. Tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		topUsage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && name == "help" {
+			if c := lookup(args[1]); c != nil {
+				commandUsage(stdout, c, nil)
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "redisonce: no command %q; run 'redisonce --help'\n", args[1])
+			return exitUsage
+		}
+		topUsage(stdout)
+		return exitOK
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "redisonce: no command %q; run 'redisonce --help' for the list\n", name)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("redisonce "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	runFn := c.flags(fs)
+	pos, err := parseInterleaved(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		commandUsage(stdout, c, fs)
+		return exitOK
+	}
+	if err == nil && !c.nargs(len(pos)) {
+		err = usageError{fmt.Sprintf("usage: redisonce %s %s", c.name, c.args)}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redisonce %s: %s; run 'redisonce %s --help'\n", c.name, oneLine(err.Error()), c.name)
+		return exitUsage
+	}
+	if err := runFn(ctx, e, pos); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "redisonce %s: %s; run 'redisonce %s --help'\n", c.name, oneLine(ue.msg), c.name)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "redisonce %s: %s\n", c.name, oneLine(err.Error()))
+		return exitFail
+	}
+	return exitOK
+}
+
+// parseInterleaved lets flags and positional arguments mix ("call claim k 1
+// --fcall"); everything after "--" is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse stops at the first non-flag, or after a "--" it consumed.
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func lookup(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// oneLine folds a multi-line message into one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+func topUsage(w io.Writer) {
+	fmt.Fprint(w, `redisonce — exactly-once effects on at-least-once delivery, as atomic Redis scripts.
+
+Usage: redisonce COMMAND [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+The server comes from --url, else $REDIS_URL, else redis://127.0.0.1:6379
+(redis://[user:password@]host:port[/db], rediss://... for TLS, unix:///path).
+Start with: redisonce demo
+Run 'redisonce COMMAND --help' for a command's flags and examples.
+`)
+}
+
+func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: redisonce %s [flags] %s\n\n%s\n", c.name, c.args, strings.TrimSpace(c.help))
+	if fs == nil {
+		fs = flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.flags(fs)
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	fmt.Fprint(w, "\nFlags:\n")
+	for _, n := range names {
+		f := fs.Lookup(n)
+		arg, usage := flag.UnquoteUsage(f)
+		if arg != "" {
+			arg = " " + arg
+		}
+		fmt.Fprintf(w, "  --%s%s\n      %s\n", n, arg, usage)
+	}
+}
+
+// urlFlag declares --url. Its default is $REDIS_URL, else fallback.
+func urlFlag(fs *flag.FlagSet, fallback string) *string {
+	def := os.Getenv("REDIS_URL")
+	if def == "" {
+		def = fallback
+	}
+	what := "the server: redis://[user:password@]host:port[/db], rediss://..., unix://... (default $REDIS_URL, else " + fallbackText(fallback) + ")"
+	return fs.String("url", def, what)
+}
+
+func fallbackText(fallback string) string {
+	if fallback == "" {
+		return "a throwaway redis-server started for the run"
+	}
+	return fallback
+}
+
+// exactly returns a positional-argument check for n arguments.
+func exactly(n int) func(int) bool { return func(m int) bool { return m == n } }
+
+// atLeast returns a positional-argument check for n or more arguments.
+func atLeast(n int) func(int) bool { return func(m int) bool { return m >= n } }

@@ -1,0 +1,79 @@
+#!lua
+--[[ ack.lua — acknowledge messages of one connection, fenced by generation.
+  KEYS (n=1)
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+  ARGV (n>=2)
+    [1] generation   decimal uint64 (0..18446744073709551615, no sign, no leading
+                     zeros), the caller's ownership generation
+    [2..] msg_id     ids to remove, each 1..256 bytes, not starting with "_"
+  Returns   number of messages removed (ids not in the tail count 0; 0 when the
+            connection does not exist, and no key is created)
+  Errors    BADARG <what>        before any write; nothing written
+            STALE_OWNER <what>   generation below the stored floor _gen; nothing written
+            CORRUPT <what>       _gen missing or not a decimal uint64; nothing written
+  Writes    HSET _gen generation (only when above the floor); HDEL msg ids.
+            The reserved fields stay: without a TTL a drained connection keeps
+            its 3 small fields until drop.lua
+  Atomicity every check precedes the first write
+  Complexity O(number of ids)
+]]
+local key = KEYS[1]
+local gen = ARGV[1]
+
+-- uint64 as canonical decimal strings: valid, and ordered by length then bytes
+-- (Lua numbers lose precision above 2^53).
+local function u64(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.match(s, '^%d+$') ~= nil
+    and (#s == 1 or string.byte(s, 1) ~= 48)
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+local MAX = '18446744073709551615'
+
+if not u64(gen) or cmp(gen, MAX) > 0 then
+  return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
+end
+if #ARGV < 2 then
+  return redis.error_reply('BADARG at least one msg_id is needed')
+end
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
+    return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
+  end
+end
+
+local floor = redis.call('HGET', key, '_gen')
+if not floor then
+  if redis.call('EXISTS', key) == 0 then
+    return 0
+  end
+  return redis.error_reply('CORRUPT reserved field _gen is missing')
+end
+if not u64(floor) or cmp(floor, MAX) > 0 then
+  return redis.error_reply('CORRUPT reserved field _gen is not a decimal uint64')
+end
+local order = cmp(gen, floor)
+if order < 0 then
+  return redis.error_reply('STALE_OWNER generation ' .. gen .. ' is below the floor ' .. floor)
+end
+
+if order > 0 then
+  redis.call('HSET', key, '_gen', gen)
+end
+-- HDEL in chunks: unpack of a long ARGV would overflow Lua's C stack.
+local removed = 0
+for i = 2, #ARGV, 1000 do
+  removed = removed + redis.call('HDEL', key, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+return removed

@@ -1,0 +1,127 @@
+#!lua
+--[[ acquire.lua — acquire an idempotency record: create it, take over a pending one whose lease passed, or report it.
+  KEYS (n=1)
+    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
+                            lease_ms, fence, fp, token
+  ARGV (n=4)
+    [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
+    [2] token         the caller's owner token, 1..256 bytes
+    [3] fingerprint   the request's fingerprint, 0..256 bytes ('' = none)
+    [4] lease_ms      decimal integer ms the caller's lease lasts, 0 = no lease
+  Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
+             lease_ms, fence, fp, token}: 10 elements, acquired an integer,
+            the rest strings (times in ms since the epoch from TIME, 0 = none)
+            acquired 1: a new record (pending, fence "1"), or a pending record
+               whose lease passed, taken over (new token, fence + 1, new lease,
+               created_ms and expires_ms kept); token is the caller's
+            acquired 0: the existing record, unchanged; token is '' (an owner's
+               token is never shown to a non-owner). A pending record with
+               lease_ms 0 has no lease and is never taken over
+  Errors    BADARG <what>     before any write; nothing written
+            MISMATCH <what>   the caller's and the record's fingerprints are both
+                              non-empty and differ; nothing written
+            CORRUPT <what>    the key holds something other than a record hash;
+                              nothing written
+  Writes    new record: HSET of all 9 fields; PEXPIREAT expires_ms when ttl_ms > 0
+            takeover: HSET token, lease_ms, updated_ms, fence, fp (the record's
+            first non-empty fingerprint sticks)
+  Atomicity every check precedes the first write
+  Complexity O(1) (plus the size of the payload in the reply)
+]]
+local ttl, token, fp, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local key = KEYS[1]
+
+local function is_ms(s)
+  return type(s) == 'string' and #s <= 15 and string.match(s, '^%d+$') ~= nil
+end
+
+if #ARGV ~= 4 then
+  return redis.error_reply('BADARG want 4 arguments: ttl_ms, token, fingerprint, lease_ms')
+end
+if not is_ms(ttl) then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if #token < 1 or #token > 256 then
+  return redis.error_reply('BADARG token must be 1..256 bytes')
+end
+if #fp > 256 then
+  return redis.error_reply('BADARG fingerprint must be 0..256 bytes')
+end
+if not is_ms(lease) then
+  return redis.error_reply('BADARG lease_ms must be a decimal integer >= 0')
+end
+
+local kind = redis.call('TYPE', key)['ok']
+local r -- the stored record, in reply order, when there is one
+if kind == 'hash' then
+  r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+  for i = 1, 9 do
+    if not r[i] then
+      return redis.error_reply('CORRUPT the record hash lacks a field')
+    end
+  end
+  for i = 3, 6 do
+    if not is_ms(r[i]) then
+      return redis.error_reply('CORRUPT a time field is not decimal ms')
+    end
+  end
+  -- fence <= 19 digits, so fence + 1 stays below 2^64.
+  if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+    return redis.error_reply('CORRUPT bad status or fence')
+  end
+elseif kind ~= 'none' then
+  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = string.format('%d', now)
+
+if r then
+  if fp ~= '' and r[8] ~= '' and fp ~= r[8] then
+    return redis.error_reply('MISMATCH the key was acquired with a different fingerprint')
+  end
+  local held = tonumber(r[6])
+  if r[1] ~= 'pending' or held == 0 or held > now then
+    return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
+  end
+end
+
+local lease_until = '0'
+if tonumber(lease) > 0 then
+  lease_until = string.format('%d', now + tonumber(lease))
+end
+
+if r then
+  -- Take over: fence + 1 on the decimal string, exact past 2^53.
+  local fence, i = r[7], #r[7]
+  while i > 0 and string.byte(fence, i) == 57 do
+    i = i - 1
+  end
+  if i == 0 then
+    fence = '1' .. string.rep('0', #fence)
+  else
+    fence = string.sub(fence, 1, i - 1) .. string.char(string.byte(fence, i) + 1)
+      .. string.rep('0', #fence - i)
+  end
+  local newfp = r[8]
+  if newfp == '' then
+    newfp = fp
+  end
+  redis.call('HSET', key, 'token', token, 'lease_ms', lease_until,
+    'updated_ms', now_s, 'fence', fence, 'fp', newfp)
+  return {1, r[1], r[2], r[3], now_s, r[5], lease_until, fence, newfp, token}
+end
+
+local expires = '0'
+if tonumber(ttl) > 0 then
+  expires = string.format('%d', now + tonumber(ttl))
+end
+redis.call('HSET', key, 'status', 'pending', 'payload', '', 'created_ms', now_s,
+  'updated_ms', now_s, 'expires_ms', expires, 'lease_ms', lease_until,
+  'fence', '1', 'fp', fp, 'token', token)
+if expires ~= '0' then
+  redis.call('PEXPIREAT', key, expires)
+end
+return {1, 'pending', '', now_s, now_s, expires, lease_until, '1', fp, token}

@@ -1,0 +1,80 @@
+#!lua
+--[[ append.lua — append a message to a connection's unacknowledged tail, once per id.
+  KEYS (n=1)
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+  ARGV (n=4)
+    [1] msg_id        1..256 bytes, not starting with "_"
+    [2] payload       any bytes, at most 4194304 (4 MiB)
+    [3] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
+                      the expiry as it is (a new hash then never expires)
+    [4] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+  Returns   {seq, epoch, created} (three integers)
+              seq      the message's sequence number: 1, 2, 3... per incarnation
+              epoch    server time in microseconds when this incarnation of the
+                       hash was created
+              created  1 appended now; 0 msg_id was already in the tail and its
+                       existing seq is returned (an idempotent retry; the stored
+                       payload is kept)
+  Errors    BADARG <what>    before any write; nothing written
+            FULL <n>         a new msg_id while the tail holds max_unacked; nothing written
+            CORRUPT <what>   the hash was not written by these scripts; nothing written
+  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq 1 and
+            HSET msg_id "<seq>:<payload>" (only for a new msg_id);
+            PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
+  Atomicity every check precedes the first write
+  Complexity O(1) (plus the payload's size)
+]]
+local key = KEYS[1]
+local id, payload, ttl, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+if type(id) ~= 'string' or #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
+  return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
+end
+if type(payload) ~= 'string' or #payload > 4194304 then
+  return redis.error_reply('BADARG payload must be at most 4194304 bytes')
+end
+if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if type(max) ~= 'string' or not string.match(max, '^%d+$') or #max > 15 then
+  return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
+end
+
+-- The reserved fields exist together or not at all; anything else is not ours.
+local fields = redis.call('HLEN', key)
+local epoch, oldseq
+if fields > 0 then
+  local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch')
+  if not (r[1] and string.match(r[1], '^%d+$') and r[2] and string.match(r[2], '^%d+$')
+      and r[3] and string.match(r[3], '^[1-9]%d*$') and #r[3] <= 16) then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
+  end
+  epoch = r[3]
+  local old = redis.call('HGET', key, id)
+  if old then
+    oldseq = string.match(old, '^(%d+):')
+    if not oldseq then
+      return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
+    end
+  elseif tonumber(max) > 0 and fields - 3 >= tonumber(max) then
+    return redis.error_reply('FULL the tail holds ' .. (fields - 3) .. ' unacked messages')
+  end
+end
+
+local seq, created
+if oldseq then
+  seq, created = tonumber(oldseq), 0
+else
+  if fields == 0 then
+    -- A new incarnation: stamp it with the server's clock in microseconds.
+    local t = redis.call('TIME')
+    epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+  end
+  seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
+  redis.call('HSET', key, id, seq .. ':' .. payload)
+end
+if tonumber(ttl) > 0 then
+  redis.call('PEXPIRE', key, ttl)
+end
+return {seq, tonumber(epoch), created}

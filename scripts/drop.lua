@@ -1,0 +1,13 @@
+#!lua
+--[[ drop.lua — forget a connection: its tail, sequence, floor and epoch.
+  KEYS (n=1)
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+  ARGV (n=0)
+  Returns   1 the connection existed and is removed; 0 it did not exist
+  Errors    none
+  Writes    DEL KEYS[1]; the next append.lua starts a new incarnation (seq 1,
+            a new epoch, floor 0)
+  Atomicity one DEL
+  Complexity O(messages in the tail)
+]]
+return redis.call('DEL', KEYS[1])

@@ -1,0 +1,191 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryOutbox is the in-memory reference implementation of OutboxStore, with
+// the same behaviour as Outbox (the storetest suite checks both). It is for tests
+// and single-process programs; it is safe for concurrent use. WithClock sets its
+// clock, which drives TTL expiry and epochs.
+//
+// Its epochs are the clock's time in microseconds at creation, raised when
+// needed so that each is greater than every epoch the store handed out before
+// (a fake clock that stands still still yields a new epoch after DropConn).
+type MemoryOutbox struct {
+	mu        sync.Mutex
+	conns     map[string]*memConn
+	lastEpoch uint64
+	ttl       time.Duration
+	max       int
+	now       func() time.Time
+	err       error
+}
+
+// memConn is one connection's hash: _seq, _gen, _epoch and the messages.
+type memConn struct {
+	seq, gen, epoch uint64
+	msgs            map[string]memMessage
+	expires         time.Time // zero: never
+}
+
+type memMessage struct {
+	seq     uint64
+	payload []byte
+}
+
+var _ OutboxStore = (*MemoryOutbox)(nil)
+
+// NewMemoryOutbox returns an empty in-memory outbox. Options: WithTTL (default
+// 0: never expire), WithMaxUnacked (default 0: unbounded), WithClock (default
+// time.Now).
+func NewMemoryOutbox(opts ...Option) *MemoryOutbox {
+	cfg := newConfig(DefaultOutboxPrefix, opts)
+	return &MemoryOutbox{conns: map[string]*memConn{}, ttl: cfg.ttl, max: cfg.maxUnack, now: cfg.now, err: cfg.err}
+}
+
+// get returns conn's live hash, dropping an expired one. Callers hold mu.
+func (s *MemoryOutbox) get(conn string, now time.Time) *memConn {
+	c, ok := s.conns[conn]
+	if ok && !c.expires.IsZero() && !now.Before(c.expires) {
+		delete(s.conns, conn)
+		return nil
+	}
+	return c
+}
+
+// rearm is PEXPIRE ttl_ms when the store has a TTL. Callers hold mu.
+func (s *MemoryOutbox) rearm(c *memConn, now time.Time) {
+	if s.ttl > 0 {
+		c.expires = now.Add(s.ttl)
+	}
+}
+
+// Append is Outbox.Append.
+func (s *MemoryOutbox) Append(ctx context.Context, conn string, payload []byte) (string, uint64, error) {
+	a, err := s.AppendWithID(ctx, conn, newToken(), payload)
+	return a.ID, a.Seq, err
+}
+
+// AppendWithID is Outbox.AppendWithID (append.lua).
+func (s *MemoryOutbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
+	if err := checkOutboxAppend(ctx, s.err, conn, msgID, payload); err != nil {
+		return Appended{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	c := s.get(conn, now)
+	if c != nil {
+		if m, ok := c.msgs[msgID]; ok {
+			s.rearm(c, now)
+			return Appended{ID: msgID, Seq: m.seq, Epoch: c.epoch}, nil
+		}
+		if s.max > 0 && len(c.msgs) >= s.max {
+			return Appended{}, errorf("append", conn, ErrOutboxFull, "the tail holds %d unacked messages", len(c.msgs))
+		}
+	} else {
+		epoch := uint64(max(now.UnixMicro(), 1))
+		if epoch <= s.lastEpoch {
+			epoch = s.lastEpoch + 1
+		}
+		s.lastEpoch = epoch
+		c = &memConn{epoch: epoch, msgs: map[string]memMessage{}}
+		s.conns[conn] = c
+	}
+	c.seq++
+	c.msgs[msgID] = memMessage{seq: c.seq, payload: append([]byte{}, payload...)}
+	s.rearm(c, now)
+	return Appended{ID: msgID, Seq: c.seq, Epoch: c.epoch, Created: true}, nil
+}
+
+// Unacked is Outbox.Unacked.
+func (s *MemoryOutbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
+	t, err := s.Tail(ctx, conn)
+	return t.Messages, err
+}
+
+// Tail is Outbox.Tail (unacked.lua).
+func (s *MemoryOutbox) Tail(ctx context.Context, conn string) (Tail, error) {
+	if err := checkOutbox(ctx, s.err, "unacked", conn); err != nil {
+		return Tail{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.get(conn, s.now())
+	if c == nil {
+		return Tail{}, nil
+	}
+	t := Tail{Epoch: c.epoch, Generation: c.gen}
+	if len(c.msgs) > 0 {
+		t.Messages = make([]Message, 0, len(c.msgs))
+	}
+	for id, m := range c.msgs {
+		t.Messages = append(t.Messages, Message{ID: id, Seq: m.seq, Payload: append([]byte{}, m.payload...)})
+	}
+	sortMessages(t.Messages)
+	return t, nil
+}
+
+// Ack is Outbox.Ack.
+func (s *MemoryOutbox) Ack(ctx context.Context, conn, msgID string, generation uint64) error {
+	_, err := s.AckMany(ctx, conn, []string{msgID}, generation)
+	return err
+}
+
+// AckMany is Outbox.AckMany (ack.lua).
+func (s *MemoryOutbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
+	if err := checkOutboxAck(ctx, s.err, conn, msgIDs); err != nil || len(msgIDs) == 0 {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.get(conn, s.now())
+	if c == nil {
+		return 0, nil
+	}
+	if generation < c.gen {
+		return 0, fmt.Errorf("redisonce: ack %q: %w: generation %d is below the floor %d", conn, ErrStaleOwner, generation, c.gen)
+	}
+	c.gen = generation
+	n := 0
+	for _, id := range msgIDs {
+		if _, ok := c.msgs[id]; ok {
+			delete(c.msgs, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// AdvanceGeneration is Outbox.AdvanceGeneration (advance.lua).
+func (s *MemoryOutbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
+	if err := checkOutbox(ctx, s.err, "advance", conn); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if c := s.get(conn, now); c != nil && generation > c.gen {
+		c.gen = generation
+		s.rearm(c, now)
+	}
+	return nil
+}
+
+// DropConn is Outbox.DropConn (drop.lua).
+func (s *MemoryOutbox) DropConn(ctx context.Context, conn string) error {
+	if err := checkOutbox(ctx, s.err, "drop", conn); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, conn)
+	return nil
+}
+
+// Close does nothing; it is there to satisfy OutboxStore.
+func (s *MemoryOutbox) Close() error { return nil }

@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// MemoryRecords is the in-memory reference implementation of RecordStore, with
+// the same behaviour as Records (the storetest suite checks both): it restates
+// acquire.lua, get.lua, update.lua and delete.lua in Go, with WithClock's clock
+// in place of the server's TIME. It is for tests and single-process programs;
+// it is safe for concurrent use. Expired records are dropped when they are next
+// touched.
+type MemoryRecords struct {
+	mu  sync.Mutex
+	m   map[string]*memRecord
+	ttl time.Duration
+	now func() time.Time
+	err error
+}
+
+// memRecord is a record hash: times in ms since the epoch, 0 = none.
+type memRecord struct {
+	status                           string
+	payload                          []byte
+	created, updated, expires, lease int64
+	fence                            uint64
+	fp, token                        string
+}
+
+var (
+	_ RecordStore = (*MemoryRecords)(nil)
+	_ recordOps   = (*MemoryRecords)(nil)
+)
+
+// NewMemoryRecords returns an empty in-memory records store. Options: WithTTL
+// (default 0: a record acquired with TTL 0 never expires), WithClock (default
+// time.Now).
+func NewMemoryRecords(opts ...Option) *MemoryRecords {
+	cfg := newConfig(DefaultRecordsPrefix, opts)
+	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err}
+}
+
+// nowMS is the clock in ms, as TIME gives it to the scripts.
+func (s *MemoryRecords) nowMS() int64 { return s.now().UnixMilli() }
+
+// live returns key's record, dropping an expired one. Callers hold mu.
+func (s *MemoryRecords) live(key string, now int64) (*memRecord, bool) {
+	r, ok := s.m[key]
+	if ok && r.expires != 0 && now >= r.expires {
+		delete(s.m, key)
+		return nil, false
+	}
+	return r, ok
+}
+
+// record copies r out; the token only for its owner.
+func (r *memRecord) record(key string, withToken bool) Record {
+	rec := Record{
+		Key:         key,
+		Status:      Status(r.status),
+		CreatedAt:   msTime(r.created),
+		UpdatedAt:   msTime(r.updated),
+		ExpiresAt:   msTime(r.expires),
+		LeaseUntil:  msTime(r.lease),
+		Fence:       r.fence,
+		Fingerprint: r.fp,
+	}
+	if len(r.payload) > 0 {
+		rec.Payload = append([]byte(nil), r.payload...)
+	}
+	if withToken {
+		rec.Token = r.token
+	}
+	return rec
+}
+
+// Acquire is Records.Acquire.
+func (s *MemoryRecords) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+}
+
+// AcquireWith is Records.AcquireWith.
+func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, o)
+}
+
+// acquire is acquire.lua.
+func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+	if err := s.check(ctx, op, key); err != nil {
+		return Record{}, false, err
+	}
+	if err := o.check(op, key); err != nil {
+		return Record{}, false, err
+	}
+	if o.TTL == 0 {
+		o.TTL = s.ttl
+	}
+	token := newToken()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowMS()
+	var leaseUntil int64
+	if o.Lease > 0 {
+		leaseUntil = now + durMS(o.Lease)
+	}
+	if r, ok := s.live(key, now); ok {
+		if o.Fingerprint != "" && r.fp != "" && o.Fingerprint != r.fp {
+			return Record{}, false, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
+		}
+		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now {
+			return r.record(key, false), false, nil
+		}
+		r.token, r.lease, r.updated = token, leaseUntil, now
+		r.fence++
+		if r.fp == "" {
+			r.fp = o.Fingerprint
+		}
+		return r.record(key, true), true, nil
+	}
+	r := &memRecord{
+		status:  string(StatusPending),
+		created: now, updated: now, lease: leaseUntil,
+		fence: 1, fp: o.Fingerprint, token: token,
+	}
+	if o.TTL > 0 {
+		r.expires = now + durMS(o.TTL)
+	}
+	s.m[key] = r
+	return r.record(key, true), true, nil
+}
+
+// Get is Records.Get.
+func (s *MemoryRecords) Get(ctx context.Context, key string) (Record, bool, error) {
+	if err := s.check(ctx, "get", key); err != nil {
+		return Record{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.live(key, s.nowMS())
+	if !ok {
+		return Record{}, false, nil
+	}
+	return r.record(key, false), true, nil
+}
+
+// Update is Records.Update.
+func (s *MemoryRecords) Update(ctx context.Context, key string, u Update) error {
+	return s.update(ctx, "update", key, u)
+}
+
+// update is update.lua.
+func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	f, err := u.fields(op, key)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowMS()
+	r, ok := s.live(key, now)
+	if !ok {
+		return errorf(op, key, ErrNotFound, "no such record")
+	}
+	if f.token != "" && f.token != r.token {
+		return errorf(op, key, ErrStaleOwner, "the record has another owner")
+	}
+	if f.setExp && f.expires != 0 && f.expires <= now {
+		delete(s.m, key)
+		return nil
+	}
+	if f.status != nil {
+		r.status = *f.status
+	}
+	if f.payload != nil {
+		r.payload = append([]byte(nil), *f.payload...)
+	}
+	if f.setExp {
+		r.expires = f.expires
+	}
+	if f.setLease {
+		r.lease = f.lease
+	}
+	if r.status != string(StatusPending) {
+		r.lease = 0
+	}
+	r.updated = now
+	return nil
+}
+
+// Delete is Records.Delete.
+func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx, "delete", key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+	return nil
+}
+
+// DeleteFenced is Records.DeleteFenced.
+func (s *MemoryRecords) DeleteFenced(ctx context.Context, key, token string) error {
+	return s.deleteFenced(ctx, "delete", key, token)
+}
+
+// deleteFenced is delete.lua with a token.
+func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	if err := checkToken(op, key, token); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.live(key, s.nowMS())
+	if !ok {
+		return nil
+	}
+	if r.token != token {
+		return errorf(op, key, ErrStaleOwner, "the record has another owner")
+	}
+	delete(s.m, key)
+	return nil
+}
+
+// Do is Records.Do.
+func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, err
+	}
+	return doRecord(ctx, s, key, o, fn)
+}
+
+// Close does nothing; it is there to satisfy RecordStore.
+func (s *MemoryRecords) Close() error { return nil }
+
+func (s *MemoryRecords) check(ctx context.Context, op, key string) error {
+	if s.err != nil {
+		return s.err
+	}
+	return checkID(ctx, op, key)
+}
+
+// durMS is a duration in ms exactly as ms() renders it for the scripts: a
+// positive sub-millisecond rest rounds up, so a positive duration is never 0.
+func durMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	m := d.Milliseconds()
+	if time.Duration(m)*time.Millisecond < d {
+		m++
+	}
+	return m
+}

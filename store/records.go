@@ -1,0 +1,685 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
+// otherwise: a record lives in the hash "idempotency:<key>".
+const DefaultRecordsPrefix = "idempotency:"
+
+// Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
+// by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
+const (
+	// MaxRecordPayloadLen is the largest payload a record stores: 1 MiB. A stored
+	// result is replayed on every retry, so it should stay small; put a large
+	// result elsewhere and store a reference to it.
+	MaxRecordPayloadLen = 1 << 20
+	// MaxStatusLen is the longest status, in bytes; a status is never empty.
+	MaxStatusLen = 64
+	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
+	// a hex or base64 digest of the request, not for the request itself.
+	MaxFingerprintLen = 256
+	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
+	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
+	MaxTokenLen = 256
+)
+
+// maxMS is the largest millisecond value the scripts accept (15 digits, about
+// the year 33658): Lua numbers are exact below 2^53.
+const maxMS = 999_999_999_999_999
+
+var (
+	scriptAcquire = mustScript("acquire")
+	scriptGet     = mustScript("get")
+	scriptUpdate  = mustScript("update")
+	scriptDelete  = mustScript("delete")
+)
+
+// ErrFailed is returned by Do for a key whose record is failed: an earlier run
+// of fn returned an error, stored as the record's payload. Do does not run fn
+// again for that key until the record expires or is deleted; the error's text
+// ends with the stored one.
+var ErrFailed = errors.New("failed")
+
+// Status is a record's lifecycle state. The three constants are the ones the
+// stores give meaning to; Update may store any other 1..MaxStatusLen bytes.
+type Status string
+
+// The statuses of a record.
+const (
+	// StatusPending: the work is in progress (or was abandoned); a pending
+	// record with a lease is taken over by the next acquire once the lease passes.
+	StatusPending Status = "pending"
+	// StatusCompleted: the work is done and Payload holds its result.
+	StatusCompleted Status = "completed"
+	// StatusFailed: the work failed and Payload holds the error text.
+	StatusFailed Status = "failed"
+)
+
+// Record is one idempotency record. Times have millisecond precision and come
+// from the store's clock (the Redis server's TIME for Records); a zero time
+// means "none".
+type Record struct {
+	// Key is the caller's key, without the store's prefix.
+	Key string
+	// Status is the record's state.
+	Status Status
+	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
+	Payload []byte
+	// ExpiresAt is when the record expires; zero: never. For Records it is the
+	// Redis key's expiry (PEXPIREAT).
+	ExpiresAt time.Time
+	// CreatedAt is when the record was created; a takeover keeps it.
+	CreatedAt time.Time
+	// UpdatedAt is when the record was last written (created, taken over or updated).
+	UpdatedAt time.Time
+	// LeaseUntil is when the current owner's lease passes; zero: no lease (the
+	// record is not pending, or was acquired without one).
+	LeaseUntil time.Time
+	// Fence counts the acquisitions of this incarnation of the record: 1 when it
+	// is created, +1 on every takeover. It restarts at 1 when the record is
+	// deleted or expires and is created again.
+	Fence uint64
+	// Token is the owner's token. It is set only in the Record returned to the
+	// caller that acquired it (acquired == true); reads and other callers get "".
+	Token string
+	// Fingerprint is the request fingerprint the record was acquired with ("" = none).
+	Fingerprint string
+}
+
+// Update is a partial change to a record; nil fields are left as they are, and
+// at least one of Status, Payload, ExpiresAt and LeaseUntil must be set.
+type Update struct {
+	// Status sets the status (1..MaxStatusLen bytes). Any status other than
+	// StatusPending clears the lease, whatever LeaseUntil says.
+	Status *Status
+	// Payload sets the payload (at most MaxRecordPayloadLen bytes).
+	Payload *[]byte
+	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
+	// it (the record never expires), a time at or before now expires the record
+	// at once (it is deleted and Update returns nil). Rounded up to the ms.
+	ExpiresAt *time.Time
+	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
+	// time removes the lease. Rounded up to the ms.
+	LeaseUntil *time.Time
+	// Token fences the update: when set, it applies only if Token is the
+	// record's current owner token, else ErrStaleOwner and nothing changes.
+	// Empty: unfenced, as in the seed contract.
+	Token string
+}
+
+// AcquireOptions says how to acquire a record.
+type AcquireOptions struct {
+	// TTL is how long a new record lives, counted from its creation (a
+	// takeover does not extend it). Default 0: the store's WithTTL, itself
+	// default 0: the record never expires. Negative values are invalid.
+	TTL time.Duration
+	// Lease is how long the caller owns a new record, or one it takes over,
+	// while it does the work. Once the lease passes, the next acquire of the
+	// pending record takes it over with a new token and Fence + 1, and the
+	// former owner's fenced Update and DeleteFenced fail with ErrStaleOwner.
+	// Default 0: no lease, a pending record is never taken over (it waits for
+	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.
+	Lease time.Duration
+	// Fingerprint identifies the request made with the key (a digest of its
+	// method, path and body, say), at most MaxFingerprintLen bytes. When the
+	// record and the caller both have a non-empty fingerprint and they differ,
+	// the acquire fails with ErrFingerprintMismatch and changes nothing. An
+	// empty fingerprint on either side is not checked; a record created without
+	// one adopts the first non-empty fingerprint of a caller that takes it over.
+	Fingerprint string
+}
+
+// RecordStore is what Records and MemoryRecords implement;
+// storetest.TestRecords checks any implementation against the contract. The
+// first five methods are the seed's idempotency store contract.
+type RecordStore interface {
+	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
+	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)
+	// AcquireWith creates key's record, pending and owned by the caller
+	// (true), or takes over a pending one whose lease passed (true), or
+	// returns the existing record without its token (false).
+	AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error)
+	// Get returns key's record without its token; (Record{}, false, nil)
+	// when it is missing or expired.
+	Get(ctx context.Context, key string) (Record, bool, error)
+	// Update changes key's record: ErrNotFound when it is missing (nothing is
+	// created), ErrStaleOwner when u.Token is set and not the owner's.
+	Update(ctx context.Context, key string, u Update) error
+	// Delete removes key's record, whoever owns it; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// DeleteFenced removes key's record only if token is its owner's token:
+	// ErrStaleOwner otherwise; a missing key is not an error.
+	DeleteFenced(ctx context.Context, key, token string) error
+	// Do runs fn at most once per key across every caller and replays its result.
+	Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// recordOps are the operations Do is built on, with the op name used in errors.
+type recordOps interface {
+	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
+	update(ctx context.Context, op, key string, u Update) error
+	deleteFenced(ctx context.Context, op, key, token string) error
+}
+
+// Records keeps idempotency records in Redis: one hash per key, prefix+key,
+// with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
+// never), lease_ms (0 = no lease), fence, fp and token. Every operation is one
+// script (acquire.lua, get.lua, update.lua, delete.lua); every time in a record
+// comes from the server's TIME, and a record's expiry is its key's expiry. It is
+// safe for concurrent use.
+//
+// Keys holding something other than a record hash (the seed's JSON strings,
+// say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
+// Delete removes them.
+type Records struct {
+	c      rueidis.Client
+	owned  bool
+	prefix string
+	ttl    time.Duration
+	err    error
+}
+
+var (
+	_ RecordStore = (*Records)(nil)
+	_ recordOps   = (*Records)(nil)
+)
+
+// NewRecords returns a records store on a client the caller keeps: Close does
+// not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
+// 0: a record acquired with TTL 0 never expires).
+func NewRecords(c rueidis.Client, opts ...Option) *Records {
+	cfg := newConfig(DefaultRecordsPrefix, opts)
+	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
+}
+
+// OpenRecords connects to url (redis://, rediss://, unix://; see
+// rueidis.ParseURL) and returns a records store that owns the client: Close
+// closes it.
+func OpenRecords(url string, opts ...Option) (*Records, error) {
+	c, err := openClient(url)
+	if err != nil {
+		return nil, err
+	}
+	s := NewRecords(c, opts...)
+	if s.err != nil {
+		c.Close()
+		return nil, s.err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// Acquire creates key's record, pending, expiring after ttl (0: the store's
+// WithTTL, default never), and returns it with true; an existing unexpired
+// record is returned with false. This is the seed contract:
+// AcquireWith(ctx, key, AcquireOptions{TTL: ttl}), without a lease.
+func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+}
+
+// AcquireWith acquires key's record in one script:
+//
+//   - no record: it is created, pending, with a new owner token, Fence 1, a
+//     lease of o.Lease and an expiry of o.TTL, and returned with true;
+//   - a pending record whose lease has passed: it is taken over (new token,
+//     Fence + 1, a new lease; status, payload, creation and expiry kept) and
+//     returned with true;
+//   - any other record: returned unchanged with false and without its token;
+//   - o.Fingerprint differs from the record's: ErrFingerprintMismatch.
+//
+// The returned Record's Token (set only with true) fences the caller's Update
+// and DeleteFenced.
+func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, o)
+}
+
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+	if err := s.check(ctx, op, key); err != nil {
+		return Record{}, false, err
+	}
+	if err := o.check(op, key); err != nil {
+		return Record{}, false, err
+	}
+	if o.TTL == 0 {
+		o.TTL = s.ttl
+	}
+	r := scriptAcquire.exec(ctx, s.c, s.prefix+key, ms(o.TTL), newToken(), o.Fingerprint, ms(o.Lease))
+	arr, err := replyArray(op, key, r, 10)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if !arr[0].IsInt64() {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
+	}
+	acquired, _ := arr[0].AsInt64()
+	if acquired != 0 && acquired != 1 {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", acquired)
+	}
+	rec, err := parseRecord(op, key, arr[1:])
+	if err != nil {
+		return Record{}, false, err
+	}
+	if (acquired == 1) != (rec.Token != "") {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
+	}
+	return rec, acquired == 1, nil
+}
+
+// Get returns key's record, without its token, and true; (Record{}, false,
+// nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
+// replica may serve it.
+func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if err := s.check(ctx, "get", key); err != nil {
+		return Record{}, false, err
+	}
+	r := scriptGet.exec(ctx, s.c, s.prefix+key)
+	if rueidis.IsRedisNil(r.Error()) {
+		return Record{}, false, nil
+	}
+	arr, err := replyArray("get", key, r, 9)
+	if err != nil {
+		return Record{}, false, err
+	}
+	rec, err := parseRecord("get", key, arr)
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Update applies u to key's record in one script and sets UpdatedAt to now:
+// ErrNotFound when the record is missing (nothing is created), ErrStaleOwner
+// when u.Token is set and the record has another owner (nothing changes). A
+// status other than pending clears the lease. An owner whose lease passed
+// keeps the record, and may still update it, until another caller takes it over.
+func (s *Records) Update(ctx context.Context, key string, u Update) error {
+	return s.update(ctx, "update", key, u)
+}
+
+func (s *Records) update(ctx context.Context, op, key string, u Update) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	args, err := u.args(op, key)
+	if err != nil {
+		return err
+	}
+	r := scriptUpdate.exec(ctx, s.c, s.prefix+key, args...)
+	if rueidis.IsRedisNil(r.Error()) {
+		return nil // expired at once by an ExpiresAt in the past
+	}
+	arr, err := replyArray(op, key, r, 9)
+	if err != nil {
+		return err
+	}
+	_, err = parseRecord(op, key, arr)
+	return err
+}
+
+// Delete removes key's record, whoever owns it (the seed contract); a missing
+// key is not an error. It also removes a key that does not hold a record.
+func (s *Records) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx, "delete", key); err != nil {
+		return err
+	}
+	_, err := replyInt("delete", key, scriptDelete.exec(ctx, s.c, s.prefix+key, ""))
+	return err
+}
+
+// DeleteFenced removes key's record only if token (from the Record that
+// AcquireWith returned) is still its owner's: ErrStaleOwner when another
+// caller took the record over, and nothing is deleted. A missing key is not an
+// error. token must be 1..MaxTokenLen bytes.
+func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
+	return s.deleteFenced(ctx, "delete", key, token)
+}
+
+func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	if err := checkToken(op, key, token); err != nil {
+		return err
+	}
+	_, err := replyInt(op, key, scriptDelete.exec(ctx, s.c, s.prefix+key, token))
+	return err
+}
+
+// Do runs fn at most once per key across every process sharing the store, and
+// replays its result to every retry — the flow of an API taking an
+// Idempotency-Key, or a queue deduplicating enqueues:
+//
+//   - acquire key with o (o.Lease must be > 0: it bounds how long a crashed
+//     caller blocks the key);
+//   - a completed record: its payload is returned with replayed = true, and fn
+//     does not run; any status other than pending and failed (set by Update)
+//     is replayed the same way;
+//   - a failed record: its payload (fn's error text) is returned with replayed
+//     = true and an error wrapping ErrFailed; fn does not run again until the
+//     record expires or is deleted;
+//   - a pending record under another owner's live lease (or without a lease):
+//     ErrInFlight; retry later;
+//   - a different fingerprint under the same key: ErrFingerprintMismatch;
+//   - otherwise the caller owns the record and fn runs. Its result is stored as
+//     completed; its error as failed, with the error text (cut to
+//     MaxRecordPayloadLen) as payload, and returned as is; an error marked with
+//     Retryable deletes the record instead, so the next Do runs fn again; a
+//     panic deletes the record and goes on. A result longer than MaxRecordPayloadLen
+//     cannot be stored: the record is marked failed and Do returns the result
+//     with ErrInvalidArgument.
+//
+// The final write is fenced by the owner's token: if fn outran its lease and
+// another caller took the record over, Do returns fn's result with
+// ErrStaleOwner and the new owner's record is left alone; if the record expired
+// or was deleted meanwhile, ErrLeaseLost. The final write runs even when ctx is
+// cancelled, bounded by 5 seconds. Pick a lease longer than fn's longest run.
+func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, err
+	}
+	return doRecord(ctx, s, key, o, fn)
+}
+
+// Close closes the client if the store opened it (OpenRecords); for a store
+// made with NewRecords it does nothing.
+func (s *Records) Close() error {
+	if s.owned {
+		s.c.Close()
+	}
+	return nil
+}
+
+func (s *Records) check(ctx context.Context, op, key string) error {
+	if s.err != nil {
+		return s.err
+	}
+	return checkID(ctx, op, key)
+}
+
+// Retryable marks fn's error as transient for Do: instead of storing it in a
+// failed record, Do deletes the record (fenced by its token) so that the next
+// Do for the key runs fn again. Do returns the marked error; errors.Is and
+// errors.As see through the mark. Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retryableError{err}
+}
+
+type retryableError struct{ err error }
+
+func (e retryableError) Error() string { return e.err.Error() }
+func (e retryableError) Unwrap() error { return e.err }
+
+// doRecord is Do after the key and ctx were checked, shared by Records and
+// MemoryRecords.
+func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if o.Lease <= 0 {
+		return nil, false, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+	}
+	rec, acquired, err := s.acquire(ctx, "do", key, o)
+	if err != nil {
+		return nil, false, err
+	}
+	if !acquired {
+		switch rec.Status {
+		case StatusPending:
+			return nil, false, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+		case StatusFailed:
+			return rec.Payload, true, errorf("do", key, ErrFailed, "%s", rec.Payload)
+		default:
+			return rec.Payload, true, nil
+		}
+	}
+	token := rec.Token
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// fn panicked: give the key back before the panic goes on.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.deleteFenced(dctx, "do", key, token)
+	}()
+	result, fnErr := fn(ctx)
+	finished = true
+
+	// The effect has happened: record it even if ctx was cancelled meanwhile.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	lost := func(err error) error {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("redisonce: do %q: %w", key, ErrLeaseLost)
+		}
+		return err
+	}
+	if fnErr != nil {
+		var r retryableError
+		if errors.As(fnErr, &r) {
+			if err := s.deleteFenced(wctx, "do", key, token); err != nil {
+				return nil, false, errors.Join(fnErr, err)
+			}
+			return nil, false, fnErr
+		}
+		text := []byte(fnErr.Error())
+		if len(text) > MaxRecordPayloadLen {
+			text = text[:MaxRecordPayloadLen]
+		}
+		failed := StatusFailed
+		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
+			return nil, false, errors.Join(fnErr, lost(err))
+		}
+		return nil, false, fnErr
+	}
+	if len(result) > MaxRecordPayloadLen {
+		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
+		text := []byte(tooLong.Error())
+		failed := StatusFailed
+		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
+			return result, false, errors.Join(tooLong, lost(err))
+		}
+		return result, false, tooLong
+	}
+	completed := StatusCompleted
+	payload := result
+	if err := s.update(wctx, "do", key, Update{Status: &completed, Payload: &payload, Token: token}); err != nil {
+		return result, false, lost(err)
+	}
+	return result, false, nil
+}
+
+// check validates acquire options before anything is sent.
+func (o AcquireOptions) check(op, key string) error {
+	switch {
+	case o.TTL < 0:
+		return errorf(op, key, ErrInvalidArgument, "negative TTL %v", o.TTL)
+	case o.Lease < 0:
+		return errorf(op, key, ErrInvalidArgument, "negative lease %v", o.Lease)
+	case len(o.Fingerprint) > MaxFingerprintLen:
+		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}
+
+func checkToken(op, key, token string) error {
+	if token == "" || len(token) > MaxTokenLen {
+		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", MaxTokenLen, len(token))
+	}
+	return nil
+}
+
+// updateFields is u checked and converted to the scripts' units: ms since the
+// epoch, 0 = none.
+type updateFields struct {
+	status           *string
+	payload          *[]byte
+	expires, lease   int64
+	setExp, setLease bool
+	token            string
+}
+
+func (u Update) fields(op, key string) (updateFields, error) {
+	f := updateFields{token: u.Token}
+	if u.Token != "" {
+		if err := checkToken(op, key, u.Token); err != nil {
+			return f, err
+		}
+	}
+	if u.Status == nil && u.Payload == nil && u.ExpiresAt == nil && u.LeaseUntil == nil {
+		return f, errorf(op, key, ErrInvalidArgument, "nothing to update")
+	}
+	if u.Status != nil {
+		st := string(*u.Status)
+		if st == "" || len(st) > MaxStatusLen {
+			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", MaxStatusLen, len(st))
+		}
+		f.status = &st
+	}
+	if u.Payload != nil {
+		if len(*u.Payload) > MaxRecordPayloadLen {
+			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxRecordPayloadLen)
+		}
+		f.payload = u.Payload
+	}
+	var ok bool
+	if u.ExpiresAt != nil {
+		if f.expires, ok = atMS(*u.ExpiresAt); !ok {
+			return f, errorf(op, key, ErrInvalidArgument, "ExpiresAt %v is out of range", *u.ExpiresAt)
+		}
+		f.setExp = true
+	}
+	if u.LeaseUntil != nil {
+		if f.lease, ok = atMS(*u.LeaseUntil); !ok {
+			return f, errorf(op, key, ErrInvalidArgument, "LeaseUntil %v is out of range", *u.LeaseUntil)
+		}
+		f.setLease = true
+	}
+	return f, nil
+}
+
+// args is update.lua's ARGV for u.
+func (u Update) args(op, key string) ([]string, error) {
+	f, err := u.fields(op, key)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, 1, 9)
+	args[0] = f.token
+	if f.status != nil {
+		args = append(args, "status", *f.status)
+	}
+	if f.payload != nil {
+		args = append(args, "payload", rueidis.BinaryString(*f.payload))
+	}
+	if f.setExp {
+		args = append(args, "expires_ms", strconv.FormatInt(f.expires, 10))
+	}
+	if f.setLease {
+		args = append(args, "lease_ms", strconv.FormatInt(f.lease, 10))
+	}
+	return args, nil
+}
+
+// atMS converts an instant to ms since the epoch, rounded up; the zero time is
+// 0 ("none"). An instant at or before the epoch is 1 ms, "long past", never 0.
+func atMS(t time.Time) (int64, bool) {
+	if t.IsZero() {
+		return 0, true
+	}
+	m := t.UnixMilli()
+	if t.After(time.UnixMilli(m)) {
+		m++
+	}
+	if m < 1 {
+		m = 1
+	}
+	return m, m <= maxMS
+}
+
+// msTime converts the scripts' ms since the epoch to a UTC time; 0 is the zero time.
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// replyArray reads an array reply of exactly n elements, mapping script errors
+// to sentinels.
+func replyArray(op, key string, r rueidis.RedisResult, n int) ([]rueidis.RedisMessage, error) {
+	if err := r.Error(); err != nil {
+		return nil, opError(op, key, err)
+	}
+	m, err := r.ToMessage()
+	if err != nil {
+		return nil, opError(op, key, err)
+	}
+	arr, err := m.ToArray()
+	if err != nil {
+		return nil, errorf(op, key, ErrUnexpectedReply, "want an array reply, got %s", m.String())
+	}
+	if len(arr) != n {
+		return nil, errorf(op, key, ErrUnexpectedReply, "want %d elements, got %d", n, len(arr))
+	}
+	return arr, nil
+}
+
+// parseRecord reads the scripts' record reply: status, payload, created_ms,
+// updated_ms, expires_ms, lease_ms, fence, fp, token — 9 strings.
+func parseRecord(op, key string, a []rueidis.RedisMessage) (Record, error) {
+	var s [9]string
+	for i := range s {
+		v, err := a[i].ToString()
+		if err != nil {
+			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s", i+1, a[i].String())
+		}
+		s[i] = v
+	}
+	var t [4]int64
+	for i := range t {
+		n, err := strconv.ParseInt(s[2+i], 10, 64)
+		if err != nil || n < 0 {
+			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %q, want ms", 3+i, s[2+i])
+		}
+		t[i] = n
+	}
+	fence, err := strconv.ParseUint(s[6], 10, 64)
+	if err != nil {
+		return Record{}, errorf(op, key, ErrUnexpectedReply, "fence is %q", s[6])
+	}
+	if s[0] == "" {
+		return Record{}, errorf(op, key, ErrUnexpectedReply, "empty status")
+	}
+	return Record{
+		Key:         key,
+		Status:      Status(s[0]),
+		Payload:     payloadBytes(s[1]),
+		CreatedAt:   msTime(t[0]),
+		UpdatedAt:   msTime(t[1]),
+		ExpiresAt:   msTime(t[2]),
+		LeaseUntil:  msTime(t[3]),
+		Fence:       fence,
+		Fingerprint: s[7],
+		Token:       s[8],
+	}, nil
+}
+
+// payloadBytes is a stored payload as a Record holds it: nil when empty.
+func payloadBytes(p string) []byte {
+	if p == "" {
+		return nil
+	}
+	return []byte(p)
+}

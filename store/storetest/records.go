@@ -1,0 +1,874 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// RecordsHarness tells TestRecords how to make and age a store under test.
+type RecordsHarness struct {
+	// New returns an empty store with opts applied, isolated from every other
+	// store New returns (a fresh prefix or database). The suite closes it.
+	New func(t *testing.T, opts ...store.Option) store.RecordStore
+	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
+	// real clock, Clock.Advance for a fake one.
+	Wait func(d time.Duration)
+	// Now is the stores' clock, to check the times in records against: the
+	// fake clock's Now, or time.Now for Redis on the same machine. Default
+	// time.Now.
+	Now func() time.Time
+	// Tick is a duration long enough for the implementation to expire a key or
+	// pass a lease reliably (Redis: 100ms); TTLs and leases in the suite are
+	// multiples of it, and times read from the store may differ from Now by up
+	// to half of it. Default 100ms.
+	Tick time.Duration
+}
+
+// TestRecords runs the idempotency records contract against h's stores.
+func TestRecords(t *testing.T, h RecordsHarness) {
+	if h.Tick <= 0 {
+		h.Tick = 100 * time.Millisecond
+	}
+	if h.Now == nil {
+		h.Now = time.Now
+	}
+	tick := h.Tick
+	newStore := func(t *testing.T, opts ...store.Option) store.RecordStore {
+		t.Helper()
+		s := h.New(t, opts...)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	ctx := context.Background()
+	near := cmpopts.EquateApproxTime(tick / 2)
+	// within checks that got is want, give or take half a tick.
+	within := func(t *testing.T, what string, got, want time.Time) {
+		t.Helper()
+		if got.IsZero() != want.IsZero() || !cmp.Equal(got, want, near) {
+			t.Errorf("%s = %v, want %v (± %v)", what, got, want, tick/2)
+		}
+	}
+	statusPtr := func(s store.Status) *store.Status { return &s }
+	bytesPtr := func(b string) *[]byte { p := []byte(b); return &p }
+	timePtr := func(t time.Time) *time.Time { return &t }
+
+	t.Run("SeedExample", func(t *testing.T) {
+		s := newStore(t)
+		start := h.Now()
+		rec, acquired, err := s.Acquire(ctx, "export:123", 24*time.Hour)
+		noErr(t, err)
+		if !acquired {
+			t.Fatal("the first Acquire did not acquire")
+		}
+		if rec.Key != "export:123" || rec.Status != store.StatusPending || rec.Token == "" || rec.Fence != 1 ||
+			rec.Payload != nil || !rec.LeaseUntil.IsZero() || rec.Fingerprint != "" {
+			t.Errorf("acquired record = %+v; want key export:123, pending, a token, fence 1, no payload, lease or fingerprint", rec)
+		}
+		within(t, "CreatedAt", rec.CreatedAt, start)
+		if !rec.UpdatedAt.Equal(rec.CreatedAt) || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(24*time.Hour)) {
+			t.Errorf("UpdatedAt %v, ExpiresAt %v; want CreatedAt %v and CreatedAt + 24h", rec.UpdatedAt, rec.ExpiresAt, rec.CreatedAt)
+		}
+
+		status := store.StatusCompleted
+		payload := []byte("export-id")
+		noErr(t, s.Update(ctx, "export:123", store.Update{Status: &status, Payload: &payload}))
+
+		got, ok, err := s.Get(ctx, "export:123")
+		noErr(t, err)
+		if !ok {
+			t.Fatal("Get after Update found nothing")
+		}
+		want := rec
+		want.Status, want.Payload, want.Token, want.UpdatedAt = store.StatusCompleted, []byte("export-id"), "", got.UpdatedAt
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Get after Update (-want +got):\n%s", diff)
+		}
+		if got.UpdatedAt.Before(got.CreatedAt) {
+			t.Errorf("UpdatedAt %v before CreatedAt %v", got.UpdatedAt, got.CreatedAt)
+		}
+	})
+
+	t.Run("AcquireExisting", func(t *testing.T) {
+		s := newStore(t)
+		first := mustAcquire(t, s, "k", store.AcquireOptions{TTL: 100 * tick}, true)
+		second := mustAcquire(t, s, "k", store.AcquireOptions{TTL: time.Hour, Lease: tick}, false)
+		want := first
+		want.Token = ""
+		if diff := cmp.Diff(want, second); diff != "" {
+			t.Errorf("second acquire, want the first record without its token (-want +got):\n%s", diff)
+		}
+		if got := mustGet(t, s, "k", true); !cmp.Equal(want, got) {
+			t.Errorf("Get = %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("GetMissing", func(t *testing.T) {
+		s := newStore(t)
+		rec, ok, err := s.Get(ctx, "nope")
+		if ok || err != nil || !cmp.Equal(rec, store.Record{}) {
+			t.Errorf("Get(missing) = %+v, %v, %v; want Record{}, false, nil", rec, ok, err)
+		}
+	})
+
+	t.Run("UpdateMissingCreatesNothing", func(t *testing.T) {
+		s := newStore(t)
+		wantErr(t, s.Update(ctx, "nope", store.Update{Status: statusPtr(store.StatusCompleted)}), store.ErrNotFound)
+		wantErr(t, s.Update(ctx, "nope", store.Update{Payload: bytesPtr("x"), Token: "tok"}), store.ErrNotFound)
+		mustGet(t, s, "nope", false)
+	})
+
+	t.Run("DeleteAndAcquireAgain", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Token: a.Token}))
+		noErr(t, s.Delete(ctx, "k"))
+		mustGet(t, s, "k", false)
+		noErr(t, s.Delete(ctx, "k"))
+		noErr(t, s.DeleteFenced(ctx, "k", a.Token))
+		b := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		if b.Fence != 1 || b.Token == a.Token || b.Status != store.StatusPending {
+			t.Errorf("acquire after Delete = %+v; want a new pending record, fence 1, a new token", b)
+		}
+	})
+
+	t.Run("TTL", func(t *testing.T) {
+		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{TTL: 2 * tick}, true)
+		if !rec.ExpiresAt.Equal(rec.CreatedAt.Add(2 * tick)) {
+			t.Errorf("ExpiresAt = %v, want CreatedAt + %v = %v", rec.ExpiresAt, 2*tick, rec.CreatedAt.Add(2*tick))
+		}
+		mustAcquire(t, s, "k", store.AcquireOptions{TTL: 2 * tick}, false)
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+		wantErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted)}), store.ErrNotFound)
+		if again := mustAcquire(t, s, "k", store.AcquireOptions{}, true); again.Fence != 1 {
+			t.Errorf("acquire after expiry: fence %d, want 1", again.Fence)
+		}
+	})
+
+	t.Run("StoreTTLIsTheDefault", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(2*tick))
+		rec, acquired, err := s.Acquire(ctx, "k", 0)
+		noErr(t, err)
+		if !acquired || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(2*tick)) {
+			t.Errorf("Acquire(ttl 0) with WithTTL(%v) = %+v, %v; want ExpiresAt = CreatedAt + TTL", 2*tick, rec, acquired)
+		}
+		rec = mustAcquire(t, s, "other", store.AcquireOptions{TTL: 50 * tick}, true)
+		if !rec.ExpiresAt.Equal(rec.CreatedAt.Add(50 * tick)) {
+			t.Errorf("an explicit TTL did not override the store's: ExpiresAt %v, CreatedAt %v", rec.ExpiresAt, rec.CreatedAt)
+		}
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+		mustGet(t, s, "other", true)
+	})
+
+	t.Run("NoTTLNeverExpires", func(t *testing.T) {
+		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		if !rec.ExpiresAt.IsZero() {
+			t.Errorf("ExpiresAt = %v, want zero (never)", rec.ExpiresAt)
+		}
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", true)
+	})
+
+	t.Run("UpdateMovesExpiry", func(t *testing.T) {
+		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		at := rec.CreatedAt.Add(2 * tick)
+		noErr(t, s.Update(ctx, "k", store.Update{ExpiresAt: &at}))
+		if got := mustGet(t, s, "k", true); !got.ExpiresAt.Equal(at) || got.Status != store.StatusPending {
+			t.Errorf("after Update(ExpiresAt %v): %+v", at, got)
+		}
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("UpdateZeroExpiryPersists", func(t *testing.T) {
+		s := newStore(t)
+		mustAcquire(t, s, "k", store.AcquireOptions{TTL: 2 * tick}, true)
+		noErr(t, s.Update(ctx, "k", store.Update{ExpiresAt: &time.Time{}}))
+		if got := mustGet(t, s, "k", true); !got.ExpiresAt.IsZero() {
+			t.Errorf("ExpiresAt after Update(zero) = %v, want zero", got.ExpiresAt)
+		}
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", true)
+	})
+
+	t.Run("UpdatePastExpiryDeletes", func(t *testing.T) {
+		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		for _, at := range []time.Time{rec.CreatedAt.Add(-time.Second), time.Unix(0, 0), time.Unix(-5, 0)} {
+			noErr(t, s.Update(ctx, "k", store.Update{ExpiresAt: &at, Token: rec.Token}))
+			mustGet(t, s, "k", false)
+			rec = mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		}
+	})
+
+	t.Run("LeaseTakeoverFencesTheStalledOwner", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 2 * tick, TTL: 100 * tick}, true)
+		if !a.LeaseUntil.Equal(a.CreatedAt.Add(2 * tick)) {
+			t.Errorf("LeaseUntil = %v, want CreatedAt + %v", a.LeaseUntil, 2*tick)
+		}
+		b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 2 * tick}, false)
+		if b.Status != store.StatusPending || b.Fence != 1 || b.Token != "" || !b.LeaseUntil.Equal(a.LeaseUntil) {
+			t.Errorf("acquire within the lease = %+v; want a's pending record without a token", b)
+		}
+		h.Wait(3 * tick)
+		start := h.Now()
+		c := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
+		if c.Fence != 2 || c.Token == "" || c.Token == a.Token || c.Status != store.StatusPending {
+			t.Errorf("takeover = %+v; want fence 2 and a new token", c)
+		}
+		if !c.CreatedAt.Equal(a.CreatedAt) || !c.ExpiresAt.Equal(a.ExpiresAt) {
+			t.Errorf("takeover changed CreatedAt/ExpiresAt: %v/%v, was %v/%v", c.CreatedAt, c.ExpiresAt, a.CreatedAt, a.ExpiresAt)
+		}
+		within(t, "takeover UpdatedAt", c.UpdatedAt, start)
+		if !c.LeaseUntil.Equal(c.UpdatedAt.Add(100 * tick)) {
+			t.Errorf("takeover LeaseUntil = %v, want UpdatedAt + %v", c.LeaseUntil, 100*tick)
+		}
+
+		before := mustGet(t, s, "k", true)
+		wantErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("A"), Token: a.Token}), store.ErrStaleOwner)
+		wantErr(t, s.Update(ctx, "k", store.Update{ExpiresAt: &time.Time{}, Token: a.Token}), store.ErrStaleOwner)
+		wantErr(t, s.DeleteFenced(ctx, "k", a.Token), store.ErrStaleOwner)
+		if diff := cmp.Diff(before, mustGet(t, s, "k", true)); diff != "" {
+			t.Errorf("the stalled owner changed the record (-before +after):\n%s", diff)
+		}
+
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("C"), Token: c.Token}))
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "C" || !got.LeaseUntil.IsZero() || got.Fence != 2 {
+			t.Errorf("after the new owner's update: %+v; want completed, C, no lease, fence 2", got)
+		}
+		wantErr(t, s.DeleteFenced(ctx, "k", a.Token), store.ErrStaleOwner)
+		noErr(t, s.DeleteFenced(ctx, "k", c.Token))
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("TakeoverAgainAndAgain", func(t *testing.T) {
+		s := newStore(t)
+		tokens := map[string]bool{}
+		for i := 1; i <= 3; i++ {
+			rec := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true)
+			if rec.Fence != uint64(i) || tokens[rec.Token] {
+				t.Errorf("acquire %d: fence %d token %q; want fence %d and a fresh token", i, rec.Fence, rec.Token, i)
+			}
+			tokens[rec.Token] = true
+			h.Wait(2 * tick)
+		}
+	})
+
+	t.Run("NoLeaseIsNeverTakenOver", func(t *testing.T) {
+		s := newStore(t)
+		mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		h.Wait(3 * tick)
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false); rec.Status != store.StatusPending {
+			t.Errorf("status = %q, want pending", rec.Status)
+		}
+	})
+
+	t.Run("FinishedRecordsAreNotTakenOver", func(t *testing.T) {
+		s := newStore(t)
+		for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
+			key := "k-" + string(st)
+			a := mustAcquire(t, s, key, store.AcquireOptions{Lease: 2 * tick}, true)
+			// LeaseUntil is ignored: a status other than pending clears the lease.
+			noErr(t, s.Update(ctx, key, store.Update{Status: &st, LeaseUntil: timePtr(a.CreatedAt.Add(time.Hour)), Token: a.Token}))
+			if got := mustGet(t, s, key, true); got.Status != st || !got.LeaseUntil.IsZero() {
+				t.Errorf("after Update(status %q): %+v; want that status and no lease", st, got)
+			}
+		}
+		h.Wait(3 * tick)
+		for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
+			if rec := mustAcquire(t, s, "k-"+string(st), store.AcquireOptions{Lease: tick}, false); rec.Status != st || rec.Fence != 1 {
+				t.Errorf("acquire of a %s record = %+v", st, rec)
+			}
+		}
+	})
+
+	t.Run("OwnerKeepsARecordUntilTakenOver", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true)
+		h.Wait(2 * tick)
+		noErr(t, s.Update(ctx, "k", store.Update{Payload: bytesPtr("progress"), Token: a.Token}))
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Token: a.Token}))
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "progress" {
+			t.Errorf("got %+v", got)
+		}
+	})
+
+	t.Run("UpdateMovesTheLease", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 2 * tick}, true)
+		until := a.CreatedAt.Add(100 * tick)
+		noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: &until, Token: a.Token}))
+		if got := mustGet(t, s, "k", true); !got.LeaseUntil.Equal(until) {
+			t.Errorf("LeaseUntil = %v, want %v", got.LeaseUntil, until)
+		}
+		h.Wait(3 * tick)
+		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
+		// A passed deadline hands the record to the next acquire at once.
+		noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: timePtr(a.CreatedAt), Token: a.Token}))
+		if b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); b.Fence != 2 {
+			t.Errorf("takeover after the lease was moved back: fence %d, want 2", b.Fence)
+		}
+		// Zero removes the lease.
+		c := mustAcquire(t, s, "z", store.AcquireOptions{Lease: tick}, true)
+		noErr(t, s.Update(ctx, "z", store.Update{LeaseUntil: &time.Time{}, Token: c.Token}))
+		h.Wait(2 * tick)
+		if got := mustAcquire(t, s, "z", store.AcquireOptions{Lease: tick}, false); !got.LeaseUntil.IsZero() {
+			t.Errorf("LeaseUntil = %v, want zero", got.LeaseUntil)
+		}
+	})
+
+	t.Run("UnfencedUpdate", func(t *testing.T) {
+		s := newStore(t)
+		mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusFailed), Payload: bytesPtr("oops")}))
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusFailed || string(got.Payload) != "oops" {
+			t.Errorf("got %+v", got)
+		}
+		noErr(t, s.Delete(ctx, "k"))
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("UpdatedAtMoves", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		h.Wait(2 * tick)
+		start := h.Now()
+		noErr(t, s.Update(ctx, "k", store.Update{Payload: bytesPtr("p")}))
+		got := mustGet(t, s, "k", true)
+		within(t, "UpdatedAt", got.UpdatedAt, start)
+		if !got.CreatedAt.Equal(a.CreatedAt) || !got.UpdatedAt.After(a.CreatedAt) {
+			t.Errorf("CreatedAt %v UpdatedAt %v; want CreatedAt kept (%v) and UpdatedAt after it", got.CreatedAt, got.UpdatedAt, a.CreatedAt)
+		}
+	})
+
+	t.Run("Fingerprint", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Fingerprint: "A", Lease: 100 * tick}, true)
+		if a.Fingerprint != "A" {
+			t.Errorf("Fingerprint = %q, want A", a.Fingerprint)
+		}
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{Fingerprint: "A"}, false); rec.Fingerprint != "A" {
+			t.Errorf("same fingerprint: %+v", rec)
+		}
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{}, false); rec.Fingerprint != "A" {
+			t.Errorf("no fingerprint: %+v", rec)
+		}
+		before := mustGet(t, s, "k", true)
+		_, _, err := s.AcquireWith(ctx, "k", store.AcquireOptions{Fingerprint: "B"})
+		wantErr(t, err, store.ErrFingerprintMismatch)
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Token: a.Token}))
+		_, _, err = s.AcquireWith(ctx, "k", store.AcquireOptions{Fingerprint: "B", Lease: tick})
+		wantErr(t, err, store.ErrFingerprintMismatch)
+		before.Status, before.UpdatedAt, before.LeaseUntil = store.StatusCompleted, mustGet(t, s, "k", true).UpdatedAt, time.Time{}
+		if diff := cmp.Diff(before, mustGet(t, s, "k", true)); diff != "" {
+			t.Errorf("a mismatched acquire changed the record (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("FingerprintEmptySideIsNotChecked", func(t *testing.T) {
+		s := newStore(t)
+		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true)
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{Fingerprint: "B"}, false); rec.Fingerprint != "" {
+			t.Errorf("a read adopted a fingerprint: %+v", rec)
+		}
+		h.Wait(2 * tick)
+		// A takeover adopts the first non-empty fingerprint...
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{Fingerprint: "X", Lease: tick}, true); rec.Fingerprint != "X" {
+			t.Errorf("takeover fingerprint = %q, want X", rec.Fingerprint)
+		}
+		// ...which then sticks.
+		_, _, err := s.AcquireWith(ctx, "k", store.AcquireOptions{Fingerprint: "Y"})
+		wantErr(t, err, store.ErrFingerprintMismatch)
+		h.Wait(2 * tick)
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); rec.Fingerprint != "X" {
+			t.Errorf("a takeover without a fingerprint dropped it: %q", rec.Fingerprint)
+		}
+	})
+
+	t.Run("TokenNeverShownToOthers", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
+		if a.Token == "" {
+			t.Fatal("the owner got no token")
+		}
+		if rec := mustAcquire(t, s, "k", store.AcquireOptions{}, false); rec.Token != "" {
+			t.Errorf("a non-owner's acquire got token %q", rec.Token)
+		}
+		if rec := mustGet(t, s, "k", true); rec.Token != "" {
+			t.Errorf("Get shows token %q", rec.Token)
+		}
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted)}))
+		if rec := mustGet(t, s, "k", true); rec.Token != "" {
+			t.Errorf("Get after Update shows token %q", rec.Token)
+		}
+	})
+
+	t.Run("PayloadsAreBinarySafe", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		p := []byte("a\x00b\xff\r\n:{}")
+		big := bytes.Repeat([]byte{0, 1, 2, 0xfe}, store.MaxRecordPayloadLen/4)
+		st := store.Status(strings.Repeat("s", store.MaxStatusLen))
+		for _, payload := range [][]byte{p, big, {}} {
+			noErr(t, s.Update(ctx, "k", store.Update{Payload: &payload, Status: &st, Token: a.Token}))
+			got := mustGet(t, s, "k", true)
+			if !bytes.Equal(got.Payload, payload) || got.Status != st {
+				t.Errorf("payload of %d bytes came back as %d bytes, status %q", len(payload), len(got.Payload), got.Status)
+			}
+		}
+		if got := mustGet(t, s, "k", true); got.Payload != nil {
+			t.Errorf("an empty payload reads as %#v, want nil", got.Payload)
+		}
+	})
+
+	t.Run("UpdateBadInputChangesNothing", func(t *testing.T) {
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
+		before := mustGet(t, s, "k", true)
+		long := make([]byte, store.MaxRecordPayloadLen+1)
+		for name, u := range map[string]store.Update{
+			"nothing":       {},
+			"token only":    {Token: a.Token},
+			"empty status":  {Status: statusPtr("")},
+			"long status":   {Status: statusPtr(store.Status(strings.Repeat("s", store.MaxStatusLen+1)))},
+			"long payload":  {Payload: &long, Status: statusPtr(store.StatusCompleted)},
+			"long token":    {Status: statusPtr(store.StatusCompleted), Token: strings.Repeat("t", store.MaxTokenLen+1)},
+			"far expiry":    {ExpiresAt: timePtr(time.Date(40000, 1, 1, 0, 0, 0, 0, time.UTC))},
+			"far lease":     {LeaseUntil: timePtr(time.Date(40000, 1, 1, 0, 0, 0, 0, time.UTC))},
+			"fenced + long": {Payload: &long, Token: a.Token},
+		} {
+			if err := s.Update(ctx, "k", u); !errors.Is(err, store.ErrInvalidArgument) {
+				t.Errorf("Update(%s) = %v, want ErrInvalidArgument", name, err)
+			}
+		}
+		if diff := cmp.Diff(before, mustGet(t, s, "k", true)); diff != "" {
+			t.Errorf("a refused Update changed the record (-before +after):\n%s", diff)
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		s := newStore(t)
+		fn := func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil }
+		long := strings.Repeat("x", store.MaxIDLen+1)
+		for _, key := range []string{"", long} {
+			_, _, err := s.Acquire(ctx, key, 0)
+			wantErr(t, err, store.ErrInvalidArgument)
+			_, _, err = s.AcquireWith(ctx, key, store.AcquireOptions{})
+			wantErr(t, err, store.ErrInvalidArgument)
+			_, _, err = s.Get(ctx, key)
+			wantErr(t, err, store.ErrInvalidArgument)
+			wantErr(t, s.Update(ctx, key, store.Update{Status: statusPtr(store.StatusCompleted)}), store.ErrInvalidArgument)
+			wantErr(t, s.Delete(ctx, key), store.ErrInvalidArgument)
+			wantErr(t, s.DeleteFenced(ctx, key, "tok"), store.ErrInvalidArgument)
+			_, _, err = s.Do(ctx, key, store.AcquireOptions{Lease: tick}, fn)
+			wantErr(t, err, store.ErrInvalidArgument)
+		}
+		for name, o := range map[string]store.AcquireOptions{
+			"negative TTL":     {TTL: -time.Second},
+			"negative lease":   {Lease: -time.Second},
+			"long fingerprint": {Fingerprint: strings.Repeat("f", store.MaxFingerprintLen+1)},
+		} {
+			_, _, err := s.AcquireWith(ctx, "m", o)
+			if !errors.Is(err, store.ErrInvalidArgument) {
+				t.Errorf("AcquireWith(%s) = %v, want ErrInvalidArgument", name, err)
+			}
+			if o.Lease == 0 {
+				o.Lease = tick
+			}
+			if _, _, err := s.Do(ctx, "m", o, fn); !errors.Is(err, store.ErrInvalidArgument) {
+				t.Errorf("Do(%s) = %v, want ErrInvalidArgument", name, err)
+			}
+		}
+		_, _, err := s.Acquire(ctx, "m", -time.Second)
+		wantErr(t, err, store.ErrInvalidArgument)
+		for _, lease := range []time.Duration{0, -time.Second} {
+			_, _, err := s.Do(ctx, "m", store.AcquireOptions{Lease: lease}, fn)
+			wantErr(t, err, store.ErrInvalidArgument)
+		}
+		for _, tok := range []string{"", strings.Repeat("t", store.MaxTokenLen+1)} {
+			wantErr(t, s.DeleteFenced(ctx, "m", tok), store.ErrInvalidArgument)
+		}
+		mustGet(t, s, "m", false)
+		mustAcquire(t, s, strings.Repeat("x", store.MaxIDLen), store.AcquireOptions{Fingerprint: strings.Repeat("f", store.MaxFingerprintLen)}, true)
+	})
+
+	t.Run("NegativeStoreTTL", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(-time.Second))
+		_, _, err := s.Acquire(ctx, "m", time.Second)
+		wantErr(t, err, store.ErrInvalidArgument)
+		_, _, err = s.Get(ctx, "m")
+		wantErr(t, err, store.ErrInvalidArgument)
+		_, _, err = s.Do(ctx, "m", store.AcquireOptions{Lease: tick}, func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil })
+		wantErr(t, err, store.ErrInvalidArgument)
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		s := newStore(t)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, _, err := s.Acquire(cctx, "m", 0)
+		wantErr(t, err, context.Canceled)
+		_, _, err = s.Get(cctx, "m")
+		wantErr(t, err, context.Canceled)
+		wantErr(t, s.Update(cctx, "m", store.Update{Status: statusPtr(store.StatusCompleted)}), context.Canceled)
+		wantErr(t, s.Delete(cctx, "m"), context.Canceled)
+		_, _, err = s.Do(cctx, "m", store.AcquireOptions{Lease: tick}, func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil })
+		wantErr(t, err, context.Canceled)
+		mustGet(t, s, "m", false)
+	})
+
+	t.Run("AnyBytesInKeys", func(t *testing.T) {
+		s := newStore(t)
+		keys := []string{"a\x00b", "{tag}", "}{", "a:b:c", "ünï", " ", "a", "A"}
+		for _, k := range keys {
+			mustAcquire(t, s, k, store.AcquireOptions{}, true)
+		}
+		for _, k := range keys {
+			if rec := mustGet(t, s, k, true); rec.Key != k {
+				t.Errorf("Get(%q).Key = %q", k, rec.Key)
+			}
+		}
+		mustGet(t, s, "a\x00", false)
+		mustGet(t, s, "ab", false)
+	})
+
+	t.Run("ConcurrentAcquireOneWinner", func(t *testing.T) {
+		s := newStore(t)
+		for round := range 20 {
+			key := fmt.Sprintf("race-%d", round)
+			var wins atomic.Int32
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, acquired, err := s.AcquireWith(ctx, key, store.AcquireOptions{Lease: 100 * tick})
+					if err != nil {
+						t.Errorf("AcquireWith: %v", err)
+					}
+					if acquired {
+						wins.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if n := wins.Load(); n != 1 {
+				t.Fatalf("round %d: %d acquired, want 1", round, n)
+			}
+		}
+	})
+
+	// Do.
+
+	doOpts := store.AcquireOptions{Lease: 100 * tick}
+	result := func(s string) func(context.Context) ([]byte, error) {
+		return func(context.Context) ([]byte, error) { return []byte(s), nil }
+	}
+
+	t.Run("DoRunsOnceAndReplays", func(t *testing.T) {
+		s := newStore(t)
+		calls := 0
+		fn := func(context.Context) ([]byte, error) { calls++; return []byte("r1"), nil }
+		res, replayed, err := s.Do(ctx, "k", doOpts, fn)
+		if string(res) != "r1" || replayed || err != nil {
+			t.Fatalf("first Do = %q, %v, %v; want r1, false, nil", res, replayed, err)
+		}
+		for range 2 {
+			res, replayed, err = s.Do(ctx, "k", doOpts, fn)
+			if string(res) != "r1" || !replayed || err != nil {
+				t.Fatalf("retry = %q, %v, %v; want r1, true, nil", res, replayed, err)
+			}
+		}
+		if calls != 1 {
+			t.Errorf("fn ran %d times, want 1", calls)
+		}
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "r1" || !got.LeaseUntil.IsZero() || got.Fence != 1 {
+			t.Errorf("record after Do = %+v; want completed, r1, no lease, fence 1", got)
+		}
+	})
+
+	t.Run("DoEmptyResult", func(t *testing.T) {
+		s := newStore(t)
+		_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return nil, nil })
+		noErr(t, err)
+		res, replayed, err := s.Do(ctx, "k", doOpts, result("not again"))
+		if len(res) != 0 || !replayed || err != nil {
+			t.Errorf("retry = %q, %v, %v; want empty, true, nil", res, replayed, err)
+		}
+	})
+
+	t.Run("DoInFlight", func(t *testing.T) {
+		s := newStore(t)
+		res, _, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
+			res, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+				t.Error("a retry ran while the first request was in flight")
+				return nil, nil
+			})
+			if res != nil || replayed || !errors.Is(err, store.ErrInFlight) {
+				t.Errorf("retry in flight = %q, %v, %v; want nil, false, ErrInFlight", res, replayed, err)
+			}
+			return []byte("first"), nil
+		})
+		if string(res) != "first" || err != nil {
+			t.Fatalf("Do = %q, %v", res, err)
+		}
+	})
+
+	t.Run("DoFailureIsStoredAndReplayed", func(t *testing.T) {
+		s := newStore(t)
+		boom := errors.New("boom: card declined")
+		res, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return nil, boom })
+		if res != nil || replayed || !errors.Is(err, boom) {
+			t.Fatalf("Do = %q, %v, %v; want nil, false, boom", res, replayed, err)
+		}
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusFailed || string(got.Payload) != boom.Error() || !got.LeaseUntil.IsZero() {
+			t.Errorf("record = %+v; want failed with the error text and no lease", got)
+		}
+		res, replayed, err = s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+			t.Error("fn ran again for a failed record")
+			return nil, nil
+		})
+		if string(res) != boom.Error() || !replayed || !errors.Is(err, store.ErrFailed) || !strings.HasSuffix(err.Error(), boom.Error()) {
+			t.Errorf("retry = %q, %v, %v; want the error text, true, ErrFailed ending with it", res, replayed, err)
+		}
+		// Deleting the failed record lets the next Do run fn.
+		noErr(t, s.Delete(ctx, "k"))
+		if res, replayed, err := s.Do(ctx, "k", doOpts, result("ok")); string(res) != "ok" || replayed || err != nil {
+			t.Errorf("Do after Delete = %q, %v, %v", res, replayed, err)
+		}
+	})
+
+	t.Run("DoRetryableErrorDeletes", func(t *testing.T) {
+		s := newStore(t)
+		boom := errors.New("upstream timeout")
+		_, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+			return nil, fmt.Errorf("charge: %w", store.Retryable(boom))
+		})
+		if replayed || !errors.Is(err, boom) {
+			t.Fatalf("Do = %v, %v; want false, boom", replayed, err)
+		}
+		mustGet(t, s, "k", false)
+		if res, replayed, err := s.Do(ctx, "k", doOpts, result("ok")); string(res) != "ok" || replayed || err != nil {
+			t.Errorf("retry = %q, %v, %v; want ok, false, nil", res, replayed, err)
+		}
+		if store.Retryable(nil) != nil {
+			t.Error("Retryable(nil) != nil")
+		}
+	})
+
+	t.Run("DoPanicDeletes", func(t *testing.T) {
+		s := newStore(t)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not propagate")
+				}
+			}()
+			_, _, _ = s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { panic("handler bug") })
+		}()
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("DoStalledOwnerCannotOverwrite", func(t *testing.T) {
+		s := newStore(t)
+		lease := 2 * tick
+		res, replayed, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
+			// This owner stalls past its lease; a retry takes the key over and
+			// completes it first.
+			h.Wait(lease + tick)
+			res, replayed, err := s.Do(ctx, "k", doOpts, result("B"))
+			if string(res) != "B" || replayed || err != nil {
+				t.Errorf("takeover Do = %q, %v, %v; want B, false, nil", res, replayed, err)
+			}
+			return []byte("A"), nil
+		})
+		if string(res) != "A" || replayed || !errors.Is(err, store.ErrStaleOwner) {
+			t.Errorf("stalled owner's Do = %q, %v, %v; want A, false, ErrStaleOwner", res, replayed, err)
+		}
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "B" || got.Fence != 2 {
+			t.Errorf("record = %+v; want the takeover's result B, fence 2", got)
+		}
+		if res, replayed, err := s.Do(ctx, "k", doOpts, result("C")); string(res) != "B" || !replayed || err != nil {
+			t.Errorf("later Do = %q, %v, %v; want B, true, nil", res, replayed, err)
+		}
+	})
+
+	t.Run("DoStalledOwnerFailureCannotOverwrite", func(t *testing.T) {
+		s := newStore(t)
+		lease := 2 * tick
+		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
+			h.Wait(lease + tick)
+			_, _, err := s.Do(ctx, "k", doOpts, result("B"))
+			noErr(t, err)
+			return nil, store.Retryable(errors.New("late failure"))
+		})
+		wantErr(t, err, store.ErrStaleOwner)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "B" {
+			t.Errorf("record = %+v; want the takeover's result B", got)
+		}
+	})
+
+	t.Run("DoLeaseLost", func(t *testing.T) {
+		s := newStore(t)
+		res, _, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
+			return []byte("A"), s.Delete(ctx, "k")
+		})
+		if string(res) != "A" || !errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("Do = %q, %v; want A, ErrLeaseLost", res, err)
+		}
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("DoFingerprint", func(t *testing.T) {
+		s := newStore(t)
+		o := store.AcquireOptions{Lease: 100 * tick, Fingerprint: "sha256:aaa"}
+		_, _, err := s.Do(ctx, "k", o, result("A"))
+		noErr(t, err)
+		other := o
+		other.Fingerprint = "sha256:bbb"
+		_, _, err = s.Do(ctx, "k", other, func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil })
+		wantErr(t, err, store.ErrFingerprintMismatch)
+		if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "A" || !replayed || err != nil {
+			t.Errorf("same fingerprint = %q, %v, %v; want A, true, nil", res, replayed, err)
+		}
+	})
+
+	t.Run("DoResultTooLong", func(t *testing.T) {
+		s := newStore(t)
+		big := make([]byte, store.MaxRecordPayloadLen+1)
+		res, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return big, nil })
+		if len(res) != len(big) || !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("Do = %d bytes, %v; want the result and ErrInvalidArgument", len(res), err)
+		}
+		_, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { t.Error("fn ran again"); return nil, nil })
+		if !replayed || !errors.Is(err, store.ErrFailed) {
+			t.Errorf("retry = %v, %v; want true, ErrFailed", replayed, err)
+		}
+	})
+
+	t.Run("DoLongErrorTextIsCut", func(t *testing.T) {
+		s := newStore(t)
+		_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+			return nil, errors.New(strings.Repeat("e", store.MaxRecordPayloadLen+10))
+		})
+		if err == nil {
+			t.Fatal("Do = nil error")
+		}
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusFailed || len(got.Payload) != store.MaxRecordPayloadLen {
+			t.Errorf("record: status %q, payload %d bytes; want failed, %d", got.Status, len(got.Payload), store.MaxRecordPayloadLen)
+		}
+	})
+
+	t.Run("DoStoresDespiteCancelledContext", func(t *testing.T) {
+		s := newStore(t)
+		cctx, cancel := context.WithCancel(ctx)
+		res, _, err := s.Do(cctx, "k", doOpts, func(context.Context) ([]byte, error) {
+			cancel() // the client went away after the effect happened
+			return []byte("done"), nil
+		})
+		if string(res) != "done" || err != nil {
+			t.Fatalf("Do = %q, %v", res, err)
+		}
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted {
+			t.Errorf("status = %q, want completed", got.Status)
+		}
+	})
+
+	t.Run("DoTTL", func(t *testing.T) {
+		s := newStore(t)
+		o := store.AcquireOptions{TTL: 2 * tick, Lease: tick}
+		_, _, err := s.Do(ctx, "k", o, result("A"))
+		noErr(t, err)
+		if rec := mustGet(t, s, "k", true); !rec.ExpiresAt.Equal(rec.CreatedAt.Add(2 * tick)) {
+			t.Errorf("ExpiresAt = %v, want CreatedAt + TTL", rec.ExpiresAt)
+		}
+		h.Wait(3 * tick)
+		if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "B" || replayed || err != nil {
+			t.Errorf("Do after the TTL = %q, %v, %v; want B, false, nil", res, replayed, err)
+		}
+	})
+
+	t.Run("DoOnlyOneOfMany", func(t *testing.T) {
+		s := newStore(t)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+					runs.Add(1)
+					time.Sleep(time.Millisecond)
+					return []byte("once"), nil
+				})
+				switch {
+				case errors.Is(err, store.ErrInFlight):
+				case err != nil:
+					t.Errorf("Do: %v", err)
+				case string(res) != "once":
+					t.Errorf("Do = %q, %v", res, replayed)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := runs.Load(); n != 1 {
+			t.Errorf("fn ran %d times across 16 concurrent requests, want 1", n)
+		}
+	})
+}
+
+// mustAcquire acquires key with o and checks whether it was acquired.
+func mustAcquire(t *testing.T, s store.RecordStore, key string, o store.AcquireOptions, wantAcquired bool) store.Record {
+	t.Helper()
+	rec, acquired, err := s.AcquireWith(context.Background(), key, o)
+	if err != nil {
+		t.Fatalf("AcquireWith(%q): %v", key, err)
+	}
+	if acquired != wantAcquired {
+		t.Fatalf("AcquireWith(%q) acquired = %v, want %v (record %+v)", key, acquired, wantAcquired, rec)
+	}
+	if rec.Key != key {
+		t.Errorf("AcquireWith(%q).Key = %q", key, rec.Key)
+	}
+	if (rec.Token != "") != acquired {
+		t.Errorf("AcquireWith(%q): acquired %v with token %q", key, acquired, rec.Token)
+	}
+	return rec
+}
+
+// mustGet reads key and checks whether it exists.
+func mustGet(t *testing.T, s store.RecordStore, key string, wantFound bool) store.Record {
+	t.Helper()
+	rec, ok, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	if ok != wantFound {
+		t.Fatalf("Get(%q) found = %v, want %v (record %+v)", key, ok, wantFound, rec)
+	}
+	if !ok && !cmp.Equal(rec, store.Record{}) {
+		t.Errorf("Get(%q) of a missing record = %+v, want Record{}", key, rec)
+	}
+	return rec
+}
