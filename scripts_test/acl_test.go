@@ -35,7 +35,8 @@ const aclSetUser = "ACL SETUSER app on >app-secret resetchannels " +
 	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* -@all " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
 	"+evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+del +exists +get +set"
+	"+del +exists +get +hdel +hget +hgetall +hincrby +hlen +hmget +hset " +
+	"+persist +pexpire +pexpireat +set +time +type"
 
 // aclUserURL is the URL the tests connect with as the app user.
 func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }
@@ -130,7 +131,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 		}
 		for _, cmd := range [][]string{
 			{"FLUSHALL"}, {"KEYS", "*"}, {"CONFIG", "GET", "maxmemory"}, {"SCRIPT", "FLUSH"},
-			{"GET", "other:x"}, {"SET", "other:x", "1"}, {"HGETALL", "idempotency:x"},
+			{"GET", "other:x"}, {"SET", "other:x", "1"}, {"HGETALL", "other:x"}, {"HSET", "gateway:x", "f", "v"},
 			{"EVAL", "return redis.call('FLUSHALL')", "0"},
 			{"EVAL", "return redis.call('GET', KEYS[1])", "1", "other:x"},
 			{"EVAL", "return redis.call('GET', 'other:x')", "1", "bq:idemp:x"},

@@ -83,6 +83,47 @@ var reliabilityStores = []storeKind{
 		},
 		wrongType: func(key string) []string { return []string{"HSET", key, "f", "v"} },
 	},
+	{
+		name:   "outbox",
+		prefix: store.DefaultOutboxPrefix,
+		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
+			storetest.TestOutbox(t, storetest.OutboxHarness{
+				New: func(t *testing.T, more ...store.Option) store.OutboxStore {
+					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
+					return store.NewOutbox(c, append(o, more...)...)
+				},
+				Wait: time.Sleep,
+				Tick: 100 * time.Millisecond,
+			})
+		},
+		workload: func(c rueidis.Client, prefix string, tags []string) workload {
+			return newOutboxLoad(c, prefix, tags)
+		},
+		probes:    outboxProbes,
+		seed:      outboxSeedTail,
+		wrongType: func(key string) []string { return []string{"SET", key, "1"} },
+	},
+	{
+		name:   "records",
+		prefix: store.DefaultRecordsPrefix,
+		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
+			storetest.TestRecords(t, storetest.RecordsHarness{
+				New: func(t *testing.T, more ...store.Option) store.RecordStore {
+					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
+					return store.NewRecords(c, append(o, more...)...)
+				},
+				Wait: time.Sleep,
+				Now:  time.Now, // the servers run on this machine
+				Tick: 100 * time.Millisecond,
+			})
+		},
+		workload: func(c rueidis.Client, prefix string, tags []string) workload {
+			return newRecordsLoad(c, prefix, tags)
+		},
+		probes:    recordsProbes,
+		seed:      recordsSeed,
+		wrongType: func(key string) []string { return []string{"RPUSH", key, "{\"status\":\"completed\"}"} },
+	},
 }
 
 func claimsProbes(c rueidis.Client, prefix string) []probe {
@@ -185,6 +226,20 @@ func runLoad(t *testing.T, wl workload, o loadOpts, fault func(ctx context.Conte
 		res.faults = <-faultsDone
 	}
 	return res
+}
+
+// checkRecovers runs wl again, without faults, on fresh ids: first a short
+// warm-up in which each connection a fault broke may fail once (a client
+// notices a dead idle connection only when it next uses it), with retryable
+// errors only, then a run in which not one operation may fail.
+func checkRecovers(t *testing.T, wl workload) {
+	t.Helper()
+	warm := runLoad(t, wl, loadOpts{workers: 8, ops: 10, d: 10 * time.Second, first: 200}, nil)
+	reportErrors(t, "warm-up after the faults", warm, retryable)
+	after := runLoad(t, wl, loadOpts{workers: 4, ops: 50, d: 10 * time.Second, first: 100}, nil)
+	if after.nerrs > 0 {
+		t.Errorf("%d of %d operations failed after the faults stopped: %v", after.nerrs, after.ops, after.errs)
+	}
 }
 
 // errorKinds summarises the errors res kept: each distinct text with the
