@@ -274,4 +274,3 @@ func outboxSeedTail(ctx context.Context, c rueidis.Client, prefix, id string) er
 	}
 	return nil
 }
-
