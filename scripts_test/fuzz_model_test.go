@@ -18,7 +18,9 @@ import (
 // odd ones, so argument validation is compared too. `go test` runs the seed
 // corpus (testdata/fuzz/<target>) as plain tests; `make fuzz` fuzzes.
 
-func FuzzClaimsModel(f *testing.F) { fuzzModel(f, claimsModel) }
+func FuzzClaimsModel(f *testing.F)  { fuzzModel(f, claimsModel) }
+func FuzzOutboxModel(f *testing.F)  { fuzzModel(f, outboxModel) }
+func FuzzRecordsModel(f *testing.F) { fuzzModel(f, recordsModel) }
 
 var fuzzSeq atomic.Int64
 
@@ -39,6 +41,7 @@ func fuzzModel(f *testing.F, m opModel) {
 		rs, ms := m.newRedis(c, prefix, opts...), m.newMemory(opts...)
 		renv, menv := newApplyEnv(), newApplyEnv()
 		for i, o := range ops {
+			o.Ref = resolveRef(o.Ref, renv)
 			want := m.apply(ctx, ms, o, menv)
 			start := time.Now()
 			got := m.apply(ctx, rs, o, renv)

@@ -134,7 +134,9 @@ func errName(err error) string {
 		{store.ErrOutboxFull, "ErrOutboxFull"},
 		{store.ErrFingerprintMismatch, "ErrFingerprintMismatch"},
 		{store.ErrUnexpectedReply, "ErrUnexpectedReply"},
+		{store.ErrFailed, "ErrFailed"},
 		{errCallbackFailed, "callback failed"},
+		{errRetryLater, "retry later"},
 		{context.Canceled, "context.Canceled"},
 	} {
 		if errors.Is(err, s.err) {
@@ -193,7 +195,7 @@ var (
 )
 
 // opModels lists every store the model-based tests cover.
-var opModels = []opModel{claimsModel}
+var opModels = []opModel{claimsModel, outboxModel, recordsModel}
 
 var claimsModel = opModel{
 	name:      "claims",

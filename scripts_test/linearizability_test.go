@@ -130,13 +130,13 @@ func recordHistory(t *testing.T, m opModel, url string, seed uint64) []porcupine
 	return hist
 }
 
-// resolveRef turns a Ref of -2 ("the token I got last") into the Seq of the
-// operation that got it, or -1 when there is none.
+// resolveRef turns a Ref of refLatest ("the token I got last") into the Seq
+// of the operation that got it, or refBogus when there is none.
 func resolveRef(ref int, env *applyEnv) int {
-	if ref != -2 {
+	if ref != refLatest {
 		return ref
 	}
-	best := -1
+	best := refBogus
 	for seq := range env.tokens {
 		best = max(best, seq)
 	}
