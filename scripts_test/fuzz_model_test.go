@@ -80,3 +80,57 @@ func cleanKeys(t *testing.T, c rueidis.Client, prefix string, ids []string) {
 		}
 	}
 }
+
+// FuzzStoreIDs: any id, of any bytes and length, is refused by both
+// implementations alike (ErrInvalidArgument, nothing sent) or stored by the
+// Redis store under exactly the key prefix+id and nowhere else, and reads
+// back the same from both.
+func FuzzStoreIDs(f *testing.F) {
+	for _, id := range []string{"a", "", "{a}", "a}{b", "\x00", "*", "[a-z]?", "ü", strings.Repeat("x", 1024), strings.Repeat("y", 1025), "_seq"} {
+		f.Add(id)
+	}
+	c := harnessNewClient(f, harnessStandaloneURL(f))
+	f.Fuzz(func(t *testing.T, id string) {
+		ctx := context.Background()
+		for _, m := range opModels {
+			prefix := fmt.Sprintf("fuzz:ids:%d:", fuzzSeq.Add(1))
+			rs, ms := m.newRedis(c, prefix), m.newMemory()
+			renv, menv := newApplyEnv(), newApplyEnv()
+			for _, o := range []op{m.write(id), m.read(id)} {
+				want, got := m.apply(ctx, ms, o, menv), m.apply(ctx, rs, o, renv)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("%s %v: (-memory +redis):\n%s", m.name, o, diff)
+				}
+			}
+			keys := scanPrefix(t, c, prefix)
+			valid := m.apply(ctx, ms, m.write(id), menv).Err != "ErrInvalidArgument"
+			switch {
+			case valid && (len(keys) != 1 || keys[0] != prefix+id):
+				t.Fatalf("%s: id %q is stored under %q, want exactly [%q]", m.name, id, keys, prefix+id)
+			case !valid && len(keys) != 0:
+				t.Fatalf("%s: refused id %q wrote %q", m.name, id, keys)
+			}
+			if valid {
+				cleanKeys(t, c, prefix, []string{id})
+			}
+		}
+	})
+}
+
+// scanPrefix returns every key that starts with prefix (which holds no glob
+// characters).
+func scanPrefix(t *testing.T, c rueidis.Client, prefix string) []string {
+	t.Helper()
+	var keys []string
+	cursor := uint64(0)
+	for {
+		e, err := c.Do(context.Background(), c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			return keys
+		}
+	}
+}

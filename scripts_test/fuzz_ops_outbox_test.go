@@ -103,6 +103,8 @@ var outboxModel = opModel{
 	},
 	atomic: func(op) bool { return true },
 	ids:    fuzzIDs,
+	write:  func(id string) op { return op{Name: "AppendWithID", ID: id, Arg: "m1", IDs: []string{"p"}, Ref: -1} },
+	read:   func(id string) op { return op{Name: "Tail", ID: id, Ref: -1} },
 	broken: "Ack",
 	impossible: func() []porcupine.Operation {
 		// Two appends of new ids, one after the other, got the same seq.

@@ -157,6 +157,8 @@ var recordsModel = opModel{
 	},
 	atomic: func(o op) bool { return o.Name != "Do" },
 	ids:    fuzzIDs,
+	write:  func(id string) op { return op{Name: "AcquireWith", ID: id, Flag: true, Ref: refNone} },
+	read:   func(id string) op { return op{Name: "Get", ID: id, Ref: refNone} },
 	broken: "Delete",
 	impossible: func() []porcupine.Operation {
 		// Two acquires of one key, one after the other, both acquired it.

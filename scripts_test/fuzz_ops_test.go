@@ -42,6 +42,8 @@ type opModel struct {
 	atomic func(o op) bool
 	// ids are every id decode may produce, for cleaning up after an input.
 	ids []string
+	// write and read are a write and a read of one id, for FuzzStoreIDs.
+	write, read func(id string) op
 	// broken names an operation whose effect a deliberately wrong model
 	// drops; a real history must not be linearizable against it.
 	broken string
@@ -276,6 +278,8 @@ var claimsModel = opModel{
 	},
 	atomic: func(o op) bool { return o.Name != "Do" },
 	ids:    fuzzIDs,
+	write:  func(id string) op { return op{Name: "Claim", ID: id, Ref: -1} },
+	read:   func(id string) op { return op{Name: "Seen", ID: id, Ref: -1} },
 	broken: "Forget",
 	impossible: func() []porcupine.Operation {
 		// Two claims of one id, one after the other, both won.
