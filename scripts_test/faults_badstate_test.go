@@ -36,7 +36,11 @@ func TestFaultMaxMemory(t *testing.T) {
 		}
 	}
 	filled := fillMemory(t, c)
-	t.Logf("memory full after %d filler keys", filled)
+	// Filling stops just past the limit, where a shrinking buffer could make
+	// room again; set the limit well below what is used, so it stays full.
+	used := usedMemory(t, c)
+	do(t, c, "CONFIG", "SET", "maxmemory", fmt.Sprint(used/2))
+	t.Logf("memory full after %d filler keys (%d bytes used, maxmemory now %d)", filled, used, used/2)
 
 	for _, k := range reliabilityStores {
 		t.Run(k.name, func(t *testing.T) {
@@ -73,6 +77,25 @@ func TestFaultMaxMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// usedMemory is the server's used_memory (INFO memory).
+func usedMemory(t *testing.T, c rueidis.Client) int64 {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			var n int64
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return n
+			}
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
 }
 
 // isContractError reports whether err is one of the stores' sentinels for an

@@ -103,6 +103,13 @@ var outboxModel = opModel{
 	},
 	atomic: func(op) bool { return true },
 	ids:    fuzzIDs,
+	snapshot: func(ctx context.Context, s any, id string, _ *applyEnv) string {
+		// The tail, then the seq the next append gets (the hidden _seq).
+		ob := s.(store.OutboxStore)
+		tl, err := ob.Tail(ctx, id)
+		a, err2 := ob.AppendWithID(ctx, id, "zz-probe", nil)
+		return fmt.Sprintf("epoch=%v gen=%d %s next=%d %v %v", tl.Epoch > 0, tl.Generation, renderMessages(tl.Messages), a.Seq, err, err2)
+	},
 	write:  func(id string) op { return op{Name: "AppendWithID", ID: id, Arg: "m1", IDs: []string{"p"}, Ref: -1} },
 	read:   func(id string) op { return op{Name: "Tail", ID: id, Ref: -1} },
 	broken: "Ack",

@@ -157,6 +157,23 @@ var recordsModel = opModel{
 	},
 	atomic: func(o op) bool { return o.Name != "Do" },
 	ids:    fuzzIDs,
+	snapshot: func(ctx context.Context, s any, id string, env *applyEnv) string {
+		// The record, and which acquire's token owns it (the hidden token):
+		// the one whose fenced update goes through.
+		rs := s.(store.RecordStore)
+		rec, found, err := rs.Get(ctx, id)
+		owner := -1
+		if found {
+			for seq, tok := range env.tokens {
+				p := rec.Payload
+				if rs.Update(ctx, id, store.Update{Payload: &p, Token: tok}) == nil {
+					owner = seq
+					break
+				}
+			}
+		}
+		return fmt.Sprintf("found=%v %s owner=%d %v", found, renderRecord(rec), owner, err)
+	},
 	write:  func(id string) op { return op{Name: "AcquireWith", ID: id, Flag: true, Ref: refNone} },
 	read:   func(id string) op { return op{Name: "Get", ID: id, Ref: refNone} },
 	broken: "Delete",

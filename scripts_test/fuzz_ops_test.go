@@ -42,6 +42,10 @@ type opModel struct {
 	atomic func(o op) bool
 	// ids are every id decode may produce, for cleaning up after an input.
 	ids []string
+	// snapshot renders everything about id in s (a memory store the caller
+	// throws away afterwards, so it may write to find out) that any later
+	// operation's reply can depend on, for the linearizability checker.
+	snapshot func(ctx context.Context, s any, id string, env *applyEnv) string
 	// write and read are a write and a read of one id, for FuzzStoreIDs.
 	write, read func(id string) op
 	// broken names an operation whose effect a deliberately wrong model
@@ -278,6 +282,10 @@ var claimsModel = opModel{
 	},
 	atomic: func(o op) bool { return o.Name != "Do" },
 	ids:    fuzzIDs,
+	snapshot: func(ctx context.Context, s any, id string, _ *applyEnv) string {
+		seen, err := s.(store.ClaimStore).Seen(ctx, id)
+		return fmt.Sprintf("seen=%v %v", seen, err)
+	},
 	write:  func(id string) op { return op{Name: "Claim", ID: id, Ref: -1} },
 	read:   func(id string) op { return op{Name: "Seen", ID: id, Ref: -1} },
 	broken: "Forget",

@@ -3,6 +3,7 @@ package scripts_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -143,18 +144,30 @@ func resolveRef(ref int, env *applyEnv) int {
 	return best
 }
 
-// replayState is a model state: the operations applied so far, newest first.
-// Two states are the same only when they are the same value.
+// replayState is a model state: the operations linearized so far, newest
+// first, and snap, what the in-memory store holds for the partition's id
+// after them (opModel.snapshot). Two states are equal when their snapshots
+// are: the snapshot determines every later reply, so porcupine may prune a
+// state it has already explored under another order of the same operations.
 type replayState struct {
 	prev *replayState
 	in   op
+	snap string
 }
 
-// replayModel is the porcupine model of m: a state is the list of operations
-// linearized so far; a step replays them on a fresh in-memory store, applies
-// the next, and compares its reply with what Redis returned. When broken names
-// an operation, the model drops that operation's effect (a wrong model).
+// replayModel is the porcupine model of m: a step replays the operations
+// linearized so far on a fresh in-memory store, applies the next, and compares
+// its reply with what Redis returned. When broken names an operation, the
+// model drops that operation's effect (a wrong model).
 func replayModel(m opModel, broken string) porcupine.Model {
+	ctx := context.Background()
+	initSnap := m.snapshot(ctx, m.newMemory(), "x", newApplyEnv())
+	snapOf := func(state any) string {
+		if st := state.(*replayState); st != nil {
+			return st.snap
+		}
+		return initSnap
+	}
 	return porcupine.Model{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			byID := map[string][]porcupine.Operation{}
@@ -176,15 +189,10 @@ func replayModel(m opModel, broken string) porcupine.Model {
 		Step: func(state, input, output any) (bool, any) {
 			st := state.(*replayState)
 			in := input.(linInput).op
-			next := &replayState{prev: st, in: in}
-			if in.Name == broken {
-				return true, next
-			}
 			var ops []op
 			for s := st; s != nil; s = s.prev {
 				ops = append(ops, s.in)
 			}
-			ctx := context.Background()
 			s := m.newMemory()
 			env := newApplyEnv()
 			for i := len(ops) - 1; i >= 0; i-- {
@@ -192,11 +200,21 @@ func replayModel(m opModel, broken string) porcupine.Model {
 					m.apply(ctx, s, ops[i], env)
 				}
 			}
-			return m.apply(ctx, s, in, env) == output.(result), next
+			if in.Name != broken && m.apply(ctx, s, in, env) != output.(result) {
+				return false, nil
+			}
+			return true, &replayState{prev: st, in: in, snap: m.snapshot(ctx, s, in.ID, env)}
+		},
+		Equal: func(a, b any) bool { return snapOf(a) == snapOf(b) },
+		Hash: func(state any) uint64 {
+			h := fnv.New64a()
+			h.Write([]byte(snapOf(state)))
+			return h.Sum64()
 		},
 		DescribeOperation: func(input, output any) string {
 			r := output.(result)
 			return fmt.Sprintf("%v -> %s %s", input.(linInput).op, r.Val, r.Err)
 		},
+		DescribeState: func(state any) string { return snapOf(state) },
 	}
 }
