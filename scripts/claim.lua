@@ -19,6 +19,8 @@ local ttl, value = ARGV[1], ARGV[2]
 if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
+-- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
+ttl = string.format('%d', tonumber(ttl))
 if value ~= '1' and not (type(value) == 'string' and #value > 1 and #value <= 257
     and string.byte(value, 1) == 126) then
   return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')

@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/redisonce/redisonce => ../
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/go-cmp v0.7.0
 	github.com/redis/rueidis v1.0.79
 	github.com/redisonce/redisonce v0.0.0-00010101000000-000000000000
