@@ -15,10 +15,13 @@ import (
 )
 
 // TestFaultMaxMemory: with maxmemory reached under noeviction, every write
-// operation of every store is refused whole — the scripts' #!lua shebang makes
-// Redis answer OOM before the script starts — on an id in use and on a fresh
-// one; callbacks do not run; reads still work; not one key changes. Once
-// memory is available again the same operations succeed.
+// operation of every store that can grow memory is refused whole — the
+// scripts' #!lua shebang makes Redis answer OOM before the script starts — on
+// an id in use and on a fresh one; callbacks do not run; reads still work; not
+// one key changes. The operations that only remove data (flags=allow-oom:
+// Forget, Ack, AckMany, DropConn, Delete, DeleteFenced) run and free memory, so
+// an application can drain its keys. Once memory is available again every
+// operation succeeds.
 func TestFaultMaxMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -38,9 +41,9 @@ func TestFaultMaxMemory(t *testing.T) {
 	filled := fillMemory(t, c)
 	// Filling stops just past the limit, where a shrinking buffer could make
 	// room again; set the limit well below what is used, so it stays full.
-	used := usedMemory(t, c)
-	do(t, c, "CONFIG", "SET", "maxmemory", fmt.Sprint(used/2))
-	t.Logf("memory full after %d filler keys (%d bytes used, maxmemory now %d)", filled, used, used/2)
+	full := usedMemory(t, c)
+	do(t, c, "CONFIG", "SET", "maxmemory", fmt.Sprint(full/2))
+	t.Logf("memory full after %d filler keys (%d bytes used, maxmemory now %d)", filled, full, full/2)
 
 	for _, k := range reliabilityStores {
 		t.Run(k.name, func(t *testing.T) {
@@ -49,9 +52,18 @@ func TestFaultMaxMemory(t *testing.T) {
 					key := prefix(k) + id
 					before := raw(t, c, key)
 					called, err := p.run(ctx, id)
+					after := raw(t, c, key)
 					switch {
 					case called:
 						t.Errorf("%s(%q) under OOM: the callback ran", p.name, id)
+					case p.frees:
+						if err != nil && !isContractError(err) {
+							t.Errorf("%s(%q) under OOM: %v; a removal must run when memory is full", p.name, id, err)
+						}
+						if !onlyRemoved(before, after) {
+							t.Errorf("%s(%q) under OOM added data: before %+v, after %+v", p.name, id, before, after)
+						}
+						continue
 					case p.write && (err == nil || !strings.Contains(err.Error(), "OOM")):
 						t.Errorf("%s(%q) under OOM: error %v, want Redis's OOM refusal", p.name, id, err)
 					case p.write && !strings.Contains(err.Error(), fmt.Sprintf("%q", id)):
@@ -59,10 +71,17 @@ func TestFaultMaxMemory(t *testing.T) {
 					case !p.write && err != nil:
 						t.Errorf("read %s(%q) under OOM: %v", p.name, id, err)
 					}
-					if diff := cmp.Diff(before, raw(t, c, key), approxTTL); diff != "" {
+					if diff := cmp.Diff(before, after, approxTTL); diff != "" {
 						t.Errorf("%s(%q) under OOM changed the key (-before +after):\n%s", p.name, id, diff)
 					}
 				}
+			}
+			// The removals really ran: the seeded key is gone.
+			if got := raw(t, c, prefix(k)+"seeded"); got.Type != "none" {
+				t.Errorf("the seeded key survived the store's removals under OOM: %+v", got)
+			}
+			if used := usedMemory(t, c); used <= full/2 {
+				t.Fatalf("memory is no longer full (%d used, maxmemory %d): the test checks nothing more", used, full/2)
 			}
 		})
 	}
@@ -77,6 +96,29 @@ func TestFaultMaxMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// onlyRemoved reports whether after is before with data removed: the key gone,
+// or a hash holding a subset of its fields (an outbox ack may also raise the
+// _gen floor in place), or a string unchanged.
+func onlyRemoved(before, after rawKey) bool {
+	switch {
+	case after.Type == "none":
+		return true
+	case after.Type != before.Type:
+		return false
+	case after.Type == "string":
+		return after.Str == before.Str
+	case after.Type == "hash":
+		for f, v := range after.Hash {
+			old, ok := before.Hash[f]
+			if !ok || (v != old && f != "_gen") {
+				return false
+			}
+		}
+		return true
+	}
+	return cmp.Equal(before, after)
 }
 
 // usedMemory is the server's used_memory (INFO memory).

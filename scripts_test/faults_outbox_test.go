@@ -240,10 +240,10 @@ func outboxProbes(c rueidis.Client, prefix string) []probe {
 			_, err := s.AppendWithID(ctx, id, "m-new", []byte("p"))
 			return false, err
 		}},
-		{name: "Ack", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "Ack", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.Ack(ctx, id, "m1", 7)
 		}},
-		{name: "AckMany", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "AckMany", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			_, err := s.AckMany(ctx, id, []string{"m1", "m2"}, 7)
 			return false, err
 		}},
@@ -258,7 +258,7 @@ func outboxProbes(c rueidis.Client, prefix string) []probe {
 			_, err := s.Tail(ctx, id)
 			return false, err
 		}},
-		{name: "DropConn", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "DropConn", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.DropConn(ctx, id)
 		}, wrongTypeOK: true},
 	}

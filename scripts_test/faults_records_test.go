@@ -207,7 +207,7 @@ func recordsProbes(c rueidis.Client, prefix string) []probe {
 		{name: "UpdateFenced", write: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.Update(ctx, id, store.Update{Status: &st, Token: "not-the-owner"})
 		}},
-		{name: "DeleteFenced", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "DeleteFenced", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.DeleteFenced(ctx, id, "not-the-owner")
 		}},
 		{name: "Do", write: true, run: func(ctx context.Context, id string) (bool, error) {
@@ -218,7 +218,7 @@ func recordsProbes(c rueidis.Client, prefix string) []probe {
 			})
 			return called, err
 		}},
-		{name: "Delete", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "Delete", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.Delete(ctx, id)
 		}, wrongTypeOK: true},
 	}

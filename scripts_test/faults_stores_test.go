@@ -48,8 +48,12 @@ type storeKind struct {
 // probe is one operation of a store, run on one id.
 type probe struct {
 	name string
-	// write: the operation runs a write script (refused when memory is full).
+	// write: the operation runs a write script (refused when memory is full,
+	// unless frees).
 	write bool
+	// frees: the operation only removes data; its script carries
+	// flags=allow-oom, so it runs, and frees memory, when memory is full.
+	frees bool
 	// run runs the operation on id; called reports whether a callback the
 	// operation takes (Do's fn) ran.
 	run func(ctx context.Context, id string) (called bool, err error)
@@ -149,7 +153,7 @@ func claimsProbes(c rueidis.Client, prefix string) []probe {
 			_, err := s.Seen(ctx, id)
 			return false, err
 		}, wrongTypeOK: true},
-		{name: "Forget", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "Forget", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.Forget(ctx, id)
 		}, wrongTypeOK: true},
 	}

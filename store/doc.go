@@ -16,6 +16,12 @@
 // ErrInvalidArgument before anything is sent, and again by the script before its
 // first write.
 //
+// Memory: with maxmemory and noeviction, Redis refuses every write script that
+// could grow memory up front (an OOM error; nothing is written). The operations
+// that only remove data (Forget, Ack, AckMany, DropConn, Delete, DeleteFenced,
+// and the release inside Claims.Do) run anyway (flags=allow-oom), so an
+// application can always drain its keys.
+//
 // Clients: a store made with NewX borrows the rueidis.Client you pass (its Close is
 // a no-op); OpenX(url) owns the client it creates. OpenX takes redis://, rediss://
 // (TLS, verified against the system's roots) and unix:// URLs (rueidis.ParseURL).
