@@ -5,7 +5,7 @@ GO      ?= go
 MODULES := . scripts_test
 export GOFLAGS ?= -count=1
 
-.PHONY: all test demo bench sums lint tidy redis-server luacheck
+.PHONY: all test fuzz demo bench sums lint tidy redis-server luacheck
 
 all: test
 
@@ -30,6 +30,22 @@ test: redis-server
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
+
+# fuzz runs every fuzz target of scripts_test for FUZZTIME each (their seed
+# corpora, f.Add and testdata/fuzz, already run as plain tests in `make test`).
+# A failing input is written to scripts_test/testdata/fuzz/<target>/: commit it
+# with the fix, and it stays a regression test. The default budget is a count
+# of executions (about 5-15 s each here), not a duration: Go 1.26's fuzz
+# coordinator can fail a duration-bounded run with a spurious "context
+# deadline exceeded" as the time runs out (go.dev/issue/75804).
+FUZZTIME ?= 5000x
+FUZZ_TARGETS ?= $(shell grep -ho '^func Fuzz[A-Za-z0-9]*' scripts_test/*_test.go | cut -c6-)
+
+fuzz: redis-server
+	cd scripts_test && for f in $(FUZZ_TARGETS); do \
+	  echo "make: fuzzing $$f for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; \
+	done
 
 demo: redis-server
 	$(GO) run ./cmd/redisonce demo

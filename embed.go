@@ -44,6 +44,10 @@ type Script struct {
 	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
 	// be run with EVALSHA_RO / FCALL_RO and on replicas.
 	ReadOnly bool
+	// AllowOOM is true for scripts whose shebang carries flags=allow-oom: they
+	// only remove data, so Redis runs them even when maxmemory is reached under
+	// noeviction, where it refuses every other write script up front.
+	AllowOOM bool
 	// Doc is the header block between "--[[" and "]]": KEYS, ARGV, Returns, Errors,
 	// Writes, Atomicity, Complexity.
 	Doc string
@@ -156,8 +160,10 @@ func parseScript(name, src string) (Script, error) {
 	case "#!lua":
 	case "#!lua flags=no-writes":
 		s.ReadOnly = true
+	case "#!lua flags=allow-oom":
+		s.AllowOOM = true
 	default:
-		return s, fmt.Errorf("line 1 is %q, want \"#!lua\" or \"#!lua flags=no-writes\"", first)
+		return s, fmt.Errorf("line 1 is %q, want \"#!lua\", \"#!lua flags=no-writes\" or \"#!lua flags=allow-oom\"", first)
 	}
 	if !strings.HasPrefix(rest, "--[[") {
 		return s, fmt.Errorf("line 2 does not open the --[[ header")

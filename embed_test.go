@@ -29,6 +29,9 @@ var writeCommands = map[string]bool{
 	"PERSIST": true, "GETDEL": true, "GETSET": true, "RENAME": true,
 }
 
+// Redis commands that only remove data.
+var removeCommands = map[string]bool{"DEL": true, "UNLINK": true, "HDEL": true}
+
 func TestSHA1SUMSMatchesScripts(t *testing.T) {
 	all := All()
 	if len(all) == 0 {
@@ -66,6 +69,9 @@ func TestGet(t *testing.T) {
 	}
 	if s, ok := Get("seen"); !ok || !s.ReadOnly {
 		t.Fatalf("Get(seen) = %+v, %v; want a read-only script", s, ok)
+	}
+	if s, ok := Get("forget"); !ok || !s.AllowOOM || s.ReadOnly {
+		t.Fatalf("Get(forget) = %+v, %v; want an allow-oom write script", s, ok)
 	}
 	if _, ok := Get("claim.lua"); ok {
 		t.Error("Get(claim.lua) found a script; names have no extension")
@@ -200,6 +206,20 @@ func TestHeadersMatchCode(t *testing.T) {
 					if firstWrite < 0 {
 						firstWrite = loc[0]
 					}
+				}
+			}
+			// allow-oom: Redis runs the script when memory is full, so it may only
+			// remove data. ack.lua also overwrites the existing _gen field (at most
+			// 20 bytes) when it raises the floor; that is the one exception.
+			if s.AllowOOM {
+				for _, m := range callUse.FindAllStringSubmatch(code, -1) {
+					cmd := strings.ToUpper(m[1])
+					if writeCommands[cmd] && !removeCommands[cmd] && !(s.Name == "ack" && cmd == "HSET") {
+						t.Errorf("flags=allow-oom script calls %s, which can grow memory", cmd)
+					}
+				}
+				if !strings.Contains(s.Doc, "allow-oom") {
+					t.Errorf("flags=allow-oom script's header does not say why (a Memory entry)")
 				}
 			}
 			if s.ReadOnly && writes > 0 {

@@ -35,9 +35,10 @@ func Version() string {
 //     runs `FCALL redisonce_claim 1 key ttl_ms value` with exactly the KEYS and
 //     ARGV the script's header documents;
 //   - read-only scripts (#!lua flags=no-writes) are registered with the
-//     no-writes flag, so FCALL_RO and replicas accept them; the others carry no
-//     flag, so, like a #!lua script, they are refused up front when the server
-//     is out of memory;
+//     no-writes flag, so FCALL_RO and replicas accept them; scripts that only
+//     remove data (#!lua flags=allow-oom) with the allow-oom flag, so they run
+//     when the server is out of memory; the others carry no flag, so, like a
+//     #!lua script, they are refused up front when the server is out of memory;
 //   - each function's description is the script's one-line Summary.
 //
 // Function names do not carry the version: a newer library cannot be loaded
@@ -77,8 +78,11 @@ func generateLibrary(lib string, scripts []Script) string {
 		b.WriteString("redis.register_function{\n")
 		fmt.Fprintf(&b, "  function_name = %s,\n", luaQuote(FunctionName(s.Name)))
 		fmt.Fprintf(&b, "  description = %s,\n", luaQuote(s.Summary()))
-		if s.ReadOnly {
+		switch {
+		case s.ReadOnly:
 			b.WriteString("  flags = { 'no-writes' },\n")
+		case s.AllowOOM:
+			b.WriteString("  flags = { 'allow-oom' },\n")
 		}
 		b.WriteString("  callback = function(KEYS, ARGV)\n")
 		b.WriteString(body)

@@ -30,7 +30,7 @@ var blockRE = regexp.MustCompile(`(?s)\n-- (\w+)\.lua sha1 ([0-9a-f]{40})\n` +
 	`redis\.register_function\{\n` +
 	`  function_name = '(\w+)',\n` +
 	`  description = ('(?:[^'\\\n]|\\.)*'),\n` +
-	`((?:  flags = \{ 'no-writes' \},\n)?)` +
+	`((?:  flags = \{ '(?:no-writes|allow-oom)' \},\n)?)` +
 	`  callback = function\(KEYS, ARGV\)\n` +
 	`(.*?)end,\n\}\n`)
 
@@ -69,8 +69,15 @@ func TestFunctionsLibraryHoldsEveryScript(t *testing.T) {
 		if want := luaQuote(s.Summary()); b[4] != want {
 			t.Errorf("%s: description %s, want the summary %s", s.Name, b[4], want)
 		}
-		if (b[5] != "") != s.ReadOnly {
-			t.Errorf("%s: no-writes flag %v, script ReadOnly %v", s.Name, b[5] != "", s.ReadOnly)
+		want := ""
+		switch {
+		case s.ReadOnly:
+			want = "  flags = { 'no-writes' },\n"
+		case s.AllowOOM:
+			want = "  flags = { 'allow-oom' },\n"
+		}
+		if b[5] != want {
+			t.Errorf("%s: flags line %q, want %q (ReadOnly %v, AllowOOM %v)", s.Name, b[5], want, s.ReadOnly, s.AllowOOM)
 		}
 		_, body, _ := strings.Cut(s.Source, "\n")
 		if b[6] != body {

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[ ack.lua — acknowledge messages of one connection, fenced by generation.
   KEYS (n=1)
     [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
@@ -15,6 +15,9 @@
             The reserved fields stay: without a TTL a drained connection keeps
             its 3 small fields until drop.lua
   Atomicity every check precedes the first write
+  Memory    flags=allow-oom: it removes messages (its one other write overwrites the
+            existing _gen field with at most 20 bytes), so a gateway can drain its
+            tails when maxmemory is reached under noeviction
   Complexity O(number of ids)
 ]]
 local key = KEYS[1]

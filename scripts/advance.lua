@@ -45,6 +45,8 @@ end
 if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
+-- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
+ttl = string.format('%d', tonumber(ttl))
 
 local floor = redis.call('HGET', key, '_gen')
 if not floor then

@@ -40,6 +40,11 @@ end
 if #ttl > 15 or not string.find(ttl, '^%d+$') then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
+-- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read
+-- it as 7. Only a leading zero needs it (the digits are checked above).
+if #ttl > 1 and string.byte(ttl, 1) == 48 then
+  ttl = string.format('%d', tonumber(ttl))
+end
 if #max > 15 or not string.find(max, '^%d+$') then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end

@@ -23,6 +23,11 @@ local ttl, value = ARGV[1], ARGV[2]
 if #ttl > 15 or not string.find(ttl, '^%d+$') then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
+-- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read
+-- it as 7. Only a leading zero needs it (the digits are checked above).
+if #ttl > 1 and string.byte(ttl, 1) == 48 then
+  ttl = string.format('%d', tonumber(ttl))
+end
 if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
   return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
 end

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[ delete.lua — delete an idempotency record, unconditionally or only for its owner.
   KEYS (n=1)
     [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
@@ -15,6 +15,8 @@
                                  nothing written
   Writes    DEL KEYS[1]
   Atomicity the checks precede the single DEL
+  Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
+            maxmemory is reached under noeviction
   Complexity O(1)
 ]]
 local token = ARGV[1]

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[ drop.lua — forget a connection: its tail, sequence, floor and epoch.
   KEYS (n=1)
     [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
@@ -8,6 +8,8 @@
   Writes    DEL KEYS[1]; the next append.lua starts a new incarnation (seq 1,
             a new epoch, floor 0)
   Atomicity one DEL
+  Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
+            maxmemory is reached under noeviction
   Complexity O(messages in the tail)
 ]]
 return redis.call('DEL', KEYS[1])

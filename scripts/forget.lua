@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[ forget.lua — remove a claim so the message id can be claimed again.
   KEYS (n=1)
     [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight)
@@ -7,6 +7,8 @@
   Errors    none
   Writes    DEL KEYS[1]
   Atomicity one DEL
+  Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
+            maxmemory is reached under noeviction
   Complexity O(1)
 ]]
 return redis.call('DEL', KEYS[1])

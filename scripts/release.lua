@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 --[[ release.lua — give up the caller's lease so the message can be retried.
   KEYS (n=1)
     [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight)
@@ -9,6 +9,8 @@
   Errors    BADARG <what>   before any write; nothing written
   Writes    DEL KEYS[1] (only when the caller holds the lease)
   Atomicity the check precedes the single DEL
+  Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
+            maxmemory is reached under noeviction
   Complexity O(1)
 ]]
 local token = ARGV[1]

@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/redisonce/redisonce => ../
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/go-cmp v0.7.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79

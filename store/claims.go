@@ -211,7 +211,8 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 
 // runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn,
 // then commit on success or release on failure or panic. Commit and release run
-// even when ctx is already cancelled, bounded by a short timeout.
+// even when ctx is already cancelled, bounded by a short timeout, and are
+// retried when their connection is lost (retryLost).
 func runLeased(ctx context.Context, id string, fn func(context.Context) error,
 	commit func(context.Context) (bool, error), release func(context.Context) error) (err error) {
 	done := false
@@ -222,14 +223,14 @@ func runLeased(ctx context.Context, id string, fn func(context.Context) error,
 		// fn panicked: give the id back before the panic goes on.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = release(rctx)
+		_ = retryLost(rctx, release)
 	}()
 	fnErr := fn(ctx)
 	done = true
 	if fnErr != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := release(rctx); rerr != nil {
+		if rerr := retryLost(rctx, release); rerr != nil {
 			// The lease will expire on its own; report both.
 			return errors.Join(fnErr, rerr)
 		}
@@ -237,9 +238,16 @@ func runLeased(ctx context.Context, id string, fn func(context.Context) error,
 	}
 	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
 	// redelivery does not run it again.
+	// A commit whose connection was lost is retried: if the first one did
+	// happen, the retry finds "1" and reports ErrLeaseLost, which still tells
+	// the caller the message is processed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	ok, err := commit(cctx)
+	var ok bool
+	err = retryLost(cctx, func(ctx context.Context) (err error) {
+		ok, err = commit(ctx)
+		return err
+	})
 	if err != nil {
 		return err
 	}

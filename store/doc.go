@@ -16,6 +16,22 @@
 // ErrInvalidArgument before anything is sent, and again by the script before its
 // first write.
 //
+// Memory: with maxmemory and noeviction, Redis refuses every write script that
+// could grow memory up front (an OOM error; nothing is written). The operations
+// that only remove data (Forget, Ack, AckMany, DropConn, Delete, DeleteFenced,
+// and the release inside Claims.Do) run anyway (flags=allow-oom), so an
+// application can always drain its keys.
+//
 // Clients: a store made with NewX borrows the rueidis.Client you pass (its Close is
-// a no-op); OpenX(url) owns the client it creates.
+// a no-op); OpenX(url) owns the client it creates. OpenX takes redis://, rediss://
+// (TLS, verified against the system's roots) and unix:// URLs (rueidis.ParseURL).
+// For anything else — a private CA, client certificates, Sentinel, timeouts —
+// build the client yourself and use NewX:
+//
+//	opt, err := rueidis.ParseURL("rediss://app:secret@redis.internal:6380")
+//	// handle err
+//	opt.TLSConfig.RootCAs = pool // x509.NewCertPool() + AppendCertsFromPEM(caPEM)
+//	c, err := rueidis.NewClient(opt)
+//	// handle err
+//	claims := store.NewClaims(c)
 package store

@@ -48,11 +48,16 @@ var codeErrors = map[string]error{
 }
 
 // opError wraps err with the operation and id. A script error reply is mapped
-// to its sentinel by its first word and keeps the script's detail text.
+// to its sentinel by its first word and keeps the script's detail text. A
+// WRONGTYPE reply — the key holds a type no store writes there — is
+// ErrUnexpectedReply, as the stores' own CORRUPT checks are, with Redis's text.
 func opError(op, id string, err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
 		code, detail, _ := strings.Cut(msg, " ")
+		if code == "WRONGTYPE" {
+			return errorf(op, id, ErrUnexpectedReply, "%s", msg)
+		}
 		if sentinel, ok := codeErrors[code]; ok {
 			if detail != "" {
 				return fmt.Errorf("redisonce: %s %q: %w: %s", op, id, sentinel, detail)

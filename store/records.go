@@ -459,12 +459,14 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		// fn panicked: give the key back before the panic goes on.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = s.deleteFenced(dctx, "do", key, token)
+		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
 	}()
 	result, fnErr := fn(ctx)
 	finished = true
 
-	// The effect has happened: record it even if ctx was cancelled meanwhile.
+	// The effect has happened: record it even if ctx was cancelled meanwhile,
+	// and again when the connection was lost under the write (retryLost): the
+	// fenced write is idempotent.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	lost := func(err error) error {
@@ -476,7 +478,7 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 	if fnErr != nil {
 		var r retryableError
 		if errors.As(fnErr, &r) {
-			if err := s.deleteFenced(wctx, "do", key, token); err != nil {
+			if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
 				return nil, false, errors.Join(fnErr, err)
 			}
 			return nil, false, fnErr
@@ -486,7 +488,9 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 			text = text[:MaxRecordPayloadLen]
 		}
 		failed := StatusFailed
-		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
+		if err := retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &failed, Payload: &text, Token: token})
+		}); err != nil {
 			return nil, false, errors.Join(fnErr, lost(err))
 		}
 		return nil, false, fnErr
@@ -495,14 +499,18 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
 		text := []byte(tooLong.Error())
 		failed := StatusFailed
-		if err := s.update(wctx, "do", key, Update{Status: &failed, Payload: &text, Token: token}); err != nil {
+		if err := retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &failed, Payload: &text, Token: token})
+		}); err != nil {
 			return result, false, errors.Join(tooLong, lost(err))
 		}
 		return result, false, tooLong
 	}
 	completed := StatusCompleted
 	payload := result
-	if err := s.update(wctx, "do", key, Update{Status: &completed, Payload: &payload, Token: token}); err != nil {
+	if err := retryLost(wctx, func(ctx context.Context) error {
+		return s.update(ctx, "do", key, Update{Status: &completed, Payload: &payload, Token: token})
+	}); err != nil {
 		return result, false, lost(err)
 	}
 	return result, false, nil

@@ -2,7 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -37,9 +41,16 @@ func mustScript(name string) *script {
 }
 
 // evalsha builds EVALSHA(_RO) sha 1 key args...
+//
+// Read-only commands are pinned (never recycled into rueidis's command pool):
+// rueidis retries a read-only command on a new connection when its connection
+// dies, and recycles it once the retry succeeds, while the dead connection's
+// writer goroutine may still be reading it — a data race (rueidis v1.0.79,
+// client.go Do; seen by TestFaultClientKill under -race). Writes are never
+// retried after a connection error, so they keep the pool.
 func (s *script) evalsha(c rueidis.Client, key string, args []string) rueidis.Completed {
 	if s.ro {
-		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build()
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build().Pin()
 	}
 	return c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build()
 }
@@ -48,7 +59,7 @@ func (s *script) evalsha(c rueidis.Client, key string, args []string) rueidis.Co
 // node that runs it.
 func (s *script) eval(c rueidis.Client, key string, args []string) rueidis.Completed {
 	if s.ro {
-		return c.B().EvalRo().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()
+		return c.B().EvalRo().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build().Pin() // see evalsha
 	}
 	return c.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()
 }
@@ -151,4 +162,39 @@ func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
 		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
 	}
 	return n, nil
+}
+
+// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
+// while it fails because its connection was lost. Only for writes that are
+// safe to repeat: Do's final commit, release, fenced update or fenced delete.
+// A lost connection leaves such a write done or not done; without the retry
+// a Do whose callback ran would leave its lease in place, and the message or
+// request would run again once the lease expired.
+func retryLost(ctx context.Context, write func(context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = write(ctx)
+		if err == nil || attempt == 3 || !connLost(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// connLost reports whether err means a connection broke under a command (it
+// may or may not have run), as opposed to a reply, a closed client or a
+// cancelled context.
+func connLost(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

@@ -143,8 +143,11 @@ func TestScripts(t *testing.T) {
 	}
 	for i, s := range all {
 		mode := "write"
-		if s.ReadOnly {
+		switch {
+		case s.ReadOnly:
 			mode = "read-only"
+		case s.AllowOOM:
+			mode = "write,allow-oom"
 		}
 		re := regexp.MustCompile(`^` + s.Name + ` +` + s.SHA1 + ` +1 +` + mode + ` +` + regexp.QuoteMeta(s.Summary()) + `$`)
 		if !re.MatchString(lines[i+1]) {

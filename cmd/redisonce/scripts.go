@@ -37,8 +37,11 @@ func printScripts(w io.Writer, scripts []redisonce.Script) error {
 	fmt.Fprintln(tw, "NAME\tSHA1\tKEYS\tMODE\tSUMMARY")
 	for _, s := range scripts {
 		mode := "write"
-		if s.ReadOnly {
+		switch {
+		case s.ReadOnly:
 			mode = "read-only"
+		case s.AllowOOM:
+			mode = "write,allow-oom"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.SHA1, strconv.Itoa(s.NumKeys), mode, s.Summary())
 	}

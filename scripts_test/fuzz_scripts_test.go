@@ -1,0 +1,140 @@
+package scripts_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/store"
+)
+
+// FuzzScriptArgs sends every script arbitrary ARGV, as a non-Go caller could,
+// on keys in every state the stores write and in states they never write.
+// Whatever the input, a script answers with a value or with an error whose
+// code is one of the closed list (or Redis's WRONGTYPE, raised before any
+// write) — never a Lua runtime error — and an error leaves the key exactly as
+// it was, as does every run of a read-only script.
+func FuzzScriptArgs(f *testing.F) {
+	scripts := redisonce.All()
+	slices.SortFunc(scripts, func(a, b redisonce.Script) int { return strings.Compare(a.Name, b.Name) })
+	for i := range scripts {
+		for state := range scriptStates {
+			f.Add(uint8(i), uint8(state), []byte("0\xff1"))
+		}
+	}
+	// Durations with leading zeros: Redis refuses "01000" as PX or PEXPIRE,
+	// so the scripts must read it as 1000 (append.lua and advance.lua used
+	// to fail after their first write).
+	zeros := map[string]string{"claim": "01000\xff~tok", "commit": "tok\xff01000", "append": "m9\xffp\xff01000\xff0", "advance": "9\xff01000"}
+	for i, s := range scripts {
+		if argv, ok := zeros[s.Name]; ok {
+			for state := range scriptStates {
+				f.Add(uint8(i), uint8(state), []byte(argv))
+			}
+		}
+	}
+	for _, seed := range [][]byte{
+		[]byte("1000\xff~tok"), []byte("tok\xff0"), []byte("m1\xffpayload\xff0\xff0"), []byte("5\xffm1\xffm2"),
+		[]byte("0\xfftok\xff\xff60000"), []byte("tok\xffstatus\xffcompleted\xffpayload\xffx"), []byte(""),
+		[]byte("18446744073709551616\xffm1"), []byte("-1\xff1"), []byte("1e3\xff1"), []byte("\xff\xff\xff"),
+		[]byte("\xfflease_ms\xff99999999999999999"), []byte("0\xff\x00\xff0\xff0"),
+	} {
+		f.Add(uint8(0), uint8(0), seed)
+	}
+	c := harnessNewClient(f, harnessStandaloneURL(f))
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, script, state uint8, argv []byte) {
+		s := scripts[int(script)%len(scripts)]
+		st := scriptStates[int(state)%len(scriptStates)]
+		prefix := fmt.Sprintf("fuzz:argv:%d:", fuzzSeq.Add(1))
+		key := prefix + "k"
+		defer cleanKeys(t, c, prefix, []string{"k"})
+		if err := st.seed(ctx, c, prefix, "k"); err != nil {
+			t.Fatalf("seed %s: %v", st.name, err)
+		}
+		args := []string{}
+		if len(argv) > 0 {
+			for _, a := range bytes.SplitN(argv, []byte{0xff}, 12) {
+				args = append(args, string(a))
+			}
+		}
+		before := raw(t, c, key)
+		cmd := c.B().Eval().Script(s.Source).Numkeys(1).Key(key).Arg(args...).Build()
+		if s.ReadOnly {
+			cmd = c.B().EvalRo().Script(s.Source).Numkeys(1).Key(key).Arg(args...).Build()
+		}
+		err := c.Do(ctx, cmd).Error()
+		after := raw(t, c, key)
+		if err != nil && !rueidis.IsRedisNil(err) {
+			if diff := cmp.Diff(before, after, approxTTL); diff != "" {
+				t.Fatalf("%s on %s with %q failed (%v) after writing (-before +after):\n%s", s.Name, st.name, args, err, diff)
+			}
+			code := errCode(err)
+			if !slices.Contains([]string{"BADARG", "STALE_OWNER", "NOT_FOUND", "FULL", "MISMATCH", "CORRUPT", "WRONGTYPE"}, code) {
+				t.Fatalf("%s on %s with %q: error %v is not one of the scripts' codes", s.Name, st.name, args, err)
+			}
+		}
+		if s.ReadOnly {
+			if diff := cmp.Diff(before, after, approxTTL); diff != "" {
+				t.Fatalf("read-only %s on %s with %q wrote (-before +after):\n%s", s.Name, st.name, args, diff)
+			}
+		}
+	})
+}
+
+// scriptState is a state FuzzScriptArgs puts a key in before a script runs.
+type scriptState struct {
+	name string
+	seed func(ctx context.Context, c rueidis.Client, prefix, id string) error
+}
+
+// rawSeed is a state made of raw commands on the key.
+func rawSeed(cmds ...[]string) func(ctx context.Context, c rueidis.Client, prefix, id string) error {
+	return func(ctx context.Context, c rueidis.Client, prefix, id string) error {
+		for _, cmd := range cmds {
+			args := make([]string, len(cmd))
+			for i, a := range cmd {
+				args[i] = strings.ReplaceAll(a, "$K", prefix+id)
+			}
+			if err := c.Do(ctx, c.B().Arbitrary(args...).Build()).Error(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+var scriptStates = []scriptState{
+	{"absent", rawSeed()},
+	{"claim done", rawSeed([]string{"SET", "$K", "1"})},
+	{"claim leased", rawSeed([]string{"SET", "$K", "~tok", "PX", "60000"})},
+	{"outbox tail", outboxSeedTail},
+	{"outbox drained", func(ctx context.Context, c rueidis.Client, prefix, id string) error {
+		if err := outboxSeedTail(ctx, c, prefix, id); err != nil {
+			return err
+		}
+		_, err := store.NewOutbox(c, store.WithPrefix(prefix)).AckMany(ctx, id, []string{"m1", "m2"}, 5)
+		return err
+	}},
+	{"record pending", recordsSeed},
+	{"record completed", func(ctx context.Context, c rueidis.Client, prefix, id string) error {
+		s := store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(60e9))
+		_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: 60e9, Fingerprint: "fp"}, func(context.Context) ([]byte, error) {
+			return []byte("result"), nil
+		})
+		return err
+	}},
+	{"foreign string", rawSeed([]string{"SET", "$K", "{\"status\":\"done\"}"})},
+	{"foreign hash", rawSeed([]string{"HSET", "$K", "f", "v"})},
+	{"list", rawSeed([]string{"RPUSH", "$K", "a", "b"})},
+	{"corrupt outbox", rawSeed([]string{"HSET", "$K", "_seq", "x", "_gen", "0", "_epoch", "1", "m1", "nocolon"})},
+	{"corrupt outbox gen", rawSeed([]string{"HSET", "$K", "_seq", "1", "_gen", "99999999999999999999", "_epoch", "1", "m1", "1:p"})},
+	{"corrupt record", rawSeed([]string{"HSET", "$K", "status", "pending", "fence", "abc", "token", "tok", "lease_ms", "x"})},
+}
