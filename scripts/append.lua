@@ -37,12 +37,13 @@ end
 if #payload > 4194304 then
   return redis.error_reply('BADARG payload must be at most 4194304 bytes')
 end
-if #ttl > 15 or not string.find(ttl, '^%d+$') then
-  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
-end
--- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read
--- it as 7. Only a leading zero needs it (the digits are checked above).
-if #ttl > 1 and string.byte(ttl, 1) == 48 then
+-- ttl in canonical form ("0", or digits without a leading zero) takes one
+-- pattern match; anything else is checked and normalised on a slower path
+-- (Redis refuses "007" as a PEXPIRE argument, an error after a write: read it as 7).
+if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
+  if #ttl > 15 or not string.find(ttl, '^%d+$') then
+    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+  end
   ttl = string.format('%d', tonumber(ttl))
 end
 if #max > 15 or not string.find(max, '^%d+$') then
@@ -88,7 +89,7 @@ else
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
   redis.call('HSET', key, id, seq .. ':' .. payload)
 end
-if tonumber(ttl) > 0 then
+if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)
 end
 return {seq, tonumber(epoch), created}

@@ -27,7 +27,7 @@ type srvPairs struct {
 const (
 	srvWindows    = 24
 	srvWindow     = 40 * time.Millisecond
-	srvGoroutines = 16
+	srvGoroutines = 64
 )
 
 func (e *env) measureServerTime(ctx context.Context, op *operation) (*srvPairs, error) {
