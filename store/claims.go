@@ -46,6 +46,8 @@ type Claims struct {
 	prefix string
 	ttl    string // decimal ms, "0" = never expire
 	err    error
+	// leaseMS remembers the last lease Do rendered: callers pass the same one.
+	leaseMS msCache
 }
 
 var _ ClaimStore = (*Claims)(nil)
@@ -186,9 +188,10 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	if lease <= 0 {
 		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
-	token := newToken()
+	value := newLeaseValue()
+	token := value[1:] // the token shares the value's string
 	key := s.prefix + id
-	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, ms(lease), "~"+token))
+	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, s.leaseMS.ms(lease), value))
 	if err != nil {
 		return false, err
 	}
@@ -300,6 +303,16 @@ func prefixKeys(prefix string, ids []string) []string {
 		off = end
 	}
 	return keys
+}
+
+// newLeaseValue returns "~" and a newToken in one allocation.
+func newLeaseValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	var v [1 + 32]byte
+	v[0] = '~'
+	hex.Encode(v[1:], b[:])
+	return string(v[:])
 }
 
 // newToken returns 32 lower-case hex characters from crypto/rand.
