@@ -50,8 +50,21 @@ fuzz: redis-server
 demo: redis-server
 	$(GO) run ./cmd/redisonce demo
 
+# bench: the Go benchmarks (for benchstat), then the side-by-side comparison
+# (scripts_test/cmd/benchcmp) on a redis-server of its own, pinned like
+# BENCHMARKS.md says when taskset is there: server on CPU 0, client on CPU 1.
+# The comparison's report is also written to bin/bench.md.
+BENCHFLAGS ?=
 bench: redis-server
-	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -timeout 30m .
+	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
+	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
+	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
+	  echo "taskset -c 1 bin/benchcmp -server-cpu 0 -out bin/bench.md $(BENCHFLAGS)"; \
+	  taskset -c 1 bin/benchcmp -server-cpu 0 -out bin/bench.md $(BENCHFLAGS); \
+	else \
+	  echo "bin/benchcmp -out bin/bench.md $(BENCHFLAGS)  (not pinned: no taskset or one CPU)"; \
+	  bin/benchcmp -out bin/bench.md $(BENCHFLAGS); \
+	fi
 
 sums:
 	cd scripts && sha1sum *.lua > SHA1SUMS

@@ -26,7 +26,7 @@ local gen = ARGV[1]
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
-  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.match(s, '^%d+$') ~= nil
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
     and (#s == 1 or string.byte(s, 1) ~= 48)
 end
 local function cmp(a, b)
@@ -63,10 +63,15 @@ if not floor then
   end
   return redis.error_reply('CORRUPT reserved field _gen is missing')
 end
-if not u64(floor) or cmp(floor, MAX) > 0 then
-  return redis.error_reply('CORRUPT reserved field _gen is not a decimal uint64')
+-- The common case, the owner acking at the floor, needs no comparison (and a
+-- floor equal to a valid generation is valid).
+local order = 0
+if floor ~= gen then
+  if not u64(floor) or cmp(floor, MAX) > 0 then
+    return redis.error_reply('CORRUPT reserved field _gen is not a decimal uint64')
+  end
+  order = cmp(gen, floor)
 end
-local order = cmp(gen, floor)
 if order < 0 then
   return redis.error_reply('STALE_OWNER generation ' .. gen .. ' is below the floor ' .. floor)
 end
@@ -74,9 +79,13 @@ end
 if order > 0 then
   redis.call('HSET', key, '_gen', gen)
 end
+local n = #ARGV
+if n == 2 then
+  return redis.call('HDEL', key, ARGV[2])
+end
 -- HDEL in chunks: unpack of a long ARGV would overflow Lua's C stack.
 local removed = 0
-for i = 2, #ARGV, 1000 do
-  removed = removed + redis.call('HDEL', key, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+for i = 2, n, 1000 do
+  removed = removed + redis.call('HDEL', key, unpack(ARGV, i, math.min(i + 999, n)))
 end
 return removed

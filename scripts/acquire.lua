@@ -9,8 +9,9 @@
     [3] fingerprint   the request's fingerprint, 0..256 bytes ('' = none)
     [4] lease_ms      decimal integer ms the caller's lease lasts, 0 = no lease
   Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
-             lease_ms, fence, fp, token}: 10 elements, acquired an integer,
-            the rest strings (times in ms since the epoch from TIME, 0 = none)
+             lease_ms, fence, fp, token}: 10 elements, acquired and the four
+            times integers (ms since the epoch from TIME, 0 = none), the rest
+            strings (fence a decimal uint64)
             acquired 1: a new record (pending, fence "1"), or a pending record
                whose lease passed, taken over (new token, fence + 1, new lease,
                created_ms and expires_ms kept); token is the caller's
@@ -32,7 +33,7 @@ local ttl, token, fp, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = KEYS[1]
 
 local function is_ms(s)
-  return type(s) == 'string' and #s <= 15 and string.match(s, '^%d+$') ~= nil
+  return type(s) == 'string' and #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
 if #ARGV ~= 4 then
@@ -67,7 +68,7 @@ if kind == 'hash' then
     end
   end
   -- fence <= 19 digits, so fence + 1 stays below 2^64.
-  if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
     return redis.error_reply('CORRUPT bad status or fence')
   end
 elseif kind ~= 'none' then
@@ -84,7 +85,7 @@ if r then
   end
   local held = tonumber(r[6])
   if r[1] ~= 'pending' or held == 0 or held > now then
-    return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
+    return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
   end
 end
 
@@ -111,7 +112,7 @@ if r then
   end
   redis.call('HSET', key, 'token', token, 'lease_ms', lease_until,
     'updated_ms', now_s, 'fence', fence, 'fp', newfp)
-  return {1, r[1], r[2], r[3], now_s, r[5], lease_until, fence, newfp, token}
+  return {1, r[1], r[2], tonumber(r[3]), now, tonumber(r[5]), tonumber(lease_until), fence, newfp, token}
 end
 
 local expires = '0'
@@ -124,4 +125,6 @@ redis.call('HSET', key, 'status', 'pending', 'payload', '', 'created_ms', now_s,
 if expires ~= '0' then
   redis.call('PEXPIREAT', key, expires)
 end
-return {1, 'pending', '', now_s, now_s, expires, lease_until, '1', fp, token}
+-- Times go back as integers (exact below 2^53): the reader allocates no
+-- string for them.
+return {1, 'pending', '', now, now, tonumber(expires), tonumber(lease_until), '1', fp, token}

@@ -22,7 +22,7 @@ local gen, ttl = ARGV[1], ARGV[2]
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
-  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.match(s, '^%d+$') ~= nil
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
     and (#s == 1 or string.byte(s, 1) ~= 48)
 end
 local function cmp(a, b)
@@ -42,7 +42,7 @@ local MAX = '18446744073709551615'
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
 end
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 -- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.

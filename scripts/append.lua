@@ -25,49 +25,62 @@
   Complexity O(1) (plus the payload's size)
 ]]
 local key = KEYS[1]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 4 then
+  return redis.error_reply('BADARG want 4 arguments: msg_id, payload, ttl_ms, max_unacked')
+end
 local id, payload, ttl, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if type(id) ~= 'string' or #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
+if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
 end
-if type(payload) ~= 'string' or #payload > 4194304 then
+if #payload > 4194304 then
   return redis.error_reply('BADARG payload must be at most 4194304 bytes')
 end
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
-  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+-- ttl in canonical form ("0", or digits without a leading zero) takes one
+-- pattern match; anything else is checked and normalised on a slower path
+-- (Redis refuses "007" as a PEXPIRE argument, an error after a write: read it as 7).
+if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
+  if #ttl > 15 or not string.find(ttl, '^%d+$') then
+    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+  end
+  ttl = string.format('%d', tonumber(ttl))
 end
--- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
-ttl = string.format('%d', tonumber(ttl))
-if type(max) ~= 'string' or not string.match(max, '^%d+$') or #max > 15 then
+if #max > 15 or not string.find(max, '^%d+$') then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 
--- The reserved fields exist together or not at all; anything else is not ours.
-local fields = redis.call('HLEN', key)
+-- One read on the common path: the reserved fields, which exist together or
+-- not at all (anything else is not ours), and the id's value on a retry.
+local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id)
 local epoch, oldseq
-if fields > 0 then
-  local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch')
-  if not (r[1] and string.match(r[1], '^%d+$') and r[2] and string.match(r[2], '^%d+$')
-      and r[3] and string.match(r[3], '^[1-9]%d*$') and #r[3] <= 16) then
+if r[1] or r[2] or r[3] then
+  -- (One pattern match over the three, not one each.)
+  if not (r[1] and r[2] and r[3] and #r[3] <= 16
+      and string.find(r[1] .. ',' .. r[2] .. ',' .. r[3], '^%d+,%d+,[1-9]%d*$')) then
     return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
   end
   epoch = r[3]
-  local old = redis.call('HGET', key, id)
-  if old then
-    oldseq = string.match(old, '^(%d+):')
+  if r[4] then
+    oldseq = string.match(r[4], '^(%d+):')
     if not oldseq then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
-  elseif tonumber(max) > 0 and fields - 3 >= tonumber(max) then
-    return redis.error_reply('FULL the tail holds ' .. (fields - 3) .. ' unacked messages')
+  elseif max ~= '0' and tonumber(max) > 0 then
+    local held = redis.call('HLEN', key) - 3
+    if held >= tonumber(max) then
+      return redis.error_reply('FULL the tail holds ' .. held .. ' unacked messages')
+    end
   end
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
 
 local seq, created
 if oldseq then
   seq, created = tonumber(oldseq), 0
 else
-  if fields == 0 then
+  if not epoch then
     -- A new incarnation: stamp it with the server's clock in microseconds.
     local t = redis.call('TIME')
     epoch = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -76,7 +89,7 @@ else
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
   redis.call('HSET', key, id, seq .. ':' .. payload)
 end
-if tonumber(ttl) > 0 then
+if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)
 end
 return {seq, tonumber(epoch), created}

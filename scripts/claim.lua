@@ -14,24 +14,31 @@
   Atomicity all checks precede the single SET NX GET
   Complexity O(1)
 ]]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 2 then
+  return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
+end
 local ttl, value = ARGV[1], ARGV[2]
 
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
-  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+-- ttl in canonical form ("0", or digits without a leading zero) takes one
+-- pattern match; anything else is checked and normalised on a slower path
+-- (Redis refuses "007" as a PX argument, an error after a write: read it as 7).
+if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
+  if #ttl > 15 or not string.find(ttl, '^%d+$') then
+    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+  end
+  ttl = string.format('%d', tonumber(ttl))
 end
--- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
-ttl = string.format('%d', tonumber(ttl))
-if value ~= '1' and not (type(value) == 'string' and #value > 1 and #value <= 257
-    and string.byte(value, 1) == 126) then
+if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
   return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
 end
-if value ~= '1' and tonumber(ttl) == 0 then
+if value ~= '1' and ttl == '0' then
   return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
 end
 
 -- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
 local old
-if tonumber(ttl) > 0 then
+if ttl ~= '0' then
   old = redis.call('SET', KEYS[1], value, 'NX', 'GET', 'PX', ttl)
 else
   old = redis.call('SET', KEYS[1], value, 'NX', 'GET')

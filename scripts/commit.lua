@@ -17,7 +17,7 @@ local token, ttl = ARGV[1], ARGV[2]
 if type(token) ~= 'string' or #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
-if type(ttl) ~= 'string' or not string.match(ttl, '^%d+$') or #ttl > 15 then
+if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 -- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.

@@ -5,30 +5,32 @@
                             lease_ms, fence, fp, token
   ARGV (n=0)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
-             fence, fp, token}: 9 strings, token always ''; or nil when the key
-            is absent (never created, deleted, or expired)
+             fence, fp, token}: the four times integers (ms since the epoch,
+            0 = none), the rest strings (fence a decimal uint64), token always '';
+            or nil when the key is absent (never created, deleted, or expired)
   Errors    CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
-  Atomicity one TYPE and one HMGET in one script
+  Atomicity one HMGET (and an EXISTS when fields are missing) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 local key = KEYS[1]
 
 local function is_ms(s)
-  return #s <= 15 and string.match(s, '^%d+$') ~= nil
+  return #s <= 15 and string.find(s, '^%d+$') ~= nil
 end
 
-local kind = redis.call('TYPE', key)['ok']
-if kind == 'none' then
-  return false
-end
-if kind ~= 'hash' then
-  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-end
-local r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
+-- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
+-- for a key of another type; EXISTS tells absent from incomplete only then.
+local r = redis.pcall('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
   'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+end
 for i = 1, 9 do
   if not r[i] then
+    if redis.call('EXISTS', key) == 0 then
+      return false
+    end
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end
@@ -37,7 +39,9 @@ for i = 3, 6 do
     return redis.error_reply('CORRUPT a time field is not decimal ms')
   end
 end
-if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
+if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
   return redis.error_reply('CORRUPT bad status or fence')
 end
-return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
+-- Times as integers (exact: at most 15 digits): no string to allocate per
+-- field on the reader's side.
+return {r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}

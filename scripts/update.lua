@@ -12,8 +12,9 @@
                         expires_ms  decimal ms since the epoch, 0 = never expire
                         lease_ms    decimal ms since the epoch, 0 = no lease
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
-             fence, fp, token}: the updated record, 9 strings; token is the
-            caller's when it gave one, else ''. updated_ms is now (TIME).
+             fence, fp, token}: the updated record, the four times integers
+            (ms since the epoch, 0 = none), the rest strings (fence a decimal
+            uint64); token is the caller's when it gave one, else ''. updated_ms is now (TIME).
             A status other than "pending" clears the lease (lease_ms 0).
             nil when expires_ms was given at or before now: the record expired
             at once and the key is deleted
@@ -32,10 +33,6 @@
 local token = ARGV[1]
 local key = KEYS[1]
 
-local function is_ms(s)
-  return #s <= 15 and string.match(s, '^%d+$') ~= nil
-end
-
 local n = #ARGV
 if n < 3 or n % 2 == 0 then
   return redis.error_reply('BADARG want token, then at least one field, value pair')
@@ -43,51 +40,61 @@ end
 if #token > 256 then
   return redis.error_reply('BADARG token must be 0..256 bytes')
 end
-local set = {}
+-- The fields given, nil when absent (locals: no table to build and collect).
+local status, payload, expires, lease
 for i = 2, n, 2 do
   local f, v = ARGV[i], ARGV[i + 1]
+  local seen
   if f == 'status' then
     if #v < 1 or #v > 64 then
       return redis.error_reply('BADARG status must be 1..64 bytes')
     end
+    seen, status = status, v
   elseif f == 'payload' then
     if #v > 1048576 then
       return redis.error_reply('BADARG payload must be at most 1048576 bytes')
     end
+    seen, payload = payload, v
   elseif f == 'expires_ms' or f == 'lease_ms' then
-    if not is_ms(v) then
+    if #v > 15 or not string.find(v, '^%d+$') then
       return redis.error_reply('BADARG ' .. f .. ' must be a decimal integer >= 0')
+    end
+    if f == 'expires_ms' then
+      seen, expires = expires, v
+    else
+      seen, lease = lease, v
     end
   else
     return redis.error_reply('BADARG unknown field; want status, payload, expires_ms or lease_ms')
   end
-  if set[f] then
+  if seen then
     return redis.error_reply('BADARG field ' .. f .. ' given twice')
   end
-  set[f] = v
 end
+local set_expires = expires ~= nil
 
-local kind = redis.call('TYPE', key)['ok']
-if kind == 'none' then
-  return redis.error_reply('NOT_FOUND no such record')
-end
-if kind ~= 'hash' then
-  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-end
-local r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
+-- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
+-- for a key of another type; EXISTS tells absent from incomplete only then.
+local r = redis.pcall('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
   'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+end
 for i = 1, 9 do
   if not r[i] then
+    if redis.call('EXISTS', key) == 0 then
+      return redis.error_reply('NOT_FOUND no such record')
+    end
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end
-for i = 3, 6 do
-  if not is_ms(r[i]) then
-    return redis.error_reply('CORRUPT a time field is not decimal ms')
-  end
-end
-if r[1] == '' or #r[7] > 19 or not string.match(r[7], '^%d+$') then
-  return redis.error_reply('CORRUPT bad status or fence')
+-- The four times (1..15 digits) and the fence (1..19 digits), checked with one
+-- pattern match over their concatenation.
+local c, u, e, l, fence = r[3], r[4], r[5], r[6], r[7]
+if r[1] == '' or #c < 1 or #c > 15 or #u < 1 or #u > 15 or #e < 1 or #e > 15
+    or #l < 1 or #l > 15 or #fence < 1 or #fence > 19
+    or not string.find(c .. u .. e .. l .. fence, '^%d+$') then
+  return redis.error_reply('CORRUPT bad status, time field or fence')
 end
 if token ~= '' and token ~= r[9] then
   return redis.error_reply('STALE_OWNER the record has another owner')
@@ -97,24 +104,29 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = string.format('%d', now)
 
-local status = set['status'] or r[1]
-local payload = set['payload'] or r[2]
-local expires = set['expires_ms'] or r[5]
-local lease = set['lease_ms'] or r[6]
+status = status or r[1]
+payload = payload or r[2]
+expires = expires or e
+lease = lease or l
 if status ~= 'pending' then
   lease = '0'
 end
--- Normalise "007" to "7" so the stored value reads back as written by TIME.
-expires = string.format('%d', tonumber(expires))
-lease = string.format('%d', tonumber(lease))
+-- Normalise "007" to "7" so the stored value reads back as written by TIME
+-- (only a leading zero needs it: the values are checked to be digits).
+if #expires > 1 and string.byte(expires, 1) == 48 then
+  expires = string.format('%d', tonumber(expires))
+end
+if #lease > 1 and string.byte(lease, 1) == 48 then
+  lease = string.format('%d', tonumber(lease))
+end
 
-if set['expires_ms'] and expires ~= '0' and tonumber(expires) <= now then
+if set_expires and expires ~= '0' and tonumber(expires) <= now then
   redis.call('DEL', key)
   return false
 end
 redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
   'expires_ms', expires, 'lease_ms', lease)
-if set['expires_ms'] then
+if set_expires then
   if expires == '0' then
     redis.call('PERSIST', key)
   else
@@ -125,4 +137,4 @@ local shown = ''
 if token ~= '' then
   shown = token
 end
-return {status, payload, r[3], now_s, expires, lease, r[7], r[8], shown}
+return {status, payload, tonumber(c), now, tonumber(expires), tonumber(lease), fence, r[8], shown}

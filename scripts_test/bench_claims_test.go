@@ -2,27 +2,92 @@ package scripts_test
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/redisonce/redisonce/store"
 )
 
+var errBenchUnexpected = errors.New("unexpected result")
+
+// BenchmarkClaim claims a fresh id per op (every claim creates its key).
 func BenchmarkClaim(b *testing.B) {
-	url := benchURL(b)
-	c := newClientTB(b, url)
-	s := store.NewClaims(c, store.WithPrefix("bench:claim:"+strconv.FormatInt(int64(b.N), 10)+":"))
-	ctx := context.Background()
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := s.Claim(ctx, strconv.FormatInt(n.Add(1), 10)); err != nil {
-				b.Error(err)
-				return
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ids := benchIDs(b.N)
+		ctx := context.Background()
+		benchParallel(b, g, func(i int) error {
+			ok, err := s.Claim(ctx, ids[i])
+			if err == nil && !ok {
+				err = errBenchUnexpected
 			}
+			return err
+		})
+	})
+}
+
+// BenchmarkClaimMany claims 100 fresh ids per op.
+func BenchmarkClaimMany(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ids := benchIDs(b.N * 100)
+		ctx := context.Background()
+		benchParallel(b, g, func(i int) error {
+			got, err := s.ClaimMany(ctx, ids[i*100:i*100+100])
+			if err == nil && !got[99] {
+				err = errBenchUnexpected
+			}
+			return err
+		})
+	})
+}
+
+// BenchmarkSeen asks about an id that is claimed.
+func BenchmarkSeen(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ctx := context.Background()
+		if err := s.Remember(ctx, "seen"); err != nil {
+			b.Fatal(err)
 		}
+		benchParallel(b, g, func(int) error {
+			ok, err := s.Seen(ctx, "seen")
+			if err == nil && !ok {
+				err = errBenchUnexpected
+			}
+			return err
+		})
+	})
+}
+
+// BenchmarkForget forgets a claimed id per op.
+func BenchmarkForget(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ids := benchIDs(b.N)
+		ctx := context.Background()
+		if _, err := s.ClaimMany(ctx, ids); err != nil {
+			b.Fatal(err)
+		}
+		benchParallel(b, g, func(i int) error { return s.Forget(ctx, ids[i]) })
+	})
+}
+
+// BenchmarkClaimsDo runs the leased flow on a fresh id per op: claim "~token",
+// a no-op fn, commit.
+func BenchmarkClaimsDo(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ids := benchIDs(b.N)
+		ctx := context.Background()
+		fn := func(context.Context) error { return nil }
+		benchParallel(b, g, func(i int) error {
+			ran, err := s.Do(ctx, ids[i], time.Minute, fn)
+			if err == nil && !ran {
+				err = errBenchUnexpected
+			}
+			return err
+		})
 	})
 }

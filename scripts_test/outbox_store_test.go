@@ -249,6 +249,10 @@ func TestOutboxCorruptState(t *testing.T) {
 
 	outboxSeed(t, c, prefix+"foreign", map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxOldEpoch, "m": "not a seq"}, 0)
 	outboxSeed(t, c, prefix+"nogen", map[string]string{"_seq": "2", "_epoch": outboxOldEpoch, "m": "1:x"}, 0)
+	// unacked.lua passes a field it does not know through; the reader rejects it.
+	outboxSeed(t, c, prefix+"underscore", map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxOldEpoch, "_x": "1:x"}, 0)
+	_, err := ob.Unacked(ctx, "underscore")
+	outboxWantUnexpected(t, "Unacked underscore", err)
 	if err := c.Do(ctx, c.B().Set().Key(prefix+"string").Value("hello").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func TestRecordsUnexpectedReplies(t *testing.T) {
 		{"not acquired with a token", acquired(0, with(8, "tok")), []call{acquire, do}, store.ErrUnexpectedReply},
 		{"time not a number", acquired(0, with(2, "soon")), []call{acquire, do}, store.ErrUnexpectedReply},
 		{"negative time", recResp(with(4, "-5")...), []call{get, update}, store.ErrUnexpectedReply},
-		{"time as an integer", recResp(with(3, 2000)...), []call{get, update}, store.ErrUnexpectedReply},
+		{"negative integer time", recResp(with(3, -5)...), []call{get, update}, store.ErrUnexpectedReply},
 		{"fence negative", recResp(with(6, "-1")...), []call{get, update}, store.ErrUnexpectedReply},
 		{"fence past uint64", recResp(with(6, "18446744073709551616")...), []call{get}, store.ErrUnexpectedReply},
 		{"empty status", acquired(0, with(0, "")), []call{acquire, do}, store.ErrUnexpectedReply},

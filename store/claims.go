@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -45,6 +46,8 @@ type Claims struct {
 	prefix string
 	ttl    string // decimal ms, "0" = never expire
 	err    error
+	// leaseMS remembers the last lease Do rendered: callers pass the same one.
+	leaseMS msCache
 }
 
 var _ ClaimStore = (*Claims)(nil)
@@ -52,13 +55,18 @@ var _ ClaimStore = (*Claims)(nil)
 // NewClaims returns a claims store on a client the caller keeps: Close does not
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
 // processed id is remembered forever).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
+// the store never uses client-side caching.
 func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
 	return &Claims{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err}
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
-// and returns a claims store that owns the client: Close closes it.
+// with ClientOptions and returns a claims store that owns the client: Close
+// closes it.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
 	c, err := openClient(url)
 	if err != nil {
@@ -73,11 +81,12 @@ func OpenClaims(url string, opts ...Option) (*Claims, error) {
 	return s, nil
 }
 
-// openClient parses url and connects.
+// openClient connects to url with ClientOptions, the one place where the
+// stores' client settings live.
 func openClient(url string) (rueidis.Client, error) {
-	opt, err := rueidis.ParseURL(url)
+	opt, err := ClientOptions(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisonce: open %q: %w", url, err)
+		return nil, err
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -115,8 +124,9 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	}
 	calls := make([]call, len(ids))
 	args := []string{s.ttl, "1"}
-	for i, id := range ids {
-		calls[i] = call{s: scriptClaim, key: s.prefix + id, args: args}
+	keys := s.keys(ids)
+	for i := range ids {
+		calls[i] = call{s: scriptClaim, key: keys[i], args: args}
 	}
 	out := make([]bool, len(ids))
 	var first error
@@ -178,9 +188,10 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	if lease <= 0 {
 		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
-	token := newToken()
+	value := newLeaseValue()
+	token := value[1:] // the token shares the value's string
 	key := s.prefix + id
-	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, ms(lease), "~"+token))
+	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, s.leaseMS.ms(lease), value))
 	if err != nil {
 		return false, err
 	}
@@ -263,6 +274,45 @@ func (s *Claims) check(ctx context.Context, op, id string) error {
 		return s.err
 	}
 	return checkID(ctx, op, id)
+}
+
+// keys returns prefix+id for every id, all cut from one string: one
+// allocation for a whole batch instead of one per key.
+func (s *Claims) keys(ids []string) []string {
+	return prefixKeys(s.prefix, ids)
+}
+
+// prefixKeys returns prefix+id for every id as substrings of one string.
+func prefixKeys(prefix string, ids []string) []string {
+	n := 0
+	for _, id := range ids {
+		n += len(prefix) + len(id)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, id := range ids {
+		b.WriteString(prefix)
+		b.WriteString(id)
+	}
+	all := b.String()
+	keys := make([]string, len(ids))
+	off := 0
+	for i, id := range ids {
+		end := off + len(prefix) + len(id)
+		keys[i] = all[off:end]
+		off = end
+	}
+	return keys
+}
+
+// newLeaseValue returns "~" and a newToken in one allocation.
+func newLeaseValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	var v [1 + 32]byte
+	v[0] = '~'
+	hex.Encode(v[1:], b[:])
+	return string(v[:])
 }
 
 // newToken returns 32 lower-case hex characters from crypto/rand.

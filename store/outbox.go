@@ -126,6 +126,10 @@ var _ OutboxStore = (*Outbox)(nil)
 // connection's hash never expires; with a TTL, every Append, and every
 // AdvanceGeneration that raises the floor, re-arms it), WithMaxUnacked (default
 // 0: unbounded).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenOutbox does:
+// the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
 	return &Outbox{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl),
@@ -133,7 +137,8 @@ func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 }
 
 // OpenOutbox connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) and returns an outbox that owns the client: Close closes it.
+// rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
+// client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 	c, err := openClient(url)
 	if err != nil {
@@ -178,7 +183,8 @@ func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload [
 
 // Unacked returns conn's unacknowledged messages, ascending by Seq: the tail to
 // replay to a client that reconnected. It is empty (nil) when the connection has
-// no messages or does not exist. A stored value that the outbox scripts did not
+// no messages or does not exist. The payloads are cut from one buffer (one
+// allocation per call): keeping one Payload keeps the whole tail's bytes. A stored value that the outbox scripts did not
 // write fails with ErrUnexpectedReply.
 func (s *Outbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
 	t, err := s.Tail(ctx, conn)
@@ -390,6 +396,16 @@ func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 	if len(vals) > 2 {
 		t.Messages = make([]Message, 0, (len(vals)-2)/2)
 	}
+	// Every payload is copied into one buffer: one allocation for the tail
+	// instead of one per message. Each Payload is capped at its own length,
+	// so appending to one never writes into the next.
+	size := 0
+	for i := 3; i < len(vals); i += 2 {
+		if v, err := vals[i].ToString(); err == nil {
+			size += len(v)
+		}
+	}
+	buf := make([]byte, 0, size)
 	for i := 2; i < len(vals); i += 2 {
 		id, err1 := vals[i].ToString()
 		v, err2 := vals[i+1].ToString()
@@ -401,7 +417,9 @@ func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 		if !ok || err != nil || seq == 0 {
 			return Tail{}, errorf(op, conn, ErrUnexpectedReply, "message %q: value is not \"<seq>:<payload>\"", id)
 		}
-		t.Messages = append(t.Messages, Message{ID: id, Seq: seq, Payload: []byte(payload)})
+		start := len(buf)
+		buf = append(buf, payload...)
+		t.Messages = append(t.Messages, Message{ID: id, Seq: seq, Payload: buf[start:len(buf):len(buf)]})
 	}
 	sortMessages(t.Messages)
 	return t, nil

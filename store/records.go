@@ -187,6 +187,9 @@ type Records struct {
 	prefix string
 	ttl    time.Duration
 	err    error
+	// ttlMS and leaseMS remember the last TTL and lease rendered for acquire,
+	// so a caller passing the same options every time allocates no string.
+	ttlMS, leaseMS msCache
 }
 
 var (
@@ -197,14 +200,18 @@ var (
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
 // 0: a record acquired with TTL 0 never expires).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
+// the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
 	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) and returns a records store that owns the client: Close
-// closes it.
+// rueidis.ParseURL) with ClientOptions and returns a records store that owns
+// the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
 	c, err := openClient(url)
 	if err != nil {
@@ -253,7 +260,7 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 	if o.TTL == 0 {
 		o.TTL = s.ttl
 	}
-	r := scriptAcquire.exec(ctx, s.c, s.prefix+key, ms(o.TTL), newToken(), o.Fingerprint, ms(o.Lease))
+	r := scriptAcquire.exec(ctx, s.c, s.prefix+key, s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease))
 	arr, err := replyArray(op, key, r, 10)
 	if err != nil {
 		return Record{}, false, err
@@ -322,7 +329,8 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	if err != nil {
 		return err
 	}
-	_, err = parseRecord(op, key, arr)
+	// Only checked: the caller does not get the record, so the payload is not copied.
+	_, err = parseRecordOpt(op, key, arr, false)
 	return err
 }
 
@@ -645,23 +653,38 @@ func replyArray(op, key string, r rueidis.RedisResult, n int) ([]rueidis.RedisMe
 }
 
 // parseRecord reads the scripts' record reply: status, payload, created_ms,
-// updated_ms, expires_ms, lease_ms, fence, fp, token — 9 strings.
+// updated_ms, expires_ms, lease_ms, fence, fp, token. The four times are
+// integers (a decimal string is accepted too); the rest are strings, the fence
+// a decimal uint64.
 func parseRecord(op, key string, a []rueidis.RedisMessage) (Record, error) {
+	return parseRecordOpt(op, key, a, true)
+}
+
+// parseRecordOpt is parseRecord; withPayload false leaves Payload nil (no copy).
+func parseRecordOpt(op, key string, a []rueidis.RedisMessage, withPayload bool) (Record, error) {
 	var s [9]string
+	var t [4]int64
 	for i := range s {
+		if i >= 2 && i < 6 && a[i].IsInt64() {
+			n, err := a[i].AsInt64()
+			if err != nil || n < 0 {
+				return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s, want ms", i+1, a[i].String())
+			}
+			t[i-2] = n
+			continue
+		}
 		v, err := a[i].ToString()
 		if err != nil {
 			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s", i+1, a[i].String())
 		}
 		s[i] = v
-	}
-	var t [4]int64
-	for i := range t {
-		n, err := strconv.ParseInt(s[2+i], 10, 64)
-		if err != nil || n < 0 {
-			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %q, want ms", 3+i, s[2+i])
+		if i >= 2 && i < 6 {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %q, want ms", i+1, v)
+			}
+			t[i-2] = n
 		}
-		t[i] = n
 	}
 	fence, err := strconv.ParseUint(s[6], 10, 64)
 	if err != nil {
@@ -670,10 +693,14 @@ func parseRecord(op, key string, a []rueidis.RedisMessage) (Record, error) {
 	if s[0] == "" {
 		return Record{}, errorf(op, key, ErrUnexpectedReply, "empty status")
 	}
+	var payload []byte
+	if withPayload {
+		payload = payloadBytes(s[1])
+	}
 	return Record{
 		Key:         key,
 		Status:      Status(s[0]),
-		Payload:     payloadBytes(s[1]),
+		Payload:     payload,
 		CreatedAt:   msTime(t[0]),
 		UpdatedAt:   msTime(t[1]),
 		ExpiresAt:   msTime(t[2]),

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,4 +37,25 @@ func ms(d time.Duration) string {
 		m++
 	}
 	return strconv.FormatInt(m, 10)
+}
+
+// msCache is ms with a memory of the last duration it rendered: a store called
+// with the same lease or TTL every time allocates no string for it. The zero
+// value is ready; it is safe for concurrent use.
+type msCache struct {
+	last atomic.Pointer[msEntry]
+}
+
+type msEntry struct {
+	d time.Duration
+	s string
+}
+
+func (c *msCache) ms(d time.Duration) string {
+	if e := c.last.Load(); e != nil && e.d == d {
+		return e.s
+	}
+	s := ms(d)
+	c.last.Store(&msEntry{d: d, s: s})
+	return s
 }
