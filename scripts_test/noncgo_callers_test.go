@@ -92,7 +92,14 @@ var redisCLICases = map[string][]cliCase{
 	},
 	"commit": {
 		{name: "own lease", seed: lease("tok"), argv: []string{"tok", "0"}, want: "1", check: claimsSeen(true, "processed")},
-		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "0"}, want: "0", check: claimsInFlight},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "0"}, want: "-1", check: claimsInFlight},
+		{name: "lease expired, nobody took it", argv: []string{"tok", "0"}, want: "2", check: claimsSeen(true, "processed")},
+		{name: "already processed", seed: goClaim, argv: []string{"tok", "0"}, want: "0", check: claimsSeen(true, "processed")},
+	},
+	"extend": {
+		{name: "own lease", seed: lease("tok"), argv: []string{"tok", "60000"}, want: "1", check: claimsInFlight},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "60000"}, want: "0", check: claimsInFlight},
+		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: claimsSeen(false, "")},
 	},
 	"release": {
 		{name: "own lease", seed: lease("tok"), argv: []string{"tok"}, want: "1", check: claimsSeen(false, "")},
@@ -194,6 +201,18 @@ var redisCLICases = map[string][]cliCase{
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
 		{name: "nothing there", argv: []string{"", "status", "completed"}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
+	},
+	"renew": {
+		{name: "owner renews", seed: goAcquire(""), argv: []string{"$TOKEN", "60000"}, want: "1",
+			check: func(t *testing.T, e *cliEnv, key string) {
+				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				if left := time.Until(r.LeaseUntil); left < 50*time.Second || left > 61*time.Second {
+					t.Errorf("LeaseUntil is %v from now, want about 60s", left)
+				}
+			}},
+		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "60000"}, want: "-1",
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: recordAbsent},
 	},
 	"delete": {
 		{name: "owner deletes", seed: goAcquire(""), argv: []string{"$TOKEN"}, want: "1", check: recordAbsent},

@@ -91,7 +91,7 @@ func openClient(url string) (rueidis.Client, error) {
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redisonce: open %q: %w", url, err)
+		return nil, openError(url, err)
 	}
 	return c, nil
 }
