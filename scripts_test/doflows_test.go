@@ -278,3 +278,18 @@ func mustString(t *testing.T, r interface{ ToString() (string, error) }) string 
 	}
 	return v
 }
+
+// TestOpenChecksOptionsFirst: an invalid option fails Open* before it
+// connects, so the error names the option, not the network.
+func TestOpenChecksOptionsFirst(t *testing.T) {
+	const nowhere = "redis://127.0.0.1:1"
+	if _, err := store.OpenClaims(nowhere, store.WithTTL(-1)); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("OpenClaims(WithTTL(-1)) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := store.OpenRecords(nowhere, store.WithTTL(-1)); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("OpenRecords(WithTTL(-1)) = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := store.OpenOutbox(nowhere, store.WithMaxUnacked(-1)); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("OpenOutbox(WithMaxUnacked(-1)) = %v, want ErrInvalidArgument", err)
+	}
+}

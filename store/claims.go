@@ -55,7 +55,9 @@ var _ ClaimStore = (*Claims)(nil)
 
 // NewClaims returns a claims store on a client the caller keeps: Close does not
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
-// processed id is remembered forever).
+// processed id is remembered forever, and its key is never freed; set a TTL a
+// little longer than the longest time a message may be redelivered). An
+// invalid option is returned by every call (OpenClaims fails with it instead).
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
@@ -67,18 +69,18 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
 // with ClientOptions and returns a claims store that owns the client: Close
-// closes it.
+// closes it. An invalid option fails here, before connecting; errors show the
+// URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
+	s := NewClaims(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewClaims(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c, s.owned = c, true
 	return s, nil
 }
 

@@ -38,11 +38,11 @@ var (
 )
 
 // NewMemoryRecords returns an empty in-memory records store. Options: WithTTL
-// (default 0: a record acquired with TTL 0 never expires), WithClock (default
+// (default DefaultRecordsTTL, 24 hours; 0: never expire), WithClock (default
 // time.Now).
 func NewMemoryRecords(opts ...Option) *MemoryRecords {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err}
+	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.recordsTTL(), now: cfg.now, err: cfg.err}
 }
 
 // nowMS is the clock in ms, as TIME gives it to the scripts.

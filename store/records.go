@@ -14,6 +14,11 @@ import (
 // otherwise: a record lives in the hash "idempotency:<key>".
 const DefaultRecordsPrefix = "idempotency:"
 
+// DefaultRecordsTTL is how long a record lives unless WithTTL or
+// AcquireOptions.TTL says otherwise: 24 hours, the retention of Stripe's
+// idempotency keys. A client retrying later than that runs the request again.
+const DefaultRecordsTTL = 24 * time.Hour
+
 // Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
 // by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
 const (
@@ -120,7 +125,7 @@ type Update struct {
 type AcquireOptions struct {
 	// TTL is how long a new record lives, counted from its creation (a
 	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default 0: the record never expires. Negative values are invalid.
+	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the
@@ -202,37 +207,38 @@ var (
 
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
-// 0: a record acquired with TTL 0 never expires).
+// DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
+// expire). An invalid option is returned by every call (OpenRecords fails
+// with it instead).
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
+	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.recordsTTL(), err: cfg.err}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
 // rueidis.ParseURL) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
+	s := NewRecords(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewRecords(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c, s.owned = c, true
 	return s, nil
 }
 
 // Acquire creates key's record, pending, expiring after ttl (0: the store's
-// WithTTL, default never), and returns it with true; an existing unexpired
-// record is returned with false. This is the seed contract:
-// AcquireWith(ctx, key, AcquireOptions{TTL: ttl}), without a lease.
+// WithTTL, default 24 hours), and returns it with true; an existing unexpired
+// record is returned with false. It is AcquireWith(ctx, key,
+// AcquireOptions{TTL: ttl}), without a lease.
 func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
 	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
 }

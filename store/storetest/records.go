@@ -174,8 +174,16 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustGet(t, s, "other", true)
 	})
 
-	t.Run("NoTTLNeverExpires", func(t *testing.T) {
+	t.Run("DefaultTTLIs24h", func(t *testing.T) {
 		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		if got := rec.ExpiresAt.Sub(rec.CreatedAt); got != store.DefaultRecordsTTL {
+			t.Errorf("ExpiresAt - CreatedAt = %v, want %v", got, store.DefaultRecordsTTL)
+		}
+	})
+
+	t.Run("ZeroTTLNeverExpires", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(0))
 		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
 		if !rec.ExpiresAt.IsZero() {
 			t.Errorf("ExpiresAt = %v, want zero (never)", rec.ExpiresAt)
