@@ -98,10 +98,19 @@ func openClient(url string) (rueidis.Client, error) {
 	return c, nil
 }
 
-// Claim marks id processed if no one has claimed it: true means this is the
-// first delivery and the caller should apply its effect. It returns false for an
-// id already processed or in flight. Claim is the seed contract: it stores "1"
-// under prefix+id with the store's TTL.
+// Claim marks id processed if no one has claimed it, and reports whether it
+// did: true for the first delivery, false for an id already processed or in
+// flight. It stores "1" under prefix+id with the store's TTL, the data of a
+// `SET key 1 NX PX ttl` dedupe.
+//
+// Claim is a dedupe mark taken BEFORE the effect: if the effect then fails,
+// or the process dies, the id is still marked and every redelivery is
+// dropped. Use it for effects that are idempotent themselves or cheap to
+// lose; use Do to apply an effect exactly once. Do not retry a Claim that
+// failed with a network error and treat its false as a duplicate: the first
+// call may have landed, and the message would be dropped (Do has no such
+// window: a retry of Do after a network error finds the lease and answers
+// ErrInFlight until it expires).
 func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 	if err := s.check(ctx, "claim", id); err != nil {
 		return false, err
@@ -152,7 +161,8 @@ func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
 	return n == 1, err
 }
 
-// Remember marks id processed; it is Claim without the answer.
+// Remember marks id processed; it is Claim without the answer (and, like
+// Claim, a mark taken whatever the effect does).
 func (s *Claims) Remember(ctx context.Context, id string) error {
 	_, err := s.Claim(ctx, id)
 	return err
