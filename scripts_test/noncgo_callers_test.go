@@ -175,7 +175,7 @@ var redisCLICases = map[string][]cliCase{
 				}
 			}},
 		{name: "completed by Go", seed: goDo("receipt-1"), argv: []string{"0", "tok2", "", "0"},
-			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
 			check: recordDone("receipt-1")},
 		{name: "fingerprint mismatch", seed: goAcquire("fpA"), argv: []string{"0", "tok", "fpB", "0"}, want: "MISMATCH", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) {
@@ -185,7 +185,7 @@ var redisCLICases = map[string][]cliCase{
 			}},
 	},
 	"get": {
-		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
 			check: func(t *testing.T, e *cliEnv, key string) {
 				r := recordIs(t, e, key, store.StatusCompleted, "receipt-1", 1)
 				if f := strings.Split(e.out, "\n"); len(f) < 3 || f[2] != strconv.FormatInt(r.CreatedAt.UnixMilli(), 10) {
@@ -196,7 +196,7 @@ var redisCLICases = map[string][]cliCase{
 	},
 	"update": {
 		{name: "owner completes", seed: goAcquire(""), argv: []string{"$TOKEN", "status", "completed", "payload", "receipt-1"},
-			like:  `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1\n\n[0-9a-f]{32}`,
+			like:  `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1\n\n[0-9a-f]{32}`,
 			check: recordDone("receipt-1")},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
