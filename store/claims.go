@@ -255,22 +255,21 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 // connection is lost (retryLost). commit returns commit.lua's reply.
 func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
 	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
-	fctx, stop := keepAlive(ctx, lease, Lease{ID: id, Token: token},
-		fmt.Errorf("redisonce: do %q: %w", id, ErrLeaseLost), extend)
+	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
 	done := false
 	defer func() {
 		if done {
 			return
 		}
 		// fn panicked: give the id back before the panic goes on.
-		stop()
+		hb.stop()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = retryLost(rctx, release)
 	}()
-	fnErr := fn(fctx)
+	fnErr := fn(hb)
 	done = true
-	stop()
+	hb.stop()
 	if fnErr != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -19,7 +19,7 @@ func TestKeepAlive(t *testing.T) {
 
 	t.Run("TransientErrorsWithinTheLease", func(t *testing.T) {
 		var calls atomic.Int32
-		ctx, stop := keepAlive(context.Background(), lease, l, lost, func(context.Context) (bool, error) {
+		ctx := keepAlive(context.Background(), lease, l, "do", lost, func(context.Context) (bool, error) {
 			// Fails for the first ~200ms (less than a lease), then succeeds.
 			if calls.Add(1) <= 3 {
 				return false, io.ErrUnexpectedEOF
@@ -33,7 +33,7 @@ func TestKeepAlive(t *testing.T) {
 		if got, ok := LeaseFromContext(ctx); !ok || got != l {
 			t.Errorf("LeaseFromContext = %+v, %v; want %+v", got, ok, l)
 		}
-		stop()
+		ctx.stop()
 		n := calls.Load()
 		time.Sleep(lease)
 		if calls.Load() != n {
@@ -46,10 +46,10 @@ func TestKeepAlive(t *testing.T) {
 
 	t.Run("ErrorsForAWholeLease", func(t *testing.T) {
 		start := time.Now()
-		ctx, stop := keepAlive(context.Background(), lease, l, lost, func(context.Context) (bool, error) {
+		ctx := keepAlive(context.Background(), lease, l, "do", lost, func(context.Context) (bool, error) {
 			return false, io.ErrUnexpectedEOF
 		})
-		defer stop()
+		defer ctx.stop()
 		select {
 		case <-ctx.Done():
 		case <-time.After(10 * lease):
@@ -64,8 +64,8 @@ func TestKeepAlive(t *testing.T) {
 	})
 
 	t.Run("Lost", func(t *testing.T) {
-		ctx, stop := keepAlive(context.Background(), lease, l, lost, func(context.Context) (bool, error) { return false, nil })
-		defer stop()
+		ctx := keepAlive(context.Background(), lease, l, "do", lost, func(context.Context) (bool, error) { return false, nil })
+		defer ctx.stop()
 		select {
 		case <-ctx.Done():
 		case <-time.After(lease):
@@ -79,8 +79,8 @@ func TestKeepAlive(t *testing.T) {
 	t.Run("ParentCancelled", func(t *testing.T) {
 		parent, cancel := context.WithCancel(context.Background())
 		var calls atomic.Int32
-		ctx, stop := keepAlive(parent, lease, l, lost, func(context.Context) (bool, error) { calls.Add(1); return true, nil })
-		defer stop()
+		ctx := keepAlive(parent, lease, l, "do", lost, func(context.Context) (bool, error) { calls.Add(1); return true, nil })
+		defer ctx.stop()
 		cancel()
 		if ctx.Err() == nil {
 			t.Error("fn's context outlived its parent")

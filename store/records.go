@@ -515,8 +515,7 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		}
 	}
 	token := rec.Token
-	fctx, stop := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence},
-		fmt.Errorf("redisonce: do %q: %w", key, ErrStaleOwner),
+	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
 		func(ctx context.Context) (bool, error) {
 			n, err := s.renew(ctx, key, token, o.Lease)
 			return n == 1, err
@@ -527,14 +526,14 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 			return
 		}
 		// fn panicked: give the key back before the panic goes on.
-		stop()
+		hb.stop()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
 	}()
-	result, fnErr := fn(fctx)
+	result, fnErr := fn(hb)
 	finished = true
-	stop()
+	hb.stop()
 
 	// The effect has happened: record it even if ctx was cancelled meanwhile,
 	// and again when the connection was lost under the write (retryLost): the
