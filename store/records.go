@@ -117,7 +117,7 @@ type Update struct {
 	LeaseUntil *time.Time
 	// Token fences the update: when set, it applies only if Token is the
 	// record's current owner token, else ErrStaleOwner and nothing changes.
-	// Empty: unfenced, as in the seed contract.
+	// Empty: unfenced.
 	Token string
 }
 
@@ -343,7 +343,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	return err
 }
 
-// Delete removes key's record, whoever owns it (the seed contract); a missing
+// Delete removes key's record, whoever owns it; a missing
 // key is not an error. It also removes a key that does not hold a record.
 func (s *Records) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx, "delete", key); err != nil {
