@@ -154,9 +154,10 @@ crashes mid-message:
            replays its connections' tails (clients drop what they had by
            (epoch, seq)), and the old owner's late acks are rejected as stale.
   records  clients send payments with an Idempotency-Key through Records.Do and
-           retry (lost responses, slow first tries, provider errors); a server
-           stalls past its lease, another takes the request over, and the
-           stalled server's late write is rejected as stale.
+           retry (lost responses, slow first tries, provider errors); a
+           server's provider call hangs past its lease, Do keeps the lease
+           alive so retries wait (409), and the failed call's record is dropped
+           so a retry charges.
 
 It ends with a table per store: messages delivered, duplicates suppressed,
 unique messages, effects applied (must equal unique messages, or the demo

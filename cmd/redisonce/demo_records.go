@@ -16,11 +16,12 @@ import (
 // The records section: clients send payment requests with an Idempotency-Key
 // to a pool of API servers, and retry: after a lost response (the retry gets
 // the stored result replayed), while the first try is still running (409, try
-// again later), after a transient provider error (the record is dropped, so
-// the retry charges). One server stalls holding a request past its lease:
-// another server takes the request over and charges it, and the stalled
-// server's late write is rejected as stale. A request that reuses a key with a
-// different body is refused.
+// again later), after a transient provider error (Do drops the record of a
+// failed call, so the retry charges). One server's provider call hangs for
+// three leases: Do keeps its lease alive meanwhile, so retries on other
+// servers are told to come back later (409) instead of charging twice; when
+// the call times out, the record is dropped and a retry charges. A request
+// that reuses a key with a different body is refused.
 const (
 	recordsServers   = 3
 	recordsClients   = 8
@@ -42,7 +43,7 @@ const (
 	lostResponse          // the response is lost: the client retries
 	impatient             // the charge is slow: the client retries meanwhile
 	transient             // the provider fails once with a retryable error
-	stalled               // the server stalls past its lease, then fails
+	stalled               // the provider call hangs past the lease, then fails
 )
 
 var (
@@ -56,10 +57,9 @@ type provider struct {
 	charges  map[string]int
 	attempts map[string]int
 	// The stall: held is closed when the stalled server is inside its call
-	// (it owns the record), over once another server has taken the request
-	// over and answered it; the stalled call fails then.
-	held, over         chan struct{}
-	heldOnce, overOnce sync.Once
+	// (it owns the record).
+	held     chan struct{}
+	heldOnce sync.Once
 }
 
 func (p *provider) charge(ctx context.Context, server, key, body string, sc scenario) ([]byte, error) {
@@ -70,17 +70,13 @@ func (p *provider) charge(ctx context.Context, server, key, body string, sc scen
 	wait := recordsWork
 	switch {
 	case first && sc == transient:
-		return nil, store.Retryable(errProvider503)
+		return nil, errProvider503 // Do drops the record: a retry charges
 	case first && sc == stalled:
-		// The server hangs on a dead connection to the provider, past its
-		// lease, until another server has taken the request over and
-		// answered it; then the call fails.
+		// The server hangs on a dead connection to the provider for three
+		// leases (Do keeps the lease alive), then the call fails.
 		p.heldOnce.Do(func() { close(p.held) })
-		select {
-		case <-p.over:
-		case <-time.After(sectionTimeout):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := sleep(ctx, 3*recordsLease); err != nil {
+			return nil, err
 		}
 		return nil, errProviderTimeout
 	case first && sc == impatient:
@@ -148,6 +144,9 @@ func (a *apiServer) handle(ctx context.Context, p *provider, st *recordsStats, k
 	case errors.Is(err, errProvider503):
 		st.add(func(s *recordsStats) { s.failed++ })
 		return 503, nil, nil
+	case errors.Is(err, errProviderTimeout):
+		st.add(func(s *recordsStats) { s.failed++ })
+		return 504, nil, nil
 	}
 	return 500, nil, fmt.Errorf("%s: %w", a.name, err)
 }
@@ -170,7 +169,7 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 		servers[i] = &apiServer{name: fmt.Sprintf("s%d", i+1), recs: store.NewRecords(proc.client, opts...)}
 	}
 	p := &provider{charges: map[string]int{}, attempts: map[string]int{},
-		held: make(chan struct{}), over: make(chan struct{})}
+		held: make(chan struct{})}
 	st := &recordsStats{}
 
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -223,7 +222,7 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 			first := server()
 			if sc == stalled {
 				stallStart = time.Now()
-				d.say("records", "%s stalls on %s (its call to the provider hangs) holding the lease", first.name, key)
+				d.say("records", "%s stalls on %s (its call to the provider hangs); Do keeps its lease alive", first.name, key)
 			}
 			background.Add(1)
 			go func() {
@@ -233,10 +232,10 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 				case err != nil:
 					bgErrs <- err
 				case sc == stalled && code != 504:
-					bgErrs <- fmt.Errorf("%s's late write on %s answered %d, want it rejected as stale (504)", first.name, key, code)
+					bgErrs <- fmt.Errorf("%s's hung call on %s answered %d, want a provider timeout (504)", first.name, key, code)
 				case sc == stalled:
-					d.say("records", "%s wakes up: the provider call failed, and its write of the failure on %s is rejected (stale owner); the completed record stands",
-						first.name, key)
+					d.say("records", "%s's provider call on %s timed out after %v: Do dropped the record, so a retry can charge",
+						first.name, key, time.Since(stallStart).Round(10*time.Millisecond))
 				}
 			}()
 			if sc == stalled {
@@ -264,9 +263,8 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 			switch code {
 			case 200:
 				if sc == stalled {
-					d.say("records", "%s took %s over %v after the stall, once the lease had passed, and charged it",
+					d.say("records", "%s charged %s %v after the stall began, once the hung call had failed",
 						srv.name, key, time.Since(stallStart).Round(10*time.Millisecond))
-					p.overOnce.Do(func() { close(p.over) })
 				}
 				amu.Lock()
 				answers[key] = res
@@ -340,12 +338,10 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 		if !ok || rec.Status != store.StatusCompleted || string(rec.Payload) != string(answers[key]) {
 			return tally{}, fmt.Errorf("%s: record %+v (found %v), but the client was answered %q", key, rec, ok, answers[key])
 		}
-		if want := uint64(1); key == keys[recordsStalledOn-1] {
-			if rec.Fence != 2 {
-				return tally{}, fmt.Errorf("%s: fence %d, want 2 after the takeover", key, rec.Fence)
-			}
-		} else if rec.Fence != want {
-			return tally{}, fmt.Errorf("%s: fence %d, want %d", key, rec.Fence, want)
+		// A failed call drops its record, so every record is the first of
+		// its incarnation: nobody took a live owner's record over.
+		if rec.Fence != 1 {
+			return tally{}, fmt.Errorf("%s: fence %d, want 1 (no takeover of a live owner)", key, rec.Fence)
 		}
 	}
 	// Every call ended one way: charged, replayed, in flight, failed, stale;
@@ -367,8 +363,8 @@ func demoRecords(ctx context.Context, d *demo) (tally, error) {
 		stale:      st.stale,
 		notes: []string{
 			fmt.Sprintf("%s found the first try still running (Do: ErrInFlight, answered 409)", plural(st.inFlight, "retry", "retries")),
-			fmt.Sprintf("%s dropped the record (store.Retryable), so the retry charged", plural(st.failed, "provider 503", "provider 503s")),
-			"1 stalled server's late write rejected with ErrStaleOwner; a reused key with another body refused (ErrFingerprintMismatch)",
+			fmt.Sprintf("%s dropped the record (Do's default for an error), so the retry charged", plural(st.failed, "failed provider call", "failed provider calls")),
+			"1 provider call hung for 3 leases: the lease was kept alive, retries got 409 meanwhile; a reused key with another body refused (ErrFingerprintMismatch)",
 		},
 	}, nil
 }
