@@ -64,7 +64,10 @@ func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\
 
 // commands lists every subcommand, in help order.
 func commands() []*command {
-	return []*command{scriptsCommand(), showCommand(), loadCommand(), functionsCommand(), callCommand(), demoCommand()}
+	return []*command{
+		scriptsCommand(), showCommand(), loadCommand(), functionsCommand(), callCommand(),
+		inspectCommand(), statsCommand(), versionCommand(), demoCommand(),
+	}
 }
 
 // usageError is a bad command line: exit 2 with a pointer to --help.
@@ -116,6 +119,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := runFn(ctx, e, pos); err != nil {
+		var ec exitCode
+		if errors.As(err, &ec) {
+			return int(ec)
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "redisonce %s: %s; run 'redisonce %s --help'\n", c.name, oneLine(ue.msg), c.name)
