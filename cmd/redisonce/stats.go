@@ -14,8 +14,8 @@ import (
 )
 
 // progressEvery is how many keys a store's scan reads between two progress
-// lines on stderr.
-const progressEvery = 100_000
+// lines on stderr (a variable for tests).
+var progressEvery = 100_000
 
 func statsCommand() *command {
 	return &command{
