@@ -134,8 +134,13 @@ func TestInspect(t *testing.T) {
 			}
 		}
 	}
+	// version --url says what the server holds.
+	code, out, errs := cli(t, "version", "--url", url)
+	if code != 0 || !regexp.MustCompile(`\n  `+regexp.QuoteMeta(srv.Addr)+` \(Redis [0-9.]+\): \d+ of \d+ scripts in the script cache; no redisonce Functions library\n`).MatchString(out) {
+		t.Errorf("version --url: exit %d, stderr %q\n%s", code, errs, out)
+	}
 	// --json: the same state for scripts.
-	code, out, _ := cli(t, "inspect", "claim", "m4", "--json", "--url", url)
+	code, out, _ = cli(t, "inspect", "claim", "m4", "--json", "--url", url)
 	var r inspectResult
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Claim == nil || r.Claim.State != "in flight" ||
 		r.Claim.Token != "tok-4" || r.Claim.TTLms <= 0 || r.Claim.TTLms > 60000 {
@@ -245,13 +250,13 @@ func TestOperatorErrorsHidePassword(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	l.Close()
-	for _, args := range [][]string{{"inspect", "claim", "m1"}, {"inspect", "tail", "c"}, {"inspect", "record", "r"}, {"stats"}} {
+	for _, args := range [][]string{{"inspect", "claim", "m1"}, {"inspect", "tail", "c"}, {"inspect", "record", "r"}, {"stats"}, {"version"}} {
 		for url, want := range map[string]string{
 			"redis://:wrong-pw@" + srv.Addr: "refused the user or password (WRONGPASS",
 			"redis://:wrong-pw@" + closed:   "cannot connect to redis://:xxxxx@" + closed,
 		} {
 			code, out, errs := cli(t, append(args, "--url", url)...)
-			if code != exitFail || out != "" || strings.Contains(errs, "wrong-pw") {
+			if code != exitFail || (out != "") != (args[0] == "version") || strings.Contains(out+errs, "wrong-pw") {
 				t.Errorf("%v on %s: exit %d, stdout %q, stderr %q (must not show the password)", args, url, code, out, errs)
 			}
 			oneLineErr(t, errs, want)

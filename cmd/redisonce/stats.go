@@ -34,7 +34,9 @@ them in pipelines with plain read commands, and counts them by state:
             lease has passed (their owner died or stalled), the oldest of them
 
 Keys under the prefix that are not the store's (another type, or a value the
-scripts never write) are counted as foreign, with a few of them named.
+scripts never write) are counted as foreign, with a few of them named. Of an
+outbox hash, stats reads the reserved fields and the length, never the
+payloads: 'redisonce inspect tail' checks every message.
 Progress goes to stderr every 100000 keys. Without --store it reports all
 three stores with their default prefixes.
 
