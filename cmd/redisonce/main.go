@@ -1,17 +1,28 @@
 // Command redisonce lists, prints and installs the redisonce script bundle for
-// callers outside Go, and runs the demo:
+// callers outside Go, shows the stores' state to an operator, and runs the demo:
 //
 //	redisonce scripts                 the scripts: name, SHA1, keys, read/write, summary
 //	redisonce show NAME               one script's source, byte for byte
 //	redisonce load [--url U]          SCRIPT LOAD every script on every primary
 //	redisonce functions [--load]      print (or install) the Redis Functions library
 //	redisonce call NAME KEY [ARG...]  run one script with EVALSHA (or --fcall FCALL)
+//	redisonce inspect claim ID | tail CONN | record KEY
+//	                                  one key's state in words (read-only; --json)
+//	redisonce stats [--store S]       count keys by state on every primary (SCAN; --json)
+//	redisonce version [--url U]       module and scripts' versions (and what a server holds)
 //	redisonce demo [--url U]          the main job: a small fleet, exactly-once effects
 //
 // The server is taken from --url, else the REDIS_URL environment variable, else
-// redis://127.0.0.1:6379 (demo: else a throwaway redis-server it starts itself).
-// Every command takes --help. On failure the command prints one line saying what
-// went wrong and what to do, and exits non-zero (1; 2 for a usage error).
+// redis://127.0.0.1:6379 (demo: else a throwaway redis-server it starts itself;
+// version: else no server). Every command takes --help. On failure the command
+// prints one line saying what went wrong and what to do, never a password, and
+// exits non-zero: 1, or 2 for a usage error; inspect exits 3 when the key is
+// not found and 4 when it is not the store's.
+//
+// The commands reach Redis through internal/server (one client per URL:
+// standalone, cluster or Sentinel; its primaries; errors explained), read
+// the stores' keys through internal/inspect, and run the demo from
+// internal/demo.
 package main
 
 import (
