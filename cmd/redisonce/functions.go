@@ -120,23 +120,7 @@ func installFunctions(ctx context.Context, n server.Node, name, code string) ([]
 			older = append(older, l)
 		}
 	}
-	var results []rueidis.RedisMessage
-	err = n.Client.Dedicated(func(d rueidis.DedicatedClient) error {
-		cmds := rueidis.Commands{d.B().Multi().Build()}
-		for _, l := range older {
-			cmds = append(cmds, d.B().FunctionDelete().LibraryName(l.name).Build())
-		}
-		cmds = append(cmds, d.B().FunctionLoad().Replace().FunctionCode(code).Build(), d.B().Exec().Build())
-		res := d.DoMulti(ctx, cmds...)
-		for _, r := range res[:len(res)-1] { // MULTI and QUEUED replies
-			if err := r.Error(); err != nil {
-				return err
-			}
-		}
-		var err error
-		results, err = res[len(res)-1].ToArray()
-		return err
-	})
+	results, err := execInstall(ctx, n, older, code)
 	if err != nil {
 		return nil, fmt.Errorf("install library %s: %w", name, explainFunction(err, n.Addr))
 	}
@@ -155,16 +139,7 @@ func installFunctions(ctx context.Context, n server.Node, name, code string) ([]
 		}
 	}
 	if err := results[len(older)].Error(); err != nil {
-		var restore []error
-		for _, l := range older {
-			if l.code != "" {
-				restore = append(restore, n.Client.Do(ctx, n.Client.B().FunctionLoad().Replace().FunctionCode(l.code).Build()).Error())
-			}
-		}
-		if rerr := errors.Join(restore...); rerr != nil {
-			return nil, fmt.Errorf("install library %s: %w; restoring the older libraries failed too: %v", name, explainFunction(err, n.Addr), rerr)
-		}
-		return nil, fmt.Errorf("install library %s: %w (the older libraries were left in place)", name, explainFunction(err, n.Addr))
+		return nil, restoreLibraries(ctx, n, name, older, err)
 	}
 	// Check what the server now holds.
 	after, err := listLibraries(ctx, n, name)
@@ -176,6 +151,45 @@ func installFunctions(ctx context.Context, n server.Node, name, code string) ([]
 			name, n.Addr, len(after), len(redisonce.All()))
 	}
 	return deleted, nil
+}
+
+// execInstall runs MULTI, FUNCTION DELETE <older>..., FUNCTION LOAD REPLACE,
+// EXEC on one connection and returns EXEC's replies.
+func execInstall(ctx context.Context, n server.Node, older []library, code string) ([]rueidis.RedisMessage, error) {
+	var results []rueidis.RedisMessage
+	err := n.Client.Dedicated(func(d rueidis.DedicatedClient) error {
+		cmds := rueidis.Commands{d.B().Multi().Build()}
+		for _, l := range older {
+			cmds = append(cmds, d.B().FunctionDelete().LibraryName(l.name).Build())
+		}
+		cmds = append(cmds, d.B().FunctionLoad().Replace().FunctionCode(code).Build(), d.B().Exec().Build())
+		res := d.DoMulti(ctx, cmds...)
+		for _, r := range res[:len(res)-1] { // MULTI and QUEUED replies
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+		var err error
+		results, err = res[len(res)-1].ToArray()
+		return err
+	})
+	return results, err
+}
+
+// restoreLibraries puts the older libraries back after the load failed
+// inside EXEC (the deletes have then happened), and returns the error to
+// report.
+func restoreLibraries(ctx context.Context, n server.Node, name string, older []library, loadErr error) error {
+	var restore []error
+	for _, l := range older {
+		if l.code != "" {
+			restore = append(restore, n.Client.Do(ctx, n.Client.B().FunctionLoad().Replace().FunctionCode(l.code).Build()).Error())
+		}
+	}
+	if rerr := errors.Join(restore...); rerr != nil {
+		return fmt.Errorf("install library %s: %w; restoring the older libraries failed too: %v", name, explainFunction(loadErr, n.Addr), rerr)
+	}
+	return fmt.Errorf("install library %s: %w (the older libraries were left in place)", name, explainFunction(loadErr, n.Addr))
 }
 
 // explainFunction is explain plus the errors FUNCTION LOAD adds.
