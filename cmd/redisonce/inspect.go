@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -50,6 +51,8 @@ TIME; never a write) and says what state it is in:
 
 The key is --prefix + the argument; --prefix defaults to the store's default
 prefix (claims "bq:idemp:", outbox "gateway:outbox:", records "idempotency:").
+An argument that is the whole key (bq:idemp:order-17) is read as such when
+prefix + argument does not exist.
 Times are measured on the server's clock (TIME), the one that expires keys.
 
 Exit codes: 0 shown; 3 not found (never written, deleted or expired);
@@ -104,25 +107,22 @@ func runInspect(ctx context.Context, e *env, rawURL, kind, id, prefix string, as
 	if r.NowMs, err = inspect.ServerTime(ctx, srv.Client); err != nil {
 		return server.Explain(err, srv.Where)
 	}
-	switch kind {
-	case "claim":
-		c, rerr := inspect.ReadClaim(ctx, srv.Client, r.Key)
-		r.Claim, err = &c, rerr
-	case "tail":
-		t, rerr := inspect.ReadTail(ctx, srv.Client, r.Key)
-		r.Tail, err = &t, rerr
-	case "record":
-		rec, rerr := inspect.ReadRecord(ctx, srv.Client, r.Key)
-		r.Record, err = &rec, rerr
+	err = readInspected(ctx, srv, kind, &r)
+	if errors.Is(err, inspect.ErrNotFound) && strings.HasPrefix(id, prefix) && prefix != "" {
+		// The operator gave the whole key ("inspect claim bq:idemp:m1").
+		full := inspectResult{Store: r.Store, ID: strings.TrimPrefix(id, prefix), Key: id, Found: true, NowMs: r.NowMs}
+		if ferr := readInspected(ctx, srv, kind, &full); !errors.Is(ferr, inspect.ErrNotFound) {
+			r, err = full, ferr
+		}
 	}
 	var foreign *inspect.Foreign
 	code := exitOK
 	switch {
 	case errors.Is(err, inspect.ErrNotFound):
-		r = inspectResult{Store: r.Store, ID: id, Key: r.Key, NowMs: r.NowMs}
+		r = inspectResult{Store: r.Store, ID: r.ID, Key: r.Key, NowMs: r.NowMs}
 		code = exitNotFound
 	case errors.As(err, &foreign):
-		r = inspectResult{Store: r.Store, ID: id, Key: r.Key, Found: true, Foreign: foreign.Reason, NowMs: r.NowMs}
+		r = inspectResult{Store: r.Store, ID: r.ID, Key: r.Key, Found: true, Foreign: foreign.Reason, NowMs: r.NowMs}
 		code = exitForeign
 	case err != nil:
 		return server.Explain(err, srv.Where)
@@ -134,6 +134,23 @@ func runInspect(ctx context.Context, e *env, rawURL, kind, id, prefix string, as
 	}
 	if err == nil && code != exitOK {
 		return exitCode(code)
+	}
+	return err
+}
+
+// readInspected reads r.Key as a key of kind's store into r.
+func readInspected(ctx context.Context, srv *server.Server, kind string, r *inspectResult) error {
+	var err error
+	switch kind {
+	case "claim":
+		c, rerr := inspect.ReadClaim(ctx, srv.Client, r.Key)
+		r.Claim, err = &c, rerr
+	case "tail":
+		t, rerr := inspect.ReadTail(ctx, srv.Client, r.Key)
+		r.Tail, err = &t, rerr
+	case "record":
+		rec, rerr := inspect.ReadRecord(ctx, srv.Client, r.Key)
+		r.Record, err = &rec, rerr
 	}
 	return err
 }

@@ -90,6 +90,7 @@ func (u usageError) Error() string { return u.msg }
 // the command and returns the exit code. Tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
+	args = commandFirst(args)
 	if len(args) == 0 {
 		topUsage(stderr)
 		return exitUsage
@@ -143,6 +144,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// commandFirst moves --url U (or --url=U) given before the command name to
+// after it, so "redisonce --url U stats" works like "redisonce stats --url U".
+func commandFirst(args []string) []string {
+	var lead []string
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case (a == "--url" || a == "-url") && len(args) > 1:
+			lead, args = append(lead, args[:2]...), args[2:]
+			continue
+		case strings.HasPrefix(a, "--url=") || strings.HasPrefix(a, "-url="):
+			lead, args = append(lead, a), args[1:]
+			continue
+		}
+		break
+	}
+	if len(lead) == 0 || len(args) == 0 {
+		return append(lead, args...)
+	}
+	return append(append([]string{args[0]}, lead...), args[1:]...)
 }
 
 // parseInterleaved lets flags and positional arguments mix ("call claim k 1

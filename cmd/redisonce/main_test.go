@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/redisonce/redisonce"
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/demo"
@@ -105,6 +106,21 @@ func TestUsage(t *testing.T) {
 		}
 		if tc.args != nil {
 			oneLineErr(t, errs, tc.want)
+		}
+	}
+}
+
+func TestCommandFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"--url", "U", "stats", "--json"}, []string{"stats", "--url", "U", "--json"}},
+		{[]string{"--url=U", "inspect", "claim", "x"}, []string{"inspect", "--url=U", "claim", "x"}},
+		{[]string{"stats", "--url", "U"}, []string{"stats", "--url", "U"}},
+		{[]string{"--url"}, []string{"--url"}},
+		{[]string{"--url", "U"}, []string{"--url", "U"}},
+		{nil, nil},
+	} {
+		if got := commandFirst(tc.in); !cmp.Equal(got, tc.want, cmpopts.EquateEmpty()) {
+			t.Errorf("commandFirst(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -79,8 +79,8 @@ func seedStores(t *testing.T, srv *redisproc.Server) {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	for id, p := range map[string]string{"msg-a": "hello", "msg-b": "bin\x00ary"} {
-		if _, err := ob.AppendWithID(ctx, "conn-1", id, []byte(p)); err != nil {
+	for _, m := range [][2]string{{"msg-a", "hello"}, {"msg-b", "bin\x00ary"}} {
+		if _, err := ob.AppendWithID(ctx, "conn-1", m[0], []byte(m[1])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,6 +123,8 @@ func TestInspect(t *testing.T) {
 		{[]string{"record", "pay-2"}, 0, []string{"record pay-2 (key idempotency:pay-2): completed\n", "ago)", "payload      9 bytes: \"receipt 2\"\n"}},
 		{[]string{"record", "not-a-record"}, exitForeign, []string{"without a status field"}},
 		{[]string{"claim", "m1", "--prefix", "other:"}, exitNotFound, []string{"(key other:m1): not found"}},
+		{[]string{"claim", "bq:idemp:m4"}, 0, []string{"claim m4 (key bq:idemp:m4): in flight\n"}}, // the whole key
+		{[]string{"record", "idempotency:gone"}, exitNotFound, []string{"(key idempotency:idempotency:gone): not found"}},
 	} {
 		code, out, errs := cli(t, append(append([]string{"inspect"}, tc.args...), "--url", url)...)
 		if code != tc.code || errs != "" {
@@ -133,6 +135,13 @@ func TestInspect(t *testing.T) {
 				t.Errorf("inspect %v: stdout does not contain %q:\n%s", tc.args, w, out)
 			}
 		}
+	}
+	// --url may come before the command.
+	if code, out, errs := cli(t, "--url", url, "inspect", "claim", "m1"); code != 0 || !strings.Contains(out, "processed") {
+		t.Errorf("redisonce --url U inspect claim m1: exit %d, stderr %q\n%s", code, errs, out)
+	}
+	if code, out, errs := cli(t, "--url="+url, "stats", "--store", "claims"); code != 0 || !strings.Contains(out, "3 processed") {
+		t.Errorf("redisonce --url=U stats: exit %d, stderr %q\n%s", code, errs, out)
 	}
 	// version --url says what the server holds.
 	code, out, errs := cli(t, "version", "--url", url)
