@@ -213,6 +213,9 @@ func printForeign(w io.Writer, c inspect.Counts) {
 	if c.Foreign > 0 {
 		fmt.Fprintf(w, "  foreign keys (not the store's type or format), e.g.: %s\n", strings.Join(c.ForeignSamples, ", "))
 	}
+	if c.Moved > 0 {
+		fmt.Fprintf(w, "  not counted: %s whose slot moved to another node during the scan (resharding)\n", plural(c.Moved, "key", "keys"))
+	}
 }
 
 // printStatsJSON writes {"primaries": [...], "claims": {...}, ...}.

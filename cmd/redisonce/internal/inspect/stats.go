@@ -23,6 +23,9 @@ type Counts struct {
 	Keys           int      `json:"keys"`
 	Foreign        int      `json:"foreign"`
 	ForeignSamples []string `json:"foreign_samples,omitempty"` // the first few
+	// Moved counts keys whose slot moved to another node between SCAN and
+	// the read (a cluster being resharded): not counted anywhere else.
+	Moved int `json:"moved_during_scan,omitempty"`
 }
 
 func (c *Counts) addForeign(key string) {
@@ -86,8 +89,9 @@ func (s *ClaimsStats) add(cl Claim) {
 }
 
 // counted handles a key's read error: a key gone since SCAN is skipped, a
-// key of another type is counted as foreign (both skip), other errors
-// end the scan. A key read without error is counted in Keys.
+// key whose slot moved is counted as moved, a key of another type as
+// foreign (all three skip), other errors end the scan. A key read without
+// error is counted in Keys.
 func (c *Counts) counted(key string, err error) (skip bool, _ error) {
 	switch {
 	case err == nil:
@@ -95,17 +99,21 @@ func (c *Counts) counted(key string, err error) (skip bool, _ error) {
 		return false, nil
 	case rueidis.IsRedisNil(err):
 		return true, nil
-	case isWrongType(err):
+	}
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return true, err
+	}
+	if _, moved := re.IsRedirect(); moved {
+		c.Moved++
+		return true, nil
+	}
+	if strings.HasPrefix(re.Error(), "WRONGTYPE") {
 		c.Keys++
 		c.addForeign(key)
 		return true, nil
 	}
 	return true, err
-}
-
-func isWrongType(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	return ok && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 // OutboxStats counts connections and their unacked messages.
