@@ -30,7 +30,9 @@ FUNCTION LIST on a server to see whether the server runs these scripts.
 
 With --url (or $REDIS_URL) it also reports, per primary, how many of these
 scripts are in the script cache (SCRIPT EXISTS) and which redisonce_*
-Functions libraries are loaded: whether the server runs this version.
+Functions libraries are loaded: whether the server runs this version. When
+that server cannot be reached, the local versions are still printed, the
+error follows on stderr, and the exit code is 1.
 
   redisonce version
   redisonce version --url redis://127.0.0.1:6379
