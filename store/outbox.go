@@ -400,14 +400,14 @@ func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 	// so appending to one never writes into the next.
 	size := 0
 	for i := 3; i < len(vals); i += 2 {
-		if v, err := vals[i].ToString(); err == nil {
+		if v, err := replyString(&vals[i]); err == nil {
 			size += len(v)
 		}
 	}
 	buf := make([]byte, 0, size)
 	for i := 2; i < len(vals); i += 2 {
-		id, err1 := vals[i].ToString()
-		v, err2 := vals[i+1].ToString()
+		id, err1 := replyString(&vals[i])
+		v, err2 := replyString(&vals[i+1])
 		if err1 != nil || err2 != nil || id == "" || id[0] == '_' {
 			return Tail{}, errorf(op, conn, ErrUnexpectedReply, "pair %d is not a message id and value", i/2)
 		}
@@ -450,7 +450,7 @@ func replyUint(m *rueidis.RedisMessage) (uint64, error) {
 		}
 		return uint64(n), nil
 	}
-	s, err := m.ToString()
+	s, err := replyString(m)
 	if err != nil {
 		return 0, fmt.Errorf("want an integer or a decimal string, got %s", m.String())
 	}

@@ -746,7 +746,7 @@ func parseRecordOpt(op, key string, a []rueidis.RedisMessage, withPayload bool) 
 			t[i-2] = n
 			continue
 		}
-		v, err := a[i].ToString()
+		v, err := replyString(&a[i])
 		if err != nil {
 			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s", i+1, a[i].String())
 		}

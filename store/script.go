@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -162,6 +163,16 @@ func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
 		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
 	}
 	return n, nil
+}
+
+// replyString reads a string reply element. Unlike RedisMessage.ToString it
+// refuses every other type (ToString answers "" and no error for an empty
+// array).
+func replyString(m *rueidis.RedisMessage) (string, error) {
+	if !m.IsString() {
+		return "", fmt.Errorf("want a string, got %s", m.String())
+	}
+	return m.ToString()
 }
 
 // retryLost runs write, and runs it again (up to 3 times in all, within ctx)
