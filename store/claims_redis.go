@@ -2,20 +2,11 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 )
-
-// DefaultClaimsPrefix is the key prefix of Claims unless WithPrefix says
-// otherwise; it and the value "1" keep the data compatible with consumers that
-// dedupe with `SET bq:idemp:<id> 1 NX PX ttl`.
-const DefaultClaimsPrefix = "bq:idemp:"
 
 var (
 	scriptClaim   = mustScript("claim")
@@ -26,29 +17,15 @@ var (
 	scriptExtend  = mustScript("extend")
 )
 
-// ClaimStore is what Claims and MemoryClaims implement; storetest.TestClaims
-// checks any implementation against the contract.
-type ClaimStore interface {
-	Claim(ctx context.Context, id string) (bool, error)
-	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
-	Seen(ctx context.Context, id string) (bool, error)
-	Remember(ctx context.Context, id string) error
-	Forget(ctx context.Context, id string) error
-	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)
-	Close() error
-}
-
 // Claims dedupes message ids in Redis: key prefix+id holds "1" once the message
 // is processed, or "~<token>" while a consumer running Do holds a lease on it.
 // It is safe for concurrent use.
 type Claims struct {
-	c      rueidis.Client
-	owned  bool
-	prefix string
-	ttl    string // decimal ms, "0" = never expire
-	err    error
-	// leaseMS remembers the last lease Do rendered: callers pass the same one.
-	leaseMS msCache
+	redisStore
+	ttl time.Duration // 0 = never expire
+	// ttlMS and leaseMS render ttl and Do's lease for the scripts; callers
+	// pass the same lease every time, so no string is allocated for it.
+	ttlMS, leaseMS msCache
 }
 
 var _ ClaimStore = (*Claims)(nil)
@@ -64,7 +41,7 @@ var _ ClaimStore = (*Claims)(nil)
 // the store never uses client-side caching.
 func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &Claims{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err}
+	return &Claims{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl}
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
@@ -72,30 +49,11 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 // closes it. An invalid option fails here, before connecting; errors show the
 // URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
-	s := NewClaims(nil, opts...) // options are checked before connecting
-	if s.err != nil {
-		return nil, s.err
-	}
-	c, err := openClient(url)
-	if err != nil {
+	s := NewClaims(nil, opts...)
+	if err := s.open(url); err != nil {
 		return nil, err
 	}
-	s.c, s.owned = c, true
 	return s, nil
-}
-
-// openClient connects to url with ClientOptions, the one place where the
-// stores' client settings live.
-func openClient(url string) (rueidis.Client, error) {
-	opt, err := ClientOptions(url)
-	if err != nil {
-		return nil, err
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, openError(url, err)
-	}
-	return c, nil
 }
 
 // Claim marks id processed if no one has claimed it, and reports whether it
@@ -115,7 +73,7 @@ func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 	if err := s.check(ctx, "claim", id); err != nil {
 		return false, err
 	}
-	n, err := replyInt("claim", id, scriptClaim.exec(ctx, s.c, s.prefix+id, s.ttl, "1"))
+	n, err := replyInt("claim", id, s.exec(ctx, scriptClaim, s.key(id), s.ttlMS.ms(s.ttl), "1"))
 	return n == 1, err
 }
 
@@ -135,7 +93,7 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 		return []bool{}, nil
 	}
 	calls := make([]call, len(ids))
-	args := []string{s.ttl, "1"}
+	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	keys := s.keys(ids)
 	for i := range ids {
 		calls[i] = call{s: scriptClaim, key: keys[i], args: args}
@@ -157,7 +115,7 @@ func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
 	if err := s.check(ctx, "seen", id); err != nil {
 		return false, err
 	}
-	n, err := replyInt("seen", id, scriptSeen.exec(ctx, s.c, s.prefix+id))
+	n, err := replyInt("seen", id, s.exec(ctx, scriptSeen, s.key(id)))
 	return n == 1, err
 }
 
@@ -174,7 +132,7 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 	if err := s.check(ctx, "forget", id); err != nil {
 		return err
 	}
-	_, err := replyInt("forget", id, scriptForget.exec(ctx, s.c, s.prefix+id))
+	_, err := replyInt("forget", id, s.exec(ctx, scriptForget, s.key(id)))
 	return err
 }
 
@@ -222,9 +180,9 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	}
 	value := newLeaseValue()
 	token := value[1:] // the token shares the value's string
-	key := s.prefix + id
+	key := s.key(id)
 	leaseMS := s.leaseMS.ms(lease)
-	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, leaseMS, value))
+	n, err := replyInt("do", id, s.exec(ctx, scriptClaim, key, leaseMS, value))
 	if err != nil {
 		return false, err
 	}
@@ -236,134 +194,14 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	}
 	return true, runLeased(ctx, id, token, lease, fn,
 		func(ctx context.Context) (bool, error) {
-			n, err := replyInt("extend", id, scriptExtend.exec(ctx, s.c, key, token, leaseMS))
+			n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
 			return n == 1, err
 		},
 		func(ctx context.Context) (int64, error) {
-			return replyInt("commit", id, scriptCommit.exec(ctx, s.c, key, token, s.ttl))
+			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))
 		},
 		func(ctx context.Context) error {
-			_, err := replyInt("release", id, scriptRelease.exec(ctx, s.c, key, token))
+			_, err := replyInt("release", id, s.exec(ctx, scriptRelease, key, token))
 			return err
 		})
-}
-
-// runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
-// with the lease kept alive (keepAlive), then commit on success or release on
-// failure or panic. Commit and release run even when ctx is already
-// cancelled, bounded by a short timeout, and are retried when their
-// connection is lost (retryLost). commit returns commit.lua's reply.
-func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
-	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
-	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
-	done := false
-	defer func() {
-		if done {
-			return
-		}
-		// fn panicked: give the id back before the panic goes on.
-		hb.stop()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = retryLost(rctx, release)
-	}()
-	fnErr := fn(hb)
-	done = true
-	hb.stop()
-	if fnErr != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if rerr := retryLost(rctx, release); rerr != nil {
-			// The lease will expire on its own; report both.
-			return errors.Join(fnErr, rerr)
-		}
-		return fnErr
-	}
-	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
-	// redelivery does not run it again.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	var n int64
-	attempts := 0
-	err = retryLost(cctx, func(ctx context.Context) (err error) {
-		attempts++
-		n, err = commit(ctx)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	switch {
-	case n == 1 || n == 2:
-		return nil
-	case n == 0 && attempts > 1:
-		// A retry after a lost connection found the mark: the first attempt landed.
-		return nil
-	case n == 0:
-		return errorf("do", id, ErrLeaseLost, "another consumer processed the id")
-	default:
-		return errorf("do", id, ErrLeaseLost, "another consumer holds the id")
-	}
-}
-
-// Close closes the client if the store opened it (OpenClaims); for a store made
-// with NewClaims it does nothing.
-func (s *Claims) Close() error {
-	if s.owned {
-		s.c.Close()
-	}
-	return nil
-}
-
-func (s *Claims) check(ctx context.Context, op, id string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkID(ctx, op, id)
-}
-
-// keys returns prefix+id for every id, all cut from one string: one
-// allocation for a whole batch instead of one per key.
-func (s *Claims) keys(ids []string) []string {
-	return prefixKeys(s.prefix, ids)
-}
-
-// prefixKeys returns prefix+id for every id as substrings of one string.
-func prefixKeys(prefix string, ids []string) []string {
-	n := 0
-	for _, id := range ids {
-		n += len(prefix) + len(id)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, id := range ids {
-		b.WriteString(prefix)
-		b.WriteString(id)
-	}
-	all := b.String()
-	keys := make([]string, len(ids))
-	off := 0
-	for i, id := range ids {
-		end := off + len(prefix) + len(id)
-		keys[i] = all[off:end]
-		off = end
-	}
-	return keys
-}
-
-// newLeaseValue returns "~" and a newToken in one allocation.
-func newLeaseValue() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
-	var v [1 + 32]byte
-	v[0] = '~'
-	hex.Encode(v[1:], b[:])
-	return string(v[:])
-}
-
-// newToken returns 32 lower-case hex characters from crypto/rand.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
-	return hex.EncodeToString(b[:])
 }

@@ -2,28 +2,11 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
-)
-
-// DefaultOutboxPrefix is the key prefix of Outbox unless WithPrefix says
-// otherwise: connection conn lives in the hash "gateway:outbox:" + conn.
-const DefaultOutboxPrefix = "gateway:outbox:"
-
-const (
-	// MaxMessageIDLen is the longest outbox message id, in bytes. Message ids are
-	// 1..MaxMessageIDLen bytes of any value that does not start with "_" (the
-	// prefix of the hash's reserved fields _seq, _gen and _epoch).
-	MaxMessageIDLen = 256
-	// MaxPayloadLen is the largest outbox payload, in bytes: 4 MiB, the default
-	// largest message a gRPC server receives (MaxRecvMsgSize). Every payload of a
-	// connection's tail comes back in one Unacked reply, so bound the tail with
-	// WithMaxUnacked when payloads are large. append.lua enforces the same limit.
-	MaxPayloadLen = 4 << 20
 )
 
 var (
@@ -33,62 +16,6 @@ var (
 	scriptUnacked = mustScript("unacked")
 	scriptDrop    = mustScript("drop")
 )
-
-// OutboxStore is what Outbox and MemoryOutbox implement; storetest.TestOutbox
-// checks any implementation against the contract.
-type OutboxStore interface {
-	Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error)
-	AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error)
-	Unacked(ctx context.Context, conn string) ([]Message, error)
-	Tail(ctx context.Context, conn string) (Tail, error)
-	Ack(ctx context.Context, conn, msgID string, generation uint64) error
-	AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error)
-	AdvanceGeneration(ctx context.Context, conn string, generation uint64) error
-	DropConn(ctx context.Context, conn string) error
-	Close() error
-}
-
-// Message is one unacknowledged message of a connection.
-type Message struct {
-	// ID is the message id: minted by Append (32 lower-case hex characters) or
-	// given to AppendWithID.
-	ID string
-	// Seq is the message's place in the connection's sequence: 1, 2, 3... for
-	// one incarnation of the connection (see Tail.Epoch). Acks leave gaps.
-	Seq uint64
-	// Payload is the message's bytes, exactly as appended.
-	Payload []byte
-}
-
-// Appended is the result of AppendWithID.
-type Appended struct {
-	// ID is the message id.
-	ID string
-	// Seq is the message's sequence number; for an idempotent retry (Created
-	// false) it is the seq the message got when it was first appended.
-	Seq uint64
-	// Epoch identifies the incarnation of the connection's outbox: the server
-	// time in microseconds when it was created (by the first Append after it
-	// did not exist: at the start, or after DropConn or TTL expiry). Seq restarts
-	// at 1 in a new incarnation and Epoch changes with it, so a client that
-	// dedupes on (Epoch, Seq) is never fooled by a restarted sequence.
-	Epoch uint64
-	// Created is true when this call appended the message, false when the id was
-	// already in the tail (the stored payload is kept, nothing is written).
-	Created bool
-}
-
-// Tail is a connection's unacknowledged messages, for replay after a reconnect.
-type Tail struct {
-	// Epoch identifies the incarnation of the connection's outbox (see
-	// Appended.Epoch); 0 when the connection does not exist.
-	Epoch uint64
-	// Generation is the ack-generation floor: an Ack with a lower generation
-	// fails with ErrStaleOwner. 0 for a new or absent connection.
-	Generation uint64
-	// Messages are the unacknowledged messages, ascending by Seq.
-	Messages []Message
-}
 
 // Outbox keeps, per connection, the messages a gateway node sent that the
 // client has not yet acknowledged, in Redis, so they survive the node's death:
@@ -111,12 +38,11 @@ type Tail struct {
 // Outbox is safe for concurrent use, and any number of Outbox values on any
 // number of processes share one seq line and one floor per connection.
 type Outbox struct {
-	c      rueidis.Client
-	owned  bool
-	prefix string
-	ttl    string // decimal ms, "0" = leave the expiry alone
-	max    string // decimal, "0" = unbounded
-	err    error
+	redisStore
+	ttl time.Duration // 0 = leave the expiry alone
+	max string        // decimal, "0" = unbounded
+	// ttlMS renders ttl for the scripts.
+	ttlMS msCache
 }
 
 var _ OutboxStore = (*Outbox)(nil)
@@ -132,23 +58,17 @@ var _ OutboxStore = (*Outbox)(nil)
 // the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
-	return &Outbox{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl),
-		max: strconv.Itoa(cfg.maxUnack), err: cfg.err}
+	return &Outbox{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack)}
 }
 
 // OpenOutbox connects to url (redis://, rediss://, unix://; see
 // rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
-	s := NewOutbox(nil, opts...) // options are checked before connecting
-	if s.err != nil {
-		return nil, s.err
-	}
-	c, err := openClient(url)
-	if err != nil {
+	s := NewOutbox(nil, opts...)
+	if err := s.open(url); err != nil {
 		return nil, err
 	}
-	s.c, s.owned = c, true
 	return s, nil
 }
 
@@ -171,10 +91,10 @@ func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID
 // ErrOutboxFull and writes nothing. A payload over MaxPayloadLen fails with
 // ErrInvalidArgument before anything is sent.
 func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
-	if err := s.checkAppend(ctx, conn, msgID, payload); err != nil {
+	if err := checkOutboxAppend(ctx, s.err, conn, msgID, payload); err != nil {
 		return Appended{}, err
 	}
-	r := scriptAppend.exec(ctx, s.c, s.prefix+conn, msgID, rueidis.BinaryString(payload), s.ttl, s.max)
+	r := s.exec(ctx, scriptAppend, s.key(conn), msgID, rueidis.BinaryString(payload), s.ttlMS.ms(s.ttl), s.max)
 	a, err := parseAppended("append", conn, r)
 	a.ID = msgID
 	return a, err
@@ -196,7 +116,7 @@ func (s *Outbox) Tail(ctx context.Context, conn string) (Tail, error) {
 	if err := s.check(ctx, "unacked", conn); err != nil {
 		return Tail{}, err
 	}
-	return parseTail("unacked", conn, scriptUnacked.exec(ctx, s.c, s.prefix+conn))
+	return parseTail("unacked", conn, s.exec(ctx, scriptUnacked, s.key(conn)))
 }
 
 // Ack removes msgID from conn's tail on behalf of the owner at generation. A
@@ -214,13 +134,13 @@ func (s *Outbox) Ack(ctx context.Context, conn, msgID string, generation uint64)
 // removed. Every id is validated before anything is sent. With no ids it does
 // nothing and sends nothing (use AdvanceGeneration to raise the floor).
 func (s *Outbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
-	if err := s.checkAck(ctx, conn, msgIDs); err != nil || len(msgIDs) == 0 {
+	if err := checkOutboxAck(ctx, s.err, conn, msgIDs); err != nil || len(msgIDs) == 0 {
 		return 0, err
 	}
 	args := make([]string, 0, 1+len(msgIDs))
 	args = append(args, strconv.FormatUint(generation, 10))
 	args = append(args, msgIDs...)
-	n, err := outboxInt("ack", conn, scriptAck.exec(ctx, s.c, s.prefix+conn, args...))
+	n, err := replyInt("ack", conn, s.exec(ctx, scriptAck, s.key(conn), args...))
 	if err != nil {
 		return 0, err
 	}
@@ -239,8 +159,8 @@ func (s *Outbox) AdvanceGeneration(ctx context.Context, conn string, generation 
 	if err := s.check(ctx, "advance", conn); err != nil {
 		return err
 	}
-	r := scriptAdvance.exec(ctx, s.c, s.prefix+conn, strconv.FormatUint(generation, 10), s.ttl)
-	n, err := outboxInt("advance", conn, r)
+	r := s.exec(ctx, scriptAdvance, s.key(conn), strconv.FormatUint(generation, 10), s.ttlMS.ms(s.ttl))
+	n, err := replyInt("advance", conn, r)
 	if err != nil {
 		return err
 	}
@@ -257,99 +177,14 @@ func (s *Outbox) DropConn(ctx context.Context, conn string) error {
 	if err := s.check(ctx, "drop", conn); err != nil {
 		return err
 	}
-	_, err := outboxInt("drop", conn, scriptDrop.exec(ctx, s.c, s.prefix+conn))
+	_, err := replyInt("drop", conn, s.exec(ctx, scriptDrop, s.key(conn)))
 	return err
-}
-
-// Close closes the client if the store opened it (OpenOutbox); for a store made
-// with NewOutbox it does nothing.
-func (s *Outbox) Close() error {
-	if s.owned {
-		s.c.Close()
-	}
-	return nil
-}
-
-func (s *Outbox) check(ctx context.Context, op, conn string) error {
-	return checkOutbox(ctx, s.err, op, conn)
-}
-
-func (s *Outbox) checkAppend(ctx context.Context, conn, msgID string, payload []byte) error {
-	return checkOutboxAppend(ctx, s.err, conn, msgID, payload)
-}
-
-func (s *Outbox) checkAck(ctx context.Context, conn string, msgIDs []string) error {
-	return checkOutboxAck(ctx, s.err, conn, msgIDs)
-}
-
-// checkOutbox validates the store's options, the context and the connection id.
-func checkOutbox(ctx context.Context, cfgErr error, op, conn string) error {
-	if cfgErr != nil {
-		return cfgErr
-	}
-	return checkID(ctx, op, conn)
-}
-
-func checkOutboxAppend(ctx context.Context, cfgErr error, conn, msgID string, payload []byte) error {
-	if err := checkOutbox(ctx, cfgErr, "append", conn); err != nil {
-		return err
-	}
-	if err := checkMessageID("append", conn, msgID); err != nil {
-		return err
-	}
-	if len(payload) > MaxPayloadLen {
-		return errorf("append", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxPayloadLen)
-	}
-	return nil
-}
-
-func checkOutboxAck(ctx context.Context, cfgErr error, conn string, msgIDs []string) error {
-	if err := checkOutbox(ctx, cfgErr, "ack", conn); err != nil {
-		return err
-	}
-	for _, id := range msgIDs {
-		if err := checkMessageID("ack", conn, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkMessageID validates an outbox message id: 1..MaxMessageIDLen bytes, not
-// starting with "_".
-func checkMessageID(op, conn, id string) error {
-	switch {
-	case id == "":
-		return errorf(op, conn, ErrInvalidArgument, "empty message id")
-	case len(id) > MaxMessageIDLen:
-		return errorf(op, conn, ErrInvalidArgument, "message id is %d bytes, the limit is %d", len(id), MaxMessageIDLen)
-	case id[0] == '_':
-		return errorf(op, conn, ErrInvalidArgument, "message id %q starts with \"_\" (reserved)", id)
-	}
-	return nil
-}
-
-// outboxError is opError plus one mapping: a WRONGTYPE reply means the key holds
-// something other than an outbox hash, which the store did not write.
-func outboxError(op, conn string, err error) error {
-	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		return errorf(op, conn, ErrUnexpectedReply, "%s", re.Error())
-	}
-	return opError(op, conn, err)
-}
-
-// outboxInt is replyInt with outboxError's mapping.
-func outboxInt(op, conn string, r rueidis.RedisResult) (int64, error) {
-	if err := r.Error(); err != nil {
-		return 0, outboxError(op, conn, err)
-	}
-	return replyInt(op, conn, r)
 }
 
 // parseAppended reads append.lua's {seq, epoch, created}.
 func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
 	if err := r.Error(); err != nil {
-		return Appended{}, outboxError(op, conn, err)
+		return Appended{}, opError(op, conn, err)
 	}
 	vals, err := r.ToArray()
 	if err != nil {
@@ -373,7 +208,7 @@ func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
 // parseTail reads unacked.lua's {epoch, generation, id1, value1, ...}.
 func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 	if err := r.Error(); err != nil {
-		return Tail{}, outboxError(op, conn, err)
+		return Tail{}, opError(op, conn, err)
 	}
 	vals, err := r.ToArray()
 	if err != nil {
@@ -422,37 +257,4 @@ func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
 	}
 	sortMessages(t.Messages)
 	return t, nil
-}
-
-// sortMessages orders a tail by Seq (then ID, so a corrupt duplicate seq still
-// sorts deterministically).
-func sortMessages(m []Message) {
-	slices.SortFunc(m, func(a, b Message) int {
-		if a.Seq != b.Seq {
-			if a.Seq < b.Seq {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-}
-
-// replyUint reads a non-negative integer reply, or a decimal string one.
-func replyUint(m *rueidis.RedisMessage) (uint64, error) {
-	if m.IsInt64() {
-		n, err := m.AsInt64()
-		if err != nil {
-			return 0, err
-		}
-		if n < 0 {
-			return 0, fmt.Errorf("negative integer %d", n)
-		}
-		return uint64(n), nil
-	}
-	s, err := replyString(m)
-	if err != nil {
-		return 0, fmt.Errorf("want an integer or a decimal string, got %s", m.String())
-	}
-	return strconv.ParseUint(s, 10, 64)
 }

@@ -705,26 +705,6 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// replyArray reads an array reply of exactly n elements, mapping script errors
-// to sentinels.
-func replyArray(op, key string, r rueidis.RedisResult, n int) ([]rueidis.RedisMessage, error) {
-	if err := r.Error(); err != nil {
-		return nil, opError(op, key, err)
-	}
-	m, err := r.ToMessage()
-	if err != nil {
-		return nil, opError(op, key, err)
-	}
-	arr, err := m.ToArray()
-	if err != nil {
-		return nil, errorf(op, key, ErrUnexpectedReply, "want an array reply, got %s", m.String())
-	}
-	if len(arr) != n {
-		return nil, errorf(op, key, ErrUnexpectedReply, "want %d elements, got %d", n, len(arr))
-	}
-	return arr, nil
-}
-
 // parseRecord reads the scripts' record reply: status, payload, created_ms,
 // updated_ms, expires_ms, lease_ms, fence, fp, token. The four times are
 // integers (a decimal string is accepted too); the rest are strings, the fence

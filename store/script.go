@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -144,35 +143,6 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 func isNoScript(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
 	return ok && re.IsNoScript()
-}
-
-// replyInt reads an integer reply, mapping script errors to sentinels.
-func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
-	if err := r.Error(); err != nil {
-		return 0, opError(op, id, err)
-	}
-	m, err := r.ToMessage()
-	if err != nil {
-		return 0, opError(op, id, err)
-	}
-	if !m.IsInt64() {
-		return 0, errorf(op, id, ErrUnexpectedReply, "want an integer reply, got %s", m.String())
-	}
-	n, err := m.AsInt64()
-	if err != nil {
-		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
-	}
-	return n, nil
-}
-
-// replyString reads a string reply element. Unlike RedisMessage.ToString it
-// refuses every other type (ToString answers "" and no error for an empty
-// array).
-func replyString(m *rueidis.RedisMessage) (string, error) {
-	if !m.IsString() {
-		return "", fmt.Errorf("want a string, got %s", m.String())
-	}
-	return m.ToString()
 }
 
 // retryLost runs write, and runs it again (up to 3 times in all, within ctx)

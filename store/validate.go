@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -58,4 +60,11 @@ func (c *msCache) ms(d time.Duration) string {
 	s := ms(d)
 	c.last.Store(&msEntry{d: d, s: s})
 	return s
+}
+
+// newToken returns 32 lower-case hex characters from crypto/rand.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
 }

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// DefaultClaimsPrefix is the key prefix of Claims unless WithPrefix says
+// otherwise; it and the value "1" keep the data compatible with consumers that
+// dedupe with `SET bq:idemp:<id> 1 NX PX ttl`.
+const DefaultClaimsPrefix = "bq:idemp:"
+
+// ClaimStore is what Claims and MemoryClaims implement; storetest.TestClaims
+// checks any implementation against the contract.
+type ClaimStore interface {
+	Claim(ctx context.Context, id string) (bool, error)
+	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
+	Seen(ctx context.Context, id string) (bool, error)
+	Remember(ctx context.Context, id string) error
+	Forget(ctx context.Context, id string) error
+	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)
+	Close() error
+}
+
+// runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
+// with the lease kept alive (keepAlive), then commit on success or release on
+// failure or panic. Commit and release run even when ctx is already
+// cancelled, bounded by a short timeout, and are retried when their
+// connection is lost (retryLost). commit returns commit.lua's reply.
+func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
+	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
+	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// fn panicked: give the id back before the panic goes on.
+		hb.stop()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = retryLost(rctx, release)
+	}()
+	fnErr := fn(hb)
+	done = true
+	hb.stop()
+	if fnErr != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := retryLost(rctx, release); rerr != nil {
+			// The lease will expire on its own; report both.
+			return errors.Join(fnErr, rerr)
+		}
+		return fnErr
+	}
+	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
+	// redelivery does not run it again.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var n int64
+	attempts := 0
+	err = retryLost(cctx, func(ctx context.Context) (err error) {
+		attempts++
+		n, err = commit(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 1 || n == 2:
+		return nil
+	case n == 0 && attempts > 1:
+		// A retry after a lost connection found the mark: the first attempt landed.
+		return nil
+	case n == 0:
+		return errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+	default:
+		return errorf("do", id, ErrLeaseLost, "another consumer holds the id")
+	}
+}
+
+// newLeaseValue returns "~" and a newToken in one allocation.
+func newLeaseValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	var v [1 + 32]byte
+	v[0] = '~'
+	hex.Encode(v[1:], b[:])
+	return string(v[:])
+}
