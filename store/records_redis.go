@@ -2,43 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 )
-
-// DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
-// otherwise: a record lives in the hash "idempotency:<key>".
-const DefaultRecordsPrefix = "idempotency:"
-
-// DefaultRecordsTTL is how long a record lives unless WithTTL or
-// AcquireOptions.TTL says otherwise: 24 hours, the retention of Stripe's
-// idempotency keys. A client retrying later than that runs the request again.
-const DefaultRecordsTTL = 24 * time.Hour
-
-// Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
-// by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
-const (
-	// MaxRecordPayloadLen is the largest payload a record stores: 1 MiB. A stored
-	// result is replayed on every retry, so it should stay small; put a large
-	// result elsewhere and store a reference to it.
-	MaxRecordPayloadLen = 1 << 20
-	// MaxStatusLen is the longest status, in bytes; a status is never empty.
-	MaxStatusLen = 64
-	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
-	// a hex or base64 digest of the request, not for the request itself.
-	MaxFingerprintLen = 256
-	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
-	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
-	MaxTokenLen = 256
-)
-
-// maxMS is the largest millisecond value the scripts accept (15 digits, about
-// the year 33658): Lua numbers are exact below 2^53.
-const maxMS = 999_999_999_999_999
 
 var (
 	scriptAcquire = mustScript("acquire")
@@ -47,137 +15,6 @@ var (
 	scriptDelete  = mustScript("delete")
 	scriptRenew   = mustScript("renew")
 )
-
-// ErrFailed is returned by Do for a key whose record is failed: an earlier run
-// of fn returned an error marked with Permanent, stored as the record's
-// payload. Do does not run fn again for that key until the record expires or
-// is deleted; the error's text ends with the stored one.
-var ErrFailed = errors.New("failed")
-
-// Status is a record's lifecycle state. The three constants are the ones the
-// stores give meaning to; Update may store any other 1..MaxStatusLen bytes.
-type Status string
-
-// The statuses of a record.
-const (
-	// StatusPending: the work is in progress (or was abandoned); a pending
-	// record with a lease is taken over by the next acquire once the lease passes.
-	StatusPending Status = "pending"
-	// StatusCompleted: the work is done and Payload holds its result.
-	StatusCompleted Status = "completed"
-	// StatusFailed: the work failed and Payload holds the error text.
-	StatusFailed Status = "failed"
-)
-
-// Record is one idempotency record. Times have millisecond precision and come
-// from the store's clock (the Redis server's TIME for Records); a zero time
-// means "none".
-type Record struct {
-	// Key is the caller's key, without the store's prefix.
-	Key string
-	// Status is the record's state.
-	Status Status
-	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
-	Payload []byte
-	// ExpiresAt is when the record expires; zero: never. For Records it is the
-	// Redis key's expiry (PEXPIREAT).
-	ExpiresAt time.Time
-	// CreatedAt is when the record was created; a takeover keeps it.
-	CreatedAt time.Time
-	// UpdatedAt is when the record was last written (created, taken over or updated).
-	UpdatedAt time.Time
-	// LeaseUntil is when the current owner's lease passes; zero: no lease (the
-	// record is not pending, or was acquired without one).
-	LeaseUntil time.Time
-	// Fence counts the acquisitions of this incarnation of the record: 1 when it
-	// is created, +1 on every takeover. It restarts at 1 when the record is
-	// deleted or expires and is created again.
-	Fence uint64
-	// Token is the owner's token. It is set only in the Record returned to the
-	// caller that acquired it (acquired == true); reads and other callers get "".
-	Token string
-	// Fingerprint is the request fingerprint the record was acquired with ("" = none).
-	Fingerprint string
-}
-
-// Update is a partial change to a record; nil fields are left as they are, and
-// at least one of Status, Payload, ExpiresAt and LeaseUntil must be set.
-type Update struct {
-	// Status sets the status (1..MaxStatusLen bytes). Any status other than
-	// StatusPending clears the lease, whatever LeaseUntil says.
-	Status *Status
-	// Payload sets the payload (at most MaxRecordPayloadLen bytes).
-	Payload *[]byte
-	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
-	// it (the record never expires), a time at or before now expires the record
-	// at once (it is deleted and Update returns nil). Rounded up to the ms.
-	ExpiresAt *time.Time
-	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
-	// time removes the lease. Rounded up to the ms.
-	LeaseUntil *time.Time
-	// Token fences the update: when set, it applies only if Token is the
-	// record's current owner token, else ErrStaleOwner and nothing changes.
-	// Empty: unfenced.
-	Token string
-}
-
-// AcquireOptions says how to acquire a record.
-type AcquireOptions struct {
-	// TTL is how long a new record lives, counted from its creation (a
-	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
-	TTL time.Duration
-	// Lease is how long the caller owns a new record, or one it takes over,
-	// while it does the work. Once the lease passes, the next acquire of the
-	// pending record takes it over with a new token and Fence + 1, and the
-	// former owner's fenced Update and DeleteFenced fail with ErrStaleOwner.
-	// Default 0: no lease, a pending record is never taken over (it waits for
-	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.
-	Lease time.Duration
-	// Fingerprint identifies the request made with the key (a digest of its
-	// method, path and body, say), at most MaxFingerprintLen bytes. When the
-	// record and the caller both have a non-empty fingerprint and they differ,
-	// the acquire fails with ErrFingerprintMismatch and changes nothing. An
-	// empty fingerprint on either side is not checked; a record created without
-	// one adopts the first non-empty fingerprint of a caller that takes it over.
-	Fingerprint string
-}
-
-// RecordStore is what Records and MemoryRecords implement;
-// storetest.TestRecords checks any implementation against the contract. The
-// first five methods are the seed's idempotency store contract.
-type RecordStore interface {
-	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
-	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)
-	// AcquireWith creates key's record, pending and owned by the caller
-	// (true), or takes over a pending one whose lease passed (true), or
-	// returns the existing record without its token (false).
-	AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error)
-	// Get returns key's record without its token; (Record{}, false, nil)
-	// when it is missing or expired.
-	Get(ctx context.Context, key string) (Record, bool, error)
-	// Update changes key's record: ErrNotFound when it is missing (nothing is
-	// created), ErrStaleOwner when u.Token is set and not the owner's.
-	Update(ctx context.Context, key string, u Update) error
-	// Delete removes key's record, whoever owns it; a missing key is not an error.
-	Delete(ctx context.Context, key string) error
-	// DeleteFenced removes key's record only if token is its owner's token:
-	// ErrStaleOwner otherwise; a missing key is not an error.
-	DeleteFenced(ctx context.Context, key, token string) error
-	// Do runs fn at most once per key across every caller and replays its result.
-	Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
-	// Close releases the store's resources.
-	Close() error
-}
-
-// recordOps are the operations Do is built on, with the op name used in errors.
-type recordOps interface {
-	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
-	update(ctx context.Context, op, key string, u Update) error
-	deleteFenced(ctx context.Context, op, key, token string) error
-	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
-	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
-}
 
 // Records keeps idempotency records in Redis: one hash per key, prefix+key,
 // with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
@@ -190,11 +27,8 @@ type recordOps interface {
 // say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
 // Delete removes them.
 type Records struct {
-	c      rueidis.Client
-	owned  bool
-	prefix string
-	ttl    time.Duration
-	err    error
+	redisStore
+	ttl time.Duration
 	// ttlMS and leaseMS remember the last TTL and lease rendered for acquire,
 	// so a caller passing the same options every time allocates no string.
 	ttlMS, leaseMS msCache
@@ -216,22 +50,17 @@ var (
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.recordsTTL(), err: cfg.err}
+	return &Records{redisStore: newRedisStore(c, cfg), ttl: cfg.recordsTTL()}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
 // rueidis.ParseURL) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
-	s := NewRecords(nil, opts...) // options are checked before connecting
-	if s.err != nil {
-		return nil, s.err
-	}
-	c, err := openClient(url)
-	if err != nil {
+	s := NewRecords(nil, opts...)
+	if err := s.open(url); err != nil {
 		return nil, err
 	}
-	s.c, s.owned = c, true
 	return s, nil
 }
 
@@ -269,7 +98,12 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 	if o.TTL == 0 {
 		o.TTL = s.ttl
 	}
-	r := scriptAcquire.exec(ctx, s.c, s.prefix+key, s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease))
+	return parseAcquired(op, key, s.exec(ctx, scriptAcquire, s.key(key), s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease)))
+}
+
+// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
+// and a token exactly when acquired.
+func parseAcquired(op, key string, r rueidis.RedisResult) (Record, bool, error) {
 	arr, err := replyArray(op, key, r, 10)
 	if err != nil {
 		return Record{}, false, err
@@ -298,7 +132,7 @@ func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return Record{}, false, err
 	}
-	r := scriptGet.exec(ctx, s.c, s.prefix+key)
+	r := s.exec(ctx, scriptGet, s.key(key))
 	if rueidis.IsRedisNil(r.Error()) {
 		return Record{}, false, nil
 	}
@@ -330,7 +164,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	if err != nil {
 		return err
 	}
-	r := scriptUpdate.exec(ctx, s.c, s.prefix+key, args...)
+	r := s.exec(ctx, scriptUpdate, s.key(key), args...)
 	if rueidis.IsRedisNil(r.Error()) {
 		return nil // expired at once by an ExpiresAt in the past
 	}
@@ -349,7 +183,7 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx, "delete", key); err != nil {
 		return err
 	}
-	_, err := replyInt("delete", key, scriptDelete.exec(ctx, s.c, s.prefix+key, ""))
+	_, err := replyInt("delete", key, s.exec(ctx, scriptDelete, s.key(key), ""))
 	return err
 }
 
@@ -368,12 +202,12 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error
 	if err := checkToken(op, key, token); err != nil {
 		return err
 	}
-	_, err := replyInt(op, key, scriptDelete.exec(ctx, s.c, s.prefix+key, token))
+	_, err := replyInt(op, key, s.exec(ctx, scriptDelete, s.key(key), token))
 	return err
 }
 
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
-	return replyInt("renew", key, scriptRenew.exec(ctx, s.c, s.prefix+key, token, s.leaseMS.ms(lease)))
+	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
 }
 
 // Do runs fn at most once per key across every process sharing the store, and
@@ -432,232 +266,6 @@ func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(
 	return doRecord(ctx, s, key, o, fn)
 }
 
-// Close closes the client if the store opened it (OpenRecords); for a store
-// made with NewRecords it does nothing.
-func (s *Records) Close() error {
-	if s.owned {
-		s.c.Close()
-	}
-	return nil
-}
-
-func (s *Records) check(ctx context.Context, op, key string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkID(ctx, op, key)
-}
-
-// Retryable marks fn's error as transient for Do: Do deletes the record
-// (fenced by its token) so that the next Do for the key runs fn again. This is
-// what Do does with every error not marked Permanent, so Retryable only
-// documents intent — or overrides a Permanent mark deeper in the chain. Do
-// returns the marked error; errors.Is and errors.As see through the mark.
-// Retryable(nil) is nil.
-func Retryable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return retryableError{err}
-}
-
-type retryableError struct{ err error }
-
-func (e retryableError) Error() string { return e.err.Error() }
-func (e retryableError) Unwrap() error { return e.err }
-
-// Permanent marks fn's error as final for Do: the record is stored as failed
-// with the error's text as payload, Do returns the error, and every later Do
-// for the key replays the text with ErrFailed instead of running fn, until the
-// record expires or is deleted — for an outcome that a retry of the same
-// request must see again (a declined card, a validation failure). A context
-// error (context.Canceled, context.DeadlineExceeded) is never stored, marked
-// or not; nor is an error also marked Retryable. errors.Is and errors.As see
-// through the mark. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
-// storeFailure says whether Do stores fn's error as a failed record.
-func storeFailure(err error) bool {
-	var p permanentError
-	var r retryableError
-	return errors.As(err, &p) && !errors.As(err, &r) &&
-		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
-// doRecord is Do after the key and ctx were checked, shared by Records and
-// MemoryRecords.
-func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	if o.Lease <= 0 {
-		return nil, false, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
-	}
-	rec, acquired, err := s.acquire(ctx, "do", key, o)
-	if err != nil {
-		return nil, false, err
-	}
-	if !acquired {
-		switch rec.Status {
-		case StatusPending:
-			return nil, false, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
-		case StatusFailed:
-			return rec.Payload, true, errorf("do", key, ErrFailed, "%s", rec.Payload)
-		default:
-			return rec.Payload, true, nil
-		}
-	}
-	token := rec.Token
-	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
-		func(ctx context.Context) (bool, error) {
-			n, err := s.renew(ctx, key, token, o.Lease)
-			return n == 1, err
-		})
-	finished := false
-	defer func() {
-		if finished {
-			return
-		}
-		// fn panicked: give the key back before the panic goes on.
-		hb.stop()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
-	}()
-	result, fnErr := fn(hb)
-	finished = true
-	hb.stop()
-
-	// The effect has happened: record it even if ctx was cancelled meanwhile,
-	// and again when the connection was lost under the write (retryLost): the
-	// fenced write is idempotent.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	// final stores status and payload, fenced by the token; a record found
-	// gone is created again (acquire), unless another caller got there first.
-	final := func(status Status, payload []byte) error {
-		err := retryLost(wctx, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
-		})
-		if !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		again, ok, err := s.acquire(wctx, "do", key, o)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
-		}
-		return retryLost(wctx, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: again.Token})
-		})
-	}
-	if fnErr != nil {
-		if !storeFailure(fnErr) {
-			if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
-				return nil, false, errors.Join(fnErr, err)
-			}
-			return nil, false, fnErr
-		}
-		text := []byte(fnErr.Error())
-		if len(text) > MaxRecordPayloadLen {
-			text = text[:MaxRecordPayloadLen]
-		}
-		if err := final(StatusFailed, text); err != nil {
-			return nil, false, errors.Join(fnErr, err)
-		}
-		return nil, false, fnErr
-	}
-	if len(result) > MaxRecordPayloadLen {
-		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
-		if err := final(StatusFailed, []byte(tooLong.Error())); err != nil {
-			return result, false, errors.Join(tooLong, err)
-		}
-		return result, false, tooLong
-	}
-	if err := final(StatusCompleted, result); err != nil {
-		return result, false, err
-	}
-	return result, false, nil
-}
-
-// check validates acquire options before anything is sent.
-func (o AcquireOptions) check(op, key string) error {
-	switch {
-	case o.TTL < 0:
-		return errorf(op, key, ErrInvalidArgument, "negative TTL %v", o.TTL)
-	case o.Lease < 0:
-		return errorf(op, key, ErrInvalidArgument, "negative lease %v", o.Lease)
-	case len(o.Fingerprint) > MaxFingerprintLen:
-		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
-	}
-	return nil
-}
-
-func checkToken(op, key, token string) error {
-	if token == "" || len(token) > MaxTokenLen {
-		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", MaxTokenLen, len(token))
-	}
-	return nil
-}
-
-// updateFields is u checked and converted to the scripts' units: ms since the
-// epoch, 0 = none.
-type updateFields struct {
-	status           *string
-	payload          *[]byte
-	expires, lease   int64
-	setExp, setLease bool
-	token            string
-}
-
-func (u Update) fields(op, key string) (updateFields, error) {
-	f := updateFields{token: u.Token}
-	if u.Token != "" {
-		if err := checkToken(op, key, u.Token); err != nil {
-			return f, err
-		}
-	}
-	if u.Status == nil && u.Payload == nil && u.ExpiresAt == nil && u.LeaseUntil == nil {
-		return f, errorf(op, key, ErrInvalidArgument, "nothing to update")
-	}
-	if u.Status != nil {
-		st := string(*u.Status)
-		if st == "" || len(st) > MaxStatusLen {
-			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", MaxStatusLen, len(st))
-		}
-		f.status = &st
-	}
-	if u.Payload != nil {
-		if len(*u.Payload) > MaxRecordPayloadLen {
-			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxRecordPayloadLen)
-		}
-		f.payload = u.Payload
-	}
-	var ok bool
-	if u.ExpiresAt != nil {
-		if f.expires, ok = atMS(*u.ExpiresAt); !ok {
-			return f, errorf(op, key, ErrInvalidArgument, "ExpiresAt %v is out of range", *u.ExpiresAt)
-		}
-		f.setExp = true
-	}
-	if u.LeaseUntil != nil {
-		if f.lease, ok = atMS(*u.LeaseUntil); !ok {
-			return f, errorf(op, key, ErrInvalidArgument, "LeaseUntil %v is out of range", *u.LeaseUntil)
-		}
-		f.setLease = true
-	}
-	return f, nil
-}
-
 // args is update.lua's ARGV for u.
 func (u Update) args(op, key string) ([]string, error) {
 	f, err := u.fields(op, key)
@@ -679,30 +287,6 @@ func (u Update) args(op, key string) ([]string, error) {
 		args = append(args, "lease_ms", strconv.FormatInt(f.lease, 10))
 	}
 	return args, nil
-}
-
-// atMS converts an instant to ms since the epoch, rounded up; the zero time is
-// 0 ("none"). An instant at or before the epoch is 1 ms, "long past", never 0.
-func atMS(t time.Time) (int64, bool) {
-	if t.IsZero() {
-		return 0, true
-	}
-	m := t.UnixMilli()
-	if t.After(time.UnixMilli(m)) {
-		m++
-	}
-	if m < 1 {
-		m = 1
-	}
-	return m, m <= maxMS
-}
-
-// msTime converts the scripts' ms since the epoch to a UTC time; 0 is the zero time.
-func msTime(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms).UTC()
 }
 
 // parseRecord reads the scripts' record reply: status, payload, created_ms,

@@ -1,0 +1,384 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
+// otherwise: a record lives in the hash "idempotency:<key>".
+const DefaultRecordsPrefix = "idempotency:"
+
+// DefaultRecordsTTL is how long a record lives unless WithTTL or
+// AcquireOptions.TTL says otherwise: 24 hours, the retention of Stripe's
+// idempotency keys. A client retrying later than that runs the request again.
+const DefaultRecordsTTL = 24 * time.Hour
+
+// Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
+// by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
+const (
+	// MaxRecordPayloadLen is the largest payload a record stores: 1 MiB. A stored
+	// result is replayed on every retry, so it should stay small; put a large
+	// result elsewhere and store a reference to it.
+	MaxRecordPayloadLen = 1 << 20
+	// MaxStatusLen is the longest status, in bytes; a status is never empty.
+	MaxStatusLen = 64
+	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
+	// a hex or base64 digest of the request, not for the request itself.
+	MaxFingerprintLen = 256
+	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
+	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
+	MaxTokenLen = 256
+)
+
+// ErrFailed is returned by Do for a key whose record is failed: an earlier run
+// of fn returned an error marked with Permanent, stored as the record's
+// payload. Do does not run fn again for that key until the record expires or
+// is deleted; the error's text ends with the stored one.
+var ErrFailed = errors.New("failed")
+
+// Status is a record's lifecycle state. The three constants are the ones the
+// stores give meaning to; Update may store any other 1..MaxStatusLen bytes.
+type Status string
+
+// The statuses of a record.
+const (
+	// StatusPending: the work is in progress (or was abandoned); a pending
+	// record with a lease is taken over by the next acquire once the lease passes.
+	StatusPending Status = "pending"
+	// StatusCompleted: the work is done and Payload holds its result.
+	StatusCompleted Status = "completed"
+	// StatusFailed: the work failed and Payload holds the error text.
+	StatusFailed Status = "failed"
+)
+
+// Record is one idempotency record. Times have millisecond precision and come
+// from the store's clock (the Redis server's TIME for Records); a zero time
+// means "none".
+type Record struct {
+	// Key is the caller's key, without the store's prefix.
+	Key string
+	// Status is the record's state.
+	Status Status
+	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
+	Payload []byte
+	// ExpiresAt is when the record expires; zero: never. For Records it is the
+	// Redis key's expiry (PEXPIREAT).
+	ExpiresAt time.Time
+	// CreatedAt is when the record was created; a takeover keeps it.
+	CreatedAt time.Time
+	// UpdatedAt is when the record was last written (created, taken over or updated).
+	UpdatedAt time.Time
+	// LeaseUntil is when the current owner's lease passes; zero: no lease (the
+	// record is not pending, or was acquired without one).
+	LeaseUntil time.Time
+	// Fence counts the acquisitions of this incarnation of the record: 1 when it
+	// is created, +1 on every takeover. It restarts at 1 when the record is
+	// deleted or expires and is created again.
+	Fence uint64
+	// Token is the owner's token. It is set only in the Record returned to the
+	// caller that acquired it (acquired == true); reads and other callers get "".
+	Token string
+	// Fingerprint is the request fingerprint the record was acquired with ("" = none).
+	Fingerprint string
+}
+
+// Update is a partial change to a record; nil fields are left as they are, and
+// at least one of Status, Payload, ExpiresAt and LeaseUntil must be set.
+type Update struct {
+	// Status sets the status (1..MaxStatusLen bytes). Any status other than
+	// StatusPending clears the lease, whatever LeaseUntil says.
+	Status *Status
+	// Payload sets the payload (at most MaxRecordPayloadLen bytes).
+	Payload *[]byte
+	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
+	// it (the record never expires), a time at or before now expires the record
+	// at once (it is deleted and Update returns nil). Rounded up to the ms.
+	ExpiresAt *time.Time
+	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
+	// time removes the lease. Rounded up to the ms.
+	LeaseUntil *time.Time
+	// Token fences the update: when set, it applies only if Token is the
+	// record's current owner token, else ErrStaleOwner and nothing changes.
+	// Empty: unfenced.
+	Token string
+}
+
+// AcquireOptions says how to acquire a record.
+type AcquireOptions struct {
+	// TTL is how long a new record lives, counted from its creation (a
+	// takeover does not extend it). Default 0: the store's WithTTL, itself
+	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
+	TTL time.Duration
+	// Lease is how long the caller owns a new record, or one it takes over,
+	// while it does the work. Once the lease passes, the next acquire of the
+	// pending record takes it over with a new token and Fence + 1, and the
+	// former owner's fenced Update and DeleteFenced fail with ErrStaleOwner.
+	// Default 0: no lease, a pending record is never taken over (it waits for
+	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.
+	Lease time.Duration
+	// Fingerprint identifies the request made with the key (a digest of its
+	// method, path and body, say), at most MaxFingerprintLen bytes. When the
+	// record and the caller both have a non-empty fingerprint and they differ,
+	// the acquire fails with ErrFingerprintMismatch and changes nothing. An
+	// empty fingerprint on either side is not checked; a record created without
+	// one adopts the first non-empty fingerprint of a caller that takes it over.
+	Fingerprint string
+}
+
+// RecordStore is what Records and MemoryRecords implement;
+// storetest.TestRecords checks any implementation against the contract. The
+// first five methods are the seed's idempotency store contract.
+type RecordStore interface {
+	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
+	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)
+	// AcquireWith creates key's record, pending and owned by the caller
+	// (true), or takes over a pending one whose lease passed (true), or
+	// returns the existing record without its token (false).
+	AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error)
+	// Get returns key's record without its token; (Record{}, false, nil)
+	// when it is missing or expired.
+	Get(ctx context.Context, key string) (Record, bool, error)
+	// Update changes key's record: ErrNotFound when it is missing (nothing is
+	// created), ErrStaleOwner when u.Token is set and not the owner's.
+	Update(ctx context.Context, key string, u Update) error
+	// Delete removes key's record, whoever owns it; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// DeleteFenced removes key's record only if token is its owner's token:
+	// ErrStaleOwner otherwise; a missing key is not an error.
+	DeleteFenced(ctx context.Context, key, token string) error
+	// Do runs fn at most once per key across every caller and replays its result.
+	Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// recordOps are the operations Do is built on, with the op name used in errors.
+type recordOps interface {
+	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
+	update(ctx context.Context, op, key string, u Update) error
+	deleteFenced(ctx context.Context, op, key, token string) error
+	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
+	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
+}
+
+// Retryable marks fn's error as transient for Do: Do deletes the record
+// (fenced by its token) so that the next Do for the key runs fn again. This is
+// what Do does with every error not marked Permanent, so Retryable only
+// documents intent — or overrides a Permanent mark deeper in the chain. Do
+// returns the marked error; errors.Is and errors.As see through the mark.
+// Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retryableError{err}
+}
+
+type retryableError struct{ err error }
+
+func (e retryableError) Error() string { return e.err.Error() }
+func (e retryableError) Unwrap() error { return e.err }
+
+// Permanent marks fn's error as final for Do: the record is stored as failed
+// with the error's text as payload, Do returns the error, and every later Do
+// for the key replays the text with ErrFailed instead of running fn, until the
+// record expires or is deleted — for an outcome that a retry of the same
+// request must see again (a declined card, a validation failure). A context
+// error (context.Canceled, context.DeadlineExceeded) is never stored, marked
+// or not; nor is an error also marked Retryable. errors.Is and errors.As see
+// through the mark. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// storeFailure says whether Do stores fn's error as a failed record.
+func storeFailure(err error) bool {
+	var p permanentError
+	var r retryableError
+	return errors.As(err, &p) && !errors.As(err, &r) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// doRecord is Do after the key and ctx were checked, shared by Records and
+// MemoryRecords.
+func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if o.Lease <= 0 {
+		return nil, false, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+	}
+	rec, acquired, err := s.acquire(ctx, "do", key, o)
+	if err != nil {
+		return nil, false, err
+	}
+	if !acquired {
+		switch rec.Status {
+		case StatusPending:
+			return nil, false, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+		case StatusFailed:
+			return rec.Payload, true, errorf("do", key, ErrFailed, "%s", rec.Payload)
+		default:
+			return rec.Payload, true, nil
+		}
+	}
+	token := rec.Token
+	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
+		func(ctx context.Context) (bool, error) {
+			n, err := s.renew(ctx, key, token, o.Lease)
+			return n == 1, err
+		})
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// fn panicked: give the key back before the panic goes on.
+		hb.stop()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
+	}()
+	result, fnErr := fn(hb)
+	finished = true
+	hb.stop()
+
+	// The effect has happened: record it even if ctx was cancelled meanwhile,
+	// and again when the connection was lost under the write (retryLost): the
+	// fenced write is idempotent.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	// final stores status and payload, fenced by the token; a record found
+	// gone is created again (acquire), unless another caller got there first.
+	final := func(status Status, payload []byte) error {
+		err := retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
+		})
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		again, ok, err := s.acquire(wctx, "do", key, o)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
+		}
+		return retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: again.Token})
+		})
+	}
+	if fnErr != nil && !storeFailure(fnErr) {
+		if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
+			return nil, false, errors.Join(fnErr, err)
+		}
+		return nil, false, fnErr
+	}
+	// What to store, and what to return once it is stored: fn's result; or a
+	// Permanent error's text (cut to the limit); or, for a result too long to
+	// store, that error's text, returning the result with the error.
+	status, payload, ret, retErr := StatusCompleted, result, result, error(nil)
+	switch {
+	case fnErr != nil:
+		text := []byte(fnErr.Error())
+		if len(text) > MaxRecordPayloadLen {
+			text = text[:MaxRecordPayloadLen]
+		}
+		status, payload, ret, retErr = StatusFailed, text, nil, fnErr
+	case len(result) > MaxRecordPayloadLen:
+		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
+		status, payload, retErr = StatusFailed, []byte(tooLong.Error()), tooLong
+	}
+	if err := final(status, payload); err != nil {
+		if retErr != nil {
+			err = errors.Join(retErr, err)
+		}
+		return ret, false, err
+	}
+	return ret, false, retErr
+}
+
+// check validates acquire options before anything is sent.
+func (o AcquireOptions) check(op, key string) error {
+	switch {
+	case o.TTL < 0:
+		return errorf(op, key, ErrInvalidArgument, "negative TTL %v", o.TTL)
+	case o.Lease < 0:
+		return errorf(op, key, ErrInvalidArgument, "negative lease %v", o.Lease)
+	case len(o.Fingerprint) > MaxFingerprintLen:
+		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}
+
+func checkToken(op, key, token string) error {
+	if token == "" || len(token) > MaxTokenLen {
+		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", MaxTokenLen, len(token))
+	}
+	return nil
+}
+
+// updateFields is u checked and converted to the scripts' units: ms since the
+// epoch, 0 = none.
+type updateFields struct {
+	status           *string
+	payload          *[]byte
+	expires, lease   int64
+	setExp, setLease bool
+	token            string
+}
+
+func (u Update) fields(op, key string) (updateFields, error) {
+	f := updateFields{token: u.Token}
+	if u.Token != "" {
+		if err := checkToken(op, key, u.Token); err != nil {
+			return f, err
+		}
+	}
+	if u.Status == nil && u.Payload == nil && u.ExpiresAt == nil && u.LeaseUntil == nil {
+		return f, errorf(op, key, ErrInvalidArgument, "nothing to update")
+	}
+	if u.Status != nil {
+		st := string(*u.Status)
+		if st == "" || len(st) > MaxStatusLen {
+			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", MaxStatusLen, len(st))
+		}
+		f.status = &st
+	}
+	if u.Payload != nil {
+		if len(*u.Payload) > MaxRecordPayloadLen {
+			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxRecordPayloadLen)
+		}
+		f.payload = u.Payload
+	}
+	var ok bool
+	if u.ExpiresAt != nil {
+		if f.expires, ok = atMS(*u.ExpiresAt); !ok {
+			return f, errorf(op, key, ErrInvalidArgument, "ExpiresAt %v is out of range", *u.ExpiresAt)
+		}
+		f.setExp = true
+	}
+	if u.LeaseUntil != nil {
+		if f.lease, ok = atMS(*u.LeaseUntil); !ok {
+			return f, errorf(op, key, ErrInvalidArgument, "LeaseUntil %v is out of range", *u.LeaseUntil)
+		}
+		f.setLease = true
+	}
+	return f, nil
+}
+
+// recordsTTL is the Records' TTL: WithTTL's when given, else DefaultRecordsTTL.
+func (c config) recordsTTL() time.Duration {
+	if c.ttlSet {
+		return c.ttl
+	}
+	return DefaultRecordsTTL
+}
