@@ -18,7 +18,8 @@
             acquired 0: the existing record, unchanged; token is '' (an owner's
                token is never shown to a non-owner). A pending record with
                lease_ms 0 has no lease and is never taken over
-  Errors    BADARG <what>     before any write; nothing written
+  Errors    BADARG <what>     before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             MISMATCH <what>   the caller's and the record's fingerprints are both
                               non-empty and differ; nothing written
             CORRUPT <what>    the key holds something other than a record hash;

@@ -7,11 +7,16 @@
     [2] ttl_ms   decimal integer ms the processed mark lives, 0 = no expiry
   Returns   1 the value was "~<token>" and is now "1" with the new expiry
             0 the key is absent or held by another value (the lease was lost)
-  Errors    BADARG <what>   before any write; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] "1" [PX ttl_ms] (only when the caller holds the lease)
   Atomicity all checks precede the single SET
   Complexity O(1)
 ]]
+if #ARGV ~= 2 then
+  return redis.error_reply('BADARG want 2 arguments: token, ttl_ms')
+end
 local token, ttl = ARGV[1], ARGV[2]
 
 if type(token) ~= 'string' or #token < 1 or #token > 256 then
@@ -23,7 +28,12 @@ end
 -- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
 ttl = string.format('%d', tonumber(ttl))
 
-if redis.call('GET', KEYS[1]) ~= '~' .. token then
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+end
+if v ~= '~' .. token then
   return 0
 end
 -- A plain SET drops the lease's expiry; PX sets the dedupe window instead.

@@ -8,11 +8,15 @@
              fence, fp, token}: the four times integers (ms since the epoch,
             0 = none), the rest strings (fence a decimal uint64), token always '';
             or nil when the key is absent (never created, deleted, or expired)
-  Errors    CORRUPT <what>   the key holds something other than a record hash
+  Errors    BADARG <what>    an argument was given; nothing done
+            CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
   Atomicity one HMGET (and an EXISTS when fields are missing) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+if #ARGV ~= 0 then
+  return redis.error_reply('BADARG want no arguments')
+end
 local key = KEYS[1]
 
 local function is_ms(s)

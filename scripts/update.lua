@@ -18,7 +18,8 @@
             A status other than "pending" clears the lease (lease_ms 0).
             nil when expires_ms was given at or before now: the record expired
             at once and the key is deleted
-  Errors    BADARG <what>        before any write; nothing written
+  Errors    BADARG <what>        before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             NOT_FOUND <what>     the key is absent; nothing created
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written

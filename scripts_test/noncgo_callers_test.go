@@ -126,7 +126,9 @@ var redisCLICases = map[string][]cliCase{
 					t.Errorf("Outbox.Ack at generation 6 after redis-cli advanced to 7: %v, want ErrStaleOwner", err)
 				}
 			}},
-		{name: "no connection", argv: []string{"7", "0"}, want: "0", check: outboxTail(nil, 0)},
+		// A raised fence is never lost: an advance creates the connection's hash.
+		{name: "no connection", argv: []string{"7", "0"}, want: "1", check: outboxTail(nil, 7)},
+		{name: "no connection, generation 0", argv: []string{"0", "0"}, want: "0", check: outboxTail(nil, 0)},
 	},
 	"unacked": {
 		{name: "tail of a Go connection", seed: goAppend("m1", "a", "m2", "b:c"),
