@@ -32,6 +32,27 @@ func expiryAt(now time.Time, d time.Duration) time.Time {
 	return now.Add(time.Duration(durMS(d)) * time.Millisecond)
 }
 
+// untilMS is t as update.lua's duration from now in ms: "0" for the zero time
+// (none); else time.Until(t) rounded up to a ms (durMS), at least 1 for a time
+// still ahead and at most -1 for one at or before now (past: a past ExpiresAt
+// deletes the record, a past LeaseUntil leaves it open to takeover), capped at
+// 15 digits either way.
+func untilMS(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	d := time.Until(t)
+	var ms int64
+	if d > 0 {
+		ms = durMS(d)
+	} else {
+		ms = -max((-d).Milliseconds(), 1) // toward zero, never 0
+	}
+	const limit = 999999999999999
+	ms = max(min(ms, limit), -limit)
+	return strconv.FormatInt(ms, 10)
+}
+
 // ms renders d for a script's *_ms argument: durMS in decimal.
 func ms(d time.Duration) string {
 	return strconv.FormatInt(durMS(d), 10)

@@ -33,6 +33,11 @@ const (
 	MaxTokenLen = 256
 )
 
+// MaxFence is the largest fence a record holds: 9999999999999999999, the
+// largest decimal of 19 digits (the scripts keep fences canonical and within
+// uint64). A pending record at MaxFence whose lease passed is not taken over.
+const MaxFence uint64 = 9999999999999999999
+
 // ErrFailed is returned by Do for a key whose record is failed: an earlier run
 // of fn returned an error marked with Permanent, stored as the record's
 // payload. Do does not run fn again for that key until the record expires or

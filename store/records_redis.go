@@ -280,11 +280,13 @@ func (u Update) args(op, key string) ([]string, error) {
 	if f.payload != nil {
 		args = append(args, "payload", rueidis.BinaryString(*f.payload))
 	}
+	// update.lua takes durations from the server's TIME: the absolute times
+	// become time.Until, rounded up (a past time stays past: negative).
 	if f.setExp {
-		args = append(args, "expires_ms", strconv.FormatInt(f.expires, 10))
+		args = append(args, "expires_in_ms", untilMS(*u.ExpiresAt))
 	}
 	if f.setLease {
-		args = append(args, "lease_ms", strconv.FormatInt(f.lease, 10))
+		args = append(args, "lease_in_ms", untilMS(*u.LeaseUntil))
 	}
 	return args, nil
 }
