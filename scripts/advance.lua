@@ -68,8 +68,15 @@ end
 -- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
 -- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
 -- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
 local function int_arg(s)
-  if #s > 15 or not string.find(s, '^%d+$') then
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
     return nil
   end
   return string.format('%d', tonumber(s))

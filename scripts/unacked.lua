@@ -71,6 +71,9 @@ if n == 0 then
 end
 local seq, epoch, gen
 -- Move the reserved pairs to the end: the message pairs end up in 1..last.
+-- (In place, no second table: measured with bin/benchcmp -server-time-only,
+-- 1.05x the minimal script's server time against 1.17x for copying the
+-- messages into a new reply table, 10% less.)
 -- (Comparing interned strings is a VM instruction: no C call per field.)
 local i, last = 1, n
 while i < last do
