@@ -244,6 +244,22 @@ func TestHeadersMatchCode(t *testing.T) {
 					}
 				}
 			}
+			// Length: a write script reads in a minute: about 60 lines of code
+			// besides its snippets (each read once for the whole bundle), or its
+			// header's Length entry says why not.
+			_, own, _ := findSnippets(s.Name, code)
+			lines := 0
+			for _, l := range strings.Split(luaComment.ReplaceAllString(own, ""), "\n") {
+				if strings.TrimSpace(l) != "" {
+					lines++
+				}
+			}
+			if !s.ReadOnly && lines > 65 && len(section(s.Doc, "Length")) == 0 {
+				t.Errorf("%d lines of code besides its snippets; cut it to about 60 or say why in a Length entry", lines)
+			}
+			if ls := section(s.Doc, "Length"); len(ls) > 0 && !strings.Contains(ls[0], strconv.Itoa(lines)+" lines") {
+				t.Errorf("the Length entry does not say %q: %q", strconv.Itoa(lines)+" lines", ls[0])
+			}
 			// ARGV count: the header's (n=N) is the code's `#ARGV ~= N`, and
 			// (n>=N) its `#ARGV < N`.
 			wantCheck := "#ARGV ~= " + m[2]

@@ -30,6 +30,9 @@
             takeover: HSET token, lease_ms, updated_ms, fence, fp (the record's
             first non-empty fingerprint sticks)
   Atomicity every check precedes the first write
+  Length    70 lines of code besides its snippets: creating, taking over (fence + 1
+            on a decimal string, exact past 2^53) and reporting a record must be
+            one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 if #ARGV ~= 4 then

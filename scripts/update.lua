@@ -36,6 +36,10 @@
             expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
             instead when expires_in_ms is negative
   Atomicity every check precedes the first write
+  Length    104 lines of code besides its snippets: four optional fields, each
+            validated before the first write, and two durations turned into
+            deadlines on the server's clock; one script, so a fenced change is
+            all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
 local token = ARGV[1]
