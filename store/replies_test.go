@@ -100,6 +100,14 @@ func replyOps() []replyOp {
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
 		},
 		{
+			name: "Claims.ClaimMany",
+			run: func(ctx context.Context, c rueidis.Client) (any, error) {
+				return store.NewClaims(c).ClaimMany(ctx, []string{"a"})
+			},
+			ok:  []replyWant{{i64(1), []bool{true}}, {i64(0), []bool{false}}, {i64(-1), []bool{false}}},
+			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
+		},
+		{
 			name: "Claims.Seen",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
 				return store.NewClaims(c).Seen(ctx, "id")
@@ -241,6 +249,13 @@ func runReply(t *testing.T, op replyOp, reply rueidis.RedisResult) (got any, err
 	c := mock.NewClient(ctrl)
 	c.EXPECT().Do(gomock.Any(), gomock.Any()).Return(reply).AnyTimes()
 	c.EXPECT().Nodes().Return(map[string]rueidis.Client{"n": c}).AnyTimes()
+	c.EXPECT().DoMulti(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+		out := make([]rueidis.RedisResult, len(cmds))
+		for i := range out {
+			out[i] = reply
+		}
+		return out
+	}).AnyTimes()
 	defer func() {
 		if p := recover(); p != nil {
 			t.Errorf("%s panicked on the reply %v: %v", op.name, reply, p)
