@@ -148,6 +148,13 @@ func (h *heartbeat) stop() {
 // A lost connection leaves such a write done or not done; without the retry
 // a Do whose callback ran would leave its lease in place, and the message or
 // request would run again once the lease expired.
+//
+// Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
+// that its commit was retried (a retry finding the processed mark is its own
+// first attempt having landed), and a retried command would have to be pinned
+// against the rueidis race in docs/upstream-rueidis-race.md. Unlike rueidis's
+// retry it ignores ClientOption.DisableRetry, which a rueidis.Client does not
+// expose.
 func retryLost(ctx context.Context, write func(context.Context) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
