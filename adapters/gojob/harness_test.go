@@ -14,8 +14,9 @@ import (
 // target is one store the ported go-job tests run on.
 type target struct {
 	name string
-	// setup returns the adapter over a fresh, empty store, and its clock.
-	setup func(t *testing.T) (*gojob.Store, clock)
+	// setup returns the adapter over a fresh, empty store made with opts,
+	// and its clock.
+	setup func(t *testing.T, opts ...store.Option) (*gojob.Store, clock)
 	// scale shrinks the tests' durations: Redis runs on its own clock, so
 	// "advance 6 s" is a real sleep there, of 6 s * scale.
 	scale float64
@@ -36,13 +37,14 @@ var prefixSeq atomic.Int64
 // use), and the Redis records store.
 func targets() []target {
 	return []target{
-		{name: "memory", scale: 1, setup: func(t *testing.T) (*gojob.Store, clock) {
+		{name: "memory", scale: 1, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
 			c := newManualClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
-			rs := store.NewMemoryRecords(store.WithClock(c.Now))
+			rs := store.NewMemoryRecords(append([]store.Option{store.WithClock(c.Now)}, opts...)...)
 			return gojob.NewStore(rs, gojob.WithClock(c.Now)), c
 		}},
-		{name: "redis", scale: 1.0 / 40, setup: func(t *testing.T) (*gojob.Store, clock) {
-			rs := store.NewRecords(newClient(t), store.WithPrefix(fmt.Sprintf("gojob-test:%d:%s:", prefixSeq.Add(1), t.Name())))
+		{name: "redis", scale: 1.0 / 40, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
+			prefix := fmt.Sprintf("gojob-test:%d:%s:", prefixSeq.Add(1), t.Name())
+			rs := store.NewRecords(newClient(t), append([]store.Option{store.WithPrefix(prefix)}, opts...)...)
 			return gojob.NewStore(rs), realClock{}
 		}},
 	}
@@ -80,4 +82,9 @@ func (c *manualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// gojobStore is the adapter over rs on clock c.
+func gojobStore(rs store.RecordStore, c clock) *gojob.Store {
+	return gojob.NewStore(rs, gojob.WithClock(c.Now))
 }
