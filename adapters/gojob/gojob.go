@@ -7,7 +7,7 @@
 //
 //	rs, err := store.OpenRecords("redis://localhost:6379/0", store.WithPrefix("gojob:idempotency:"))
 //	...
-//	w := worker.New(..., worker.WithIdempotencyStore(gojob.NewStore(rs), 24*time.Hour))
+//	w := worker.NewWorker(dequeuer, worker.WithIdempotencyStore(gojob.NewStore(rs), 24*time.Hour))
 //
 // It follows go-job's conventions:
 //
