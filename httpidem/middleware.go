@@ -69,7 +69,9 @@ const (
 
 // Middleware returns middleware that makes a handler idempotent under the
 // Idempotency-Key header, with rs keeping the responses (see the package
-// documentation for the behaviour and the defaults). It panics when an option
+// documentation for the behaviour and the defaults). Give it a store with a
+// prefix of its own (store.WithPrefix("http-idem:")): a record that other
+// code wrote under the same key is not a stored response, and is answered 500. It panics when an option
 // is invalid (a lease or key length <= 0, a key length over store.MaxIDLen),
 // as a programming error at start-up.
 func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Handler {
@@ -133,6 +135,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := key
 	if h.cfg.scope != nil {
 		id = url.QueryEscape(h.cfg.scope(r)) + ":" + key
+		if len(id) > store.MaxIDLen {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
+			return
+		}
 	}
 	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease}
 	if h.cfg.fingerprint != nil {
@@ -171,6 +177,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter(r.Context(), id))
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
+	case errors.Is(err, store.ErrInvalidArgument):
+		// A fingerprint over store.MaxFingerprintLen, say: a configuration error.
+		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", "key", id, "err", err)
+		writeProblem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", "key", id, "err", err)
 		writeProblem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
