@@ -12,9 +12,13 @@ import (
 // is "about:blank", so Title is the status's text; Detail says what happened
 // and, where there is one, Header names the request header at fault.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
+	// Type is "about:blank": the status says what kind of problem it is.
+	Type string `json:"type"`
+	// Title is the status's text (http.StatusText).
+	Title string `json:"title"`
+	// Status is the response's status code.
+	Status int `json:"status"`
+	// Detail says what happened, for a human.
 	Detail string `json:"detail,omitempty"`
 	// Header is an extension member: the request header the problem is about
 	// ("Idempotency-Key").
