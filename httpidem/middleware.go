@@ -18,7 +18,10 @@
 //   - the handler runs inside the store's Do, so it runs once per key across
 //     every server sharing the store, with the key's lease kept alive while it
 //     runs; a retry meanwhile is answered 409 with a Retry-After (in seconds)
-//     of the lease's remaining time;
+//     of the lease's remaining time. The request the handler gets carries
+//     the lease in its context: store.LeaseFromContext(r.Context()) gives the
+//     fencing token and fence to pass to a downstream system that checks them;
+//     if the lease is lost, that context is cancelled;
 //   - a 2xx, 3xx or 4xx response is a final answer: it is stored (headers
 //     minus the hop-by-hop ones, Date and Set-Cookie: WithKeepHeader) and
 //     replayed to every retry until the record expires (WithTTL, else the

@@ -113,7 +113,8 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithTTL sets how long a stored response is replayed, counted from the
-// first request. Default 0: the store's own TTL (store.WithTTL).
+// first request. Default 0: the store's own TTL (store.WithTTL; for Records
+// and MemoryRecords by default store.DefaultRecordsTTL, 24 hours).
 func WithTTL(d time.Duration) Option {
 	return func(c *config) { c.ttl = d }
 }

@@ -480,6 +480,47 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("LongHandlerKeepsLease", func(t *testing.T) {
+		// The handler runs for 3.5 leases: the store's Do renews the lease,
+		// so a retry after 2.5 leases is still told 409, never taken over.
+		const lease = 200 * time.Millisecond
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(lease * 7 / 2)
+			io.WriteString(w, "slow")
+		}, httpidem.WithLease(lease))
+		first := make(chan reply, 1)
+		go func() { first <- s.do("POST", "/", "k", "") }()
+		time.Sleep(lease * 5 / 2)
+		r := s.do("POST", "/", "k", "")
+		wantProblem(t, r, http.StatusConflict)
+		if r.header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q, want 1 (a 200 ms lease, rounded up)", r.header.Get("Retry-After"))
+		}
+		if f := <-first; f.status != http.StatusOK || f.body != "slow" {
+			t.Errorf("first %s", f)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("LeaseInHandlerContext", func(t *testing.T) {
+		var leases []store.Lease
+		var mu sync.Mutex
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			l, ok := store.LeaseFromContext(r.Context())
+			if !ok {
+				t.Error("the handler's context carries no lease")
+			}
+			mu.Lock()
+			leases = append(leases, l)
+			mu.Unlock()
+		})
+		s.do("POST", "/", "k", "")
+		s.do("POST", "/", "k", "")
+		if len(leases) != 1 || leases[0].ID != "k" || leases[0].Token == "" || leases[0].Fence != 1 {
+			t.Errorf("leases seen by the handler: %+v, want one for key k with a token and fence 1", leases)
+		}
+	})
+
 	t.Run("CorruptStoredResponse500", func(t *testing.T) {
 		s := newServer(t, h, created, httpidem.WithFingerprint(nil))
 		ctx := context.Background()
