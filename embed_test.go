@@ -119,7 +119,7 @@ func TestHeadersMatchCode(t *testing.T) {
 	for _, s := range All() {
 		t.Run(s.Name, func(t *testing.T) {
 			_, code, _ := strings.Cut(s.Source, "]]")
-			for _, word := range []string{"KEYS (n=", "ARGV (n", "Returns", "Errors", "Writes", "Atomicity", "Complexity"} {
+			for _, word := range []string{"KEYS (n", "ARGV (n", "Returns", "Errors", "Writes", "Atomicity", "Complexity"} {
 				if !strings.Contains(s.Doc, word) {
 					t.Errorf("header has no %q entry", word)
 				}
@@ -134,8 +134,24 @@ func TestHeadersMatchCode(t *testing.T) {
 				i, _ := strconv.Atoi(m[1])
 				maxKey = max(maxKey, i)
 			}
-			if maxKey != s.NumKeys || s.NumKeys != 1 {
-				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every script takes exactly one key", s.NumKeys, maxKey)
+			switch {
+			case s.Batch:
+				// A batch script: KEYS (n>=1), read through #KEYS, never by a
+				// fixed index, and its header says the keys share one slot and
+				// what a CROSSSLOT does.
+				if s.NumKeys != 1 || maxKey != 0 || !regexp.MustCompile(`#KEYS\b`).MatchString(code) {
+					t.Errorf("batch script: want KEYS (n>=1) read through #KEYS, got n>=%d and KEYS[%d]", s.NumKeys, maxKey)
+				}
+				for _, word := range []string{"ONE hash slot", "CROSSSLOT", "[1..]"} {
+					if !strings.Contains(section(s.Doc, "KEYS")[0]+strings.Join(section(s.Doc, "KEYS"), "\n"), word) {
+						t.Errorf("batch script's KEYS entry does not say %q", word)
+					}
+				}
+				if !strings.Contains(strings.Join(section(s.Doc, "Atomicity"), "\n"), "one script call") {
+					t.Errorf("batch script's Atomicity entry does not say the group is one script call")
+				}
+			case maxKey != s.NumKeys || s.NumKeys != 1:
+				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every single-item script takes exactly one key", s.NumKeys, maxKey)
 			}
 
 			// ARGV: every used index is documented and every documented one is used.

@@ -24,6 +24,9 @@ var (
 	scriptCommit  = mustScript("commit")
 	scriptRelease = mustScript("release")
 	scriptExtend  = mustScript("extend")
+
+	scriptClaimMany = mustScript("claim_many")
+	scriptSeenMany  = mustScript("seen_many")
 )
 
 // ClaimStore is what Claims and MemoryClaims implement; storetest.TestClaims
@@ -32,6 +35,7 @@ type ClaimStore interface {
 	Claim(ctx context.Context, id string) (bool, error)
 	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
 	Seen(ctx context.Context, id string) (bool, error)
+	SeenMany(ctx context.Context, ids []string) ([]bool, error)
 	Remember(ctx context.Context, id string) error
 	Forget(ctx context.Context, id string) error
 	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)
@@ -117,39 +121,6 @@ func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 	}
 	n, err := replyInt("claim", id, scriptClaim.exec(ctx, s.c, s.prefix+id, s.ttl, "1"))
 	return n == 1, err
-}
-
-// ClaimMany claims every id in one round trip (a pipelined batch of EVALSHA, one
-// per id; on a cluster the ids may live on different nodes). The result holds,
-// per id, what Claim would have returned; of duplicates inside one batch the
-// first wins. Every id is validated before anything is sent. When some entries
-// fail (a connection error), the error names the first and the others' results
-// are still filled in.
-func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
-	for _, id := range ids {
-		if err := s.check(ctx, "claim", id); err != nil {
-			return nil, err
-		}
-	}
-	if len(ids) == 0 {
-		return []bool{}, nil
-	}
-	calls := make([]call, len(ids))
-	args := []string{s.ttl, "1"}
-	keys := s.keys(ids)
-	for i := range ids {
-		calls[i] = call{s: scriptClaim, key: keys[i], args: args}
-	}
-	out := make([]bool, len(ids))
-	var first error
-	for i, r := range execMulti(ctx, s.c, calls) {
-		n, err := replyInt("claim", ids[i], r)
-		if err != nil && first == nil {
-			first = err
-		}
-		out[i] = n == 1
-	}
-	return out, first
 }
 
 // Seen reports whether id is claimed, processed or in flight.

@@ -75,11 +75,43 @@ func (s *script) exec(ctx context.Context, c rueidis.Client, key string, args ..
 	return r
 }
 
-// call is one entry of a batch.
+// call is one entry of a batch: the script on key, or, for a batch script
+// (claim_many.lua...), on keys, all of one hash slot.
 type call struct {
 	s    *script
 	key  string
+	keys []string
 	args []string
+}
+
+// evalshaKeys is evalsha with several keys, all in one hash slot.
+func (s *script) evalshaKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
+	if s.ro {
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
+	}
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// evalKeys is eval with several keys, all in one hash slot.
+func (s *script) evalKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
+	if s.ro {
+		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
+	}
+	return c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+func (k call) evalsha(c rueidis.Client) rueidis.Completed {
+	if k.keys != nil {
+		return k.s.evalshaKeys(c, k.keys, k.args)
+	}
+	return k.s.evalsha(c, k.key, k.args)
+}
+
+func (k call) eval(c rueidis.Client) rueidis.Completed {
+	if k.keys != nil {
+		return k.s.evalKeys(c, k.keys, k.args)
+	}
+	return k.s.eval(c, k.key, k.args)
 }
 
 // execMulti runs a batch in one round trip: a DoMulti of EVALSHA (auto-pipelined,
@@ -90,7 +122,7 @@ type call struct {
 func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
 	cmds := make(rueidis.Commands, len(calls))
 	for i, k := range calls {
-		cmds[i] = k.s.evalsha(c, k.key, k.args)
+		cmds[i] = k.evalsha(c)
 	}
 	res := c.DoMulti(ctx, cmds...)
 	var retry []int
@@ -119,9 +151,9 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 		for _, i := range retry {
 			k := calls[i]
 			if useEval {
-				cmds = append(cmds, k.s.eval(c, k.key, k.args))
+				cmds = append(cmds, k.eval(c))
 			} else {
-				cmds = append(cmds, k.s.evalsha(c, k.key, k.args))
+				cmds = append(cmds, k.evalsha(c))
 			}
 		}
 		again := c.DoMulti(ctx, cmds...)

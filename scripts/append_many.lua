@@ -1,0 +1,149 @@
+#!lua
+--[[ append_many.lua — append a burst of messages to one connection's tail: all or none, once per id.
+  KEYS (n=1)
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+  ARGV (n>=3)
+    [1] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
+                      the expiry as it is (a new hash then never expires)
+    [2] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+    [3..] pairs       msg_id, payload, ... : 1..1000 pairs; msg_id 1..256 bytes, not
+                      starting with "_"; payload any bytes, at most 4194304 (4 MiB)
+  Returns   {epoch, seq1, created1, seq2, created2, ...} (integers): per message,
+            in ARGV order, what append.lua returns for it
+              epoch    server time in microseconds when this incarnation of the
+                       hash was created
+              seq      the message's sequence number; the new messages of one call
+                       get consecutive seqs, in ARGV order
+              created  1 appended now; 0 msg_id was already in the tail, or given
+                       earlier in this call (first wins), and its seq is returned
+                       (the stored payload is kept)
+  Errors    BADARG <what>    before any write; nothing written
+            FULL <n>         the new messages do not all fit under max_unacked;
+                             nothing written (all or nothing)
+            CORRUPT <what>   the hash was not written by these scripts; nothing written
+  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq <new count>
+            and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
+            are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
+  Atomicity every check precedes the first write; the burst is one script call
+  Complexity O(number of messages) (plus the payloads' size)
+]]
+local key = KEYS[1]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+local n = #ARGV
+if n < 4 or n % 2 == 1 or n > 2002 then
+  return redis.error_reply('BADARG want ttl_ms, max_unacked, then 1..1000 msg_id, payload pairs')
+end
+local ttl, max = ARGV[1], ARGV[2]
+
+-- ttl in canonical form ("0", or digits without a leading zero) takes one
+-- pattern match; anything else is checked and normalised on a slower path
+-- (Redis refuses "007" as a PEXPIRE argument, an error after a write: read it as 7).
+if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
+  if #ttl > 15 or not string.find(ttl, '^%d+$') then
+    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+  end
+  ttl = string.format('%d', tonumber(ttl))
+end
+if #max > 15 or not string.find(max, '^%d+$') then
+  return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
+end
+local byte = string.byte
+local fields = {'_seq', '_gen', '_epoch'}
+for i = 3, n, 2 do
+  local id = ARGV[i]
+  if #id < 1 or #id > 256 or byte(id, 1) == 95 then
+    return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
+  end
+  if #ARGV[i + 1] > 4194304 then
+    return redis.error_reply('BADARG payload must be at most 4194304 bytes')
+  end
+  fields[#fields + 1] = id
+end
+
+-- One read: the reserved fields, which exist together or not at all (anything
+-- else is not ours), and every id's value.
+local r = redis.call('HMGET', key, unpack(fields))
+local epoch
+if r[1] or r[2] or r[3] then
+  -- (One pattern match over the three, not one each.)
+  if not (r[1] and r[2] and r[3] and #r[3] <= 16
+      and string.find(r[1] .. ',' .. r[2] .. ',' .. r[3], '^%d+,%d+,[1-9]%d*$')) then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
+  end
+  epoch = r[3]
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
+end
+
+-- Per message: the stored seq (a string) of an id already in the tail, or the
+-- position (1, 2...) among this call's new messages; firsts maps an id given
+-- twice to its first occurrence.
+local old, firsts, fresh = {}, {}, 0
+for j = 4, #r do
+  local i = (j - 3) * 2 + 1 -- the msg_id's ARGV index
+  local id = ARGV[i]
+  if r[j] then
+    local s = string.match(r[j], '^(%d+):')
+    if not s then
+      return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
+    end
+    old[i] = s
+  elseif firsts[id] == nil then
+    fresh = fresh + 1
+    firsts[id] = i
+  end
+end
+if fresh > 0 and max ~= '0' and tonumber(max) > 0 then
+  local held = 0
+  if epoch then
+    held = redis.call('HLEN', key) - 3
+  end
+  if held + fresh > tonumber(max) then
+    return redis.error_reply('FULL ' .. string.format('the tail holds %d unacked messages, %d more do not fit',
+      held, fresh))
+  end
+end
+
+local out = {}
+if fresh > 0 then
+  if not epoch then
+    -- A new incarnation: stamp it with the server's clock in microseconds.
+    local t = redis.call('TIME')
+    epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+  end
+  local last = redis.call('HINCRBY', key, '_seq', fresh)
+  local base = last - fresh
+  local set, k, seqs = {}, 0, {}
+  for i = 3, n, 2 do
+    if not old[i] and firsts[ARGV[i]] == i then
+      k = k + 1
+      seqs[i] = base + k
+      set[#set + 1] = ARGV[i]
+      set[#set + 1] = string.format('%d', base + k) .. ':' .. ARGV[i + 1]
+    end
+  end
+  redis.call('HSET', key, unpack(set))
+  for i = 3, n, 2 do
+    if seqs[i] then
+      out[#out + 1] = seqs[i]
+      out[#out + 1] = 1
+    elseif old[i] then
+      out[#out + 1] = tonumber(old[i])
+      out[#out + 1] = 0
+    else
+      out[#out + 1] = seqs[firsts[ARGV[i]]]
+      out[#out + 1] = 0
+    end
+  end
+else
+  for i = 3, n, 2 do
+    out[#out + 1] = tonumber(old[i])
+    out[#out + 1] = 0
+  end
+end
+if ttl ~= '0' then
+  redis.call('PEXPIRE', key, ttl)
+end
+table.insert(out, 1, tonumber(epoch))
+return out

@@ -1,0 +1,62 @@
+#!lua
+--[[ claim_many.lua — claim many message ids of one hash slot in one call: claim.lua for each, in order.
+  KEYS (n>=1)
+    [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
+                               every key in ONE hash slot (ids sharing a {hash tag}
+                               on a cluster; any keys on a standalone or Sentinel
+                               server). Redis refuses keys of several slots with
+                               CROSSSLOT before the script runs: nothing written
+  ARGV (n=2)
+    [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+    [2] value    "1" to mark the ids processed, or "~<token>" to lease them
+  Returns   an array with one integer per key, in KEYS order, as claim.lua:
+            1 created; 0 exists and is processed (any value not starting with
+            "~"); -1 exists and is in flight. A key given twice: its first
+            occurrence may create it, the later ones then see it (first wins)
+  Errors    BADARG <what>   before any write; nothing written
+  Writes    SET key value NX [PX ttl_ms] for every key (only when absent)
+  Atomicity the whole batch is one script call: every check precedes the first
+            SET, and no other command runs between the SETs (a group is atomic;
+            the Go store sends at most 500 keys per call)
+  Complexity O(number of keys)
+]]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 2 then
+  return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
+end
+local ttl, value = ARGV[1], ARGV[2]
+
+-- ttl in canonical form ("0", or digits without a leading zero) takes one
+-- pattern match; anything else is checked and normalised on a slower path
+-- (Redis refuses "007" as a PX argument, an error after a write: read it as 7).
+if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
+  if #ttl > 15 or not string.find(ttl, '^%d+$') then
+    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+  end
+  ttl = string.format('%d', tonumber(ttl))
+end
+if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
+  return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
+end
+if value ~= '1' and ttl == '0' then
+  return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
+end
+
+-- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
+local out = {}
+for i = 1, #KEYS do
+  local old
+  if ttl ~= '0' then
+    old = redis.call('SET', KEYS[i], value, 'NX', 'GET', 'PX', ttl)
+  else
+    old = redis.call('SET', KEYS[i], value, 'NX', 'GET')
+  end
+  if not old then
+    out[i] = 1
+  elseif string.byte(old, 1) == 126 then
+    out[i] = -1
+  else
+    out[i] = 0
+  end
+end
+return out
