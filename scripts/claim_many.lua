@@ -12,8 +12,11 @@
   Returns   an array with one integer per key, in KEYS order, as claim.lua:
             1 created; 0 exists and is processed (any value not starting with
             "~"); -1 exists and is in flight. A key given twice: its first
-            occurrence may create it, the later ones then see it (first wins)
-  Errors    BADARG <what>   before any write; nothing written
+            occurrence may create it, the later ones then see it (first wins).
+            A key of another type gets a CORRUPT element instead, is left as
+            it is, and the other keys are claimed (as single calls would)
+  Errors    BADARG <what>    before any write; nothing written
+            CORRUPT <what>   an element, not the reply: that key only
   Writes    SET key value NX [PX ttl_ms] for every key (only when absent)
   Atomicity the whole batch is one script call: every check precedes the first
             SET, and no other command runs between the SETs (a group is atomic;
@@ -43,16 +46,20 @@ if value ~= '1' and ttl == '0' then
 end
 
 -- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
+-- pcall: a key of another type fails alone (SET NX GET writes nothing to it),
+-- as it would in a batch of single calls, and the others are still claimed.
 local out = {}
 for i = 1, #KEYS do
   local old
   if ttl ~= '0' then
-    old = redis.call('SET', KEYS[i], value, 'NX', 'GET', 'PX', ttl)
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PX', ttl)
   else
-    old = redis.call('SET', KEYS[i], value, 'NX', 'GET')
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
   end
   if not old then
     out[i] = 1
+  elseif type(old) == 'table' then
+    out[i] = redis.error_reply('CORRUPT the key holds a value that is not a string')
   elseif string.byte(old, 1) == 126 then
     out[i] = -1
   else

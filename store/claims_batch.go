@@ -105,7 +105,16 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 	if len(vals) != len(idx) {
 		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", len(idx), len(vals))
 	}
+	var first error
 	for j, i := range idx {
+		if err := vals[j].Error(); err != nil {
+			// One key's own error (claim_many.lua's CORRUPT element): the
+			// others were still run.
+			if first == nil {
+				first = opError(op, ids[i], err)
+			}
+			continue
+		}
 		n, err := vals[j].AsInt64()
 		if err != nil || !vals[j].IsInt64() {
 			return errorf(op, ids[i], ErrUnexpectedReply, "element %d is not an integer", j+1)
@@ -116,5 +125,5 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 		}
 		out[i] = v
 	}
-	return nil
+	return first
 }
