@@ -104,7 +104,12 @@ func writeGoals(w io.Writer, results []*cellResult, srv []*srvPairs) {
 	}
 	ratio("Claim / go-redis SetNX, 64 goroutines", "Claim", roleStore, roleSetNX, 64, 2.5)
 	ratio("Claim / rueidis SET NX PX, 64 goroutines", "Claim", roleStore, roleRaw, 64, 0.95)
+	ratio("Claim / minimal script, 64 goroutines", "Claim", roleStore, roleMinimal, 64, 0.95)
 	ratio("ClaimMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "ClaimMany", roleStore, roleMinimal, 64, 0.9)
+	ratio("ClaimMany(100) / DoMulti of 100 SET NX PX, 64 goroutines", "ClaimMany", roleStore, roleRaw, 64, 0.8)
+	ratio("ClaimMany(100) / ClaimMany before claim_many (standalone), 64 goroutines", "ClaimMany", roleStore, rolePrevious, 64, 1)
+	ratio("AppendMany(100) / 100 pipelined AppendWithID, messages/s, 64 goroutines", "AppendMany", roleStore, rolePrevious, 64, 3)
+	ratio("records lifecycle / go-job's Redis store, 64 goroutines", "Lifecycle", roleStore, roleGoJob, 64, 1)
 	ratio("AckMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "AckMany", roleStore, roleMinimal, 64, 0.9)
 
 	// Server time per op: the dedicated alternating comparison.
