@@ -75,22 +75,20 @@ elseif redis.call('EXISTS', key) == 1 then
   return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
 
--- Per message: the stored seq (a string) of an id already in the tail, or the
--- position (1, 2...) among this call's new messages; firsts maps an id given
--- twice to its first occurrence.
+-- Per message (by ARGV index of its msg_id): the stored seq (a string) of an
+-- id already in the tail; firsts maps each new id to its first ARGV index.
 local old, firsts, fresh = {}, {}, 0
 for j = 4, #r do
-  local i = (j - 3) * 2 + 1 -- the msg_id's ARGV index
-  local id = ARGV[i]
+  local i = j * 2 - 5 -- the msg_id's ARGV index
   if r[j] then
     local s = string.match(r[j], '^(%d+):')
     if not s then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
     old[i] = s
-  elseif firsts[id] == nil then
+  elseif not firsts[ARGV[i]] then
     fresh = fresh + 1
-    firsts[id] = i
+    firsts[ARGV[i]] = i
   end
 end
 if fresh > 0 and max ~= '0' and tonumber(max) > 0 then
@@ -104,7 +102,8 @@ if fresh > 0 and max ~= '0' and tonumber(max) > 0 then
   end
 end
 
-local out = {}
+-- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
+local out = {0}
 if fresh > 0 then
   if not epoch then
     -- A new incarnation: stamp it with the server's clock in microseconds.
@@ -112,30 +111,26 @@ if fresh > 0 then
     epoch = t[1] .. string.format('%06d', tonumber(t[2]))
     redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
   end
-  local last = redis.call('HINCRBY', key, '_seq', fresh)
-  local base = last - fresh
-  local set, k, seqs = {}, 0, {}
+  local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
+  local set, given = {}, {} -- given: the seq each new id got
   for i = 3, n, 2 do
-    if not old[i] and firsts[ARGV[i]] == i then
-      k = k + 1
-      seqs[i] = base + k
-      set[#set + 1] = ARGV[i]
-      set[#set + 1] = string.format('%d', base + k) .. ':' .. ARGV[i + 1]
+    local id = ARGV[i]
+    if old[i] then
+      out[#out + 1] = tonumber(old[i])
+      out[#out + 1] = 0
+    elseif firsts[id] == i then
+      seq = seq + 1
+      given[id] = seq
+      set[#set + 1] = id
+      set[#set + 1] = string.format('%d', seq) .. ':' .. ARGV[i + 1]
+      out[#out + 1] = seq
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = given[id]
+      out[#out + 1] = 0
     end
   end
   redis.call('HSET', key, unpack(set))
-  for i = 3, n, 2 do
-    if seqs[i] then
-      out[#out + 1] = seqs[i]
-      out[#out + 1] = 1
-    elseif old[i] then
-      out[#out + 1] = tonumber(old[i])
-      out[#out + 1] = 0
-    else
-      out[#out + 1] = seqs[firsts[ARGV[i]]]
-      out[#out + 1] = 0
-    end
-  end
 else
   for i = 3, n, 2 do
     out[#out + 1] = tonumber(old[i])
@@ -145,5 +140,5 @@ end
 if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)
 end
-table.insert(out, 1, tonumber(epoch))
+out[1] = tonumber(epoch)
 return out
