@@ -55,6 +55,12 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		return out, nil
 	}
 	keys := s.keys(ids)
+	if len(ids) > 1 && len(ids) <= maxBatchKeys && s.c.Mode() != rueidis.ClientModeCluster {
+		// One group of every id in order (a standalone or Sentinel server):
+		// the keys go as they are.
+		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
+		return out, readBatch(op, ids, nil, r, out, read)
+	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
 	for g, idx := range groups {
@@ -79,11 +85,18 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 }
 
 // readBatch reads one group's reply into out: an integer for a single-key
-// call, an array of len(idx) integers for a batch call.
+// call, an array of len(idx) integers for a batch call. idx nil stands for
+// every id in order.
 func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []bool,
 	read func(int64) (bool, bool)) error {
-	id := ids[idx[0]]
-	if len(idx) == 1 {
+	n := len(idx)
+	at := func(j int) int { return idx[j] }
+	if idx == nil {
+		n = len(ids)
+		at = func(j int) int { return j }
+	}
+	id := ids[at(0)]
+	if idx != nil && n == 1 {
 		n, err := replyInt(op, id, r)
 		if err != nil {
 			return err
@@ -102,11 +115,12 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 	if err != nil {
 		return errorf(op, id, ErrUnexpectedReply, "want an array reply: %v", err)
 	}
-	if len(vals) != len(idx) {
-		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", len(idx), len(vals))
+	if len(vals) != n {
+		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", n, len(vals))
 	}
 	var first error
-	for j, i := range idx {
+	for j := range n {
+		i := at(j)
 		if err := vals[j].Error(); err != nil {
 			// One key's own error (claim_many.lua's CORRUPT element): the
 			// others were still run.
