@@ -18,9 +18,13 @@
                        earlier in this call (first wins), and its seq is returned
                        (the stored payload is kept)
   Errors    BADARG <what>    before any write; nothing written
-            FULL <n>         the new messages do not all fit under max_unacked;
+            FULL <what>      the new messages do not all fit under max_unacked, or
+                             _seq would pass 2^53-1 (the last exact integer);
                              nothing written (all or nothing)
-            CORRUPT <what>   the hash was not written by these scripts; nothing written
+            CORRUPT <what>   the key is not a well-formed outbox hash (another type,
+                             reserved fields missing or not canonical decimals, as
+                             append.lua checks them, or a msg_id's value not
+                             "<seq>:<payload>"); nothing written
   Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq <new count>
             and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
             are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
@@ -34,6 +38,36 @@ if n < 4 or n % 2 == 1 or n > 2002 then
   return redis.error_reply('BADARG want ttl_ms, max_unacked, then 1..1000 msg_id, payload pairs')
 end
 local ttl, max = ARGV[1], ARGV[2]
+
+-- uint64 as canonical decimal strings: valid, and ordered by length then bytes
+-- (Lua numbers lose precision above 2^53).
+local function u64(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
+    and (#s == 1 or string.byte(s, 1) ~= 48)
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+local MAX = '18446744073709551615'
+-- A well-formed outbox hash (one definition, copied byte for byte into append,
+-- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
+-- Integers up to 2^53-1 are exact as Lua numbers.
+local EXACT = 9007199254740991
+local function outbox_ok(s, g, e)
+  return u64(s) and #s <= 16 and tonumber(s) <= EXACT
+    and u64(g) and cmp(g, MAX) <= 0
+    and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
+end
 
 -- ttl in canonical form ("0", or digits without a leading zero) takes one
 -- pattern match; anything else is checked and normalised on a slower path
@@ -62,13 +96,15 @@ end
 
 -- One read: the reserved fields, which exist together or not at all (anything
 -- else is not ours), and every id's value.
-local r = redis.call('HMGET', key, unpack(fields))
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local r = redis.pcall('HMGET', key, unpack(fields))
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
+end
 local epoch
 if r[1] or r[2] or r[3] then
-  -- (One pattern match over the three, not one each.)
-  if not (r[1] and r[2] and r[3] and #r[3] <= 16
-      and string.find(r[1] .. ',' .. r[2] .. ',' .. r[3], '^%d+,%d+,[1-9]%d*$')) then
-    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
+  if not outbox_ok(r[1], r[2], r[3]) then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not canonical decimals')
   end
   epoch = r[3]
 elseif redis.call('EXISTS', key) == 1 then
@@ -81,8 +117,8 @@ local old, firsts, fresh = {}, {}, 0
 for j = 4, #r do
   local i = j * 2 - 5 -- the msg_id's ARGV index
   if r[j] then
-    local s = string.match(r[j], '^(%d+):')
-    if not s then
+    local s = string.match(r[j], '^([1-9]%d*):')
+    if not s or #s > 16 or tonumber(s) > EXACT then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
     old[i] = s
@@ -90,6 +126,9 @@ for j = 4, #r do
     fresh = fresh + 1
     firsts[ARGV[i]] = i
   end
+end
+if fresh > 0 and epoch and tonumber(r[1]) + fresh > EXACT then
+  return redis.error_reply('FULL _seq would pass 2^53-1, the last exact sequence number')
 end
 if fresh > 0 and max ~= '0' and tonumber(max) > 0 then
   local held = 0

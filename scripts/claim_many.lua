@@ -15,7 +15,8 @@
             occurrence may create it, the later ones then see it (first wins).
             A key of another type gets a CORRUPT element instead, is left as
             it is, and the other keys are claimed (as single calls would)
-  Errors    BADARG <what>    before any write; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also for a
+                             count of ARGV other than the header's)
             CORRUPT <what>   an element, not the reply: that key only
   Writes    SET key value NX [PX ttl_ms] for every key (only when absent)
   Atomicity the whole batch is one script call: every check precedes the first
@@ -24,7 +25,7 @@
   Complexity O(number of keys)
 ]]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
-if #ARGV < 2 then
+if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
 end
 local ttl, value = ARGV[1], ARGV[2]

@@ -8,11 +8,14 @@
   ARGV (n=0)
   Returns   an array with one integer per key, in KEYS order: 1 claimed
             (processed or in flight); 0 not
-  Errors    none
+  Errors    BADARG <what>   for any ARGV (the script takes none); nothing read
   Writes    nothing
   Atomicity one EXISTS per key in one script call: a consistent snapshot of the group
   Complexity O(number of keys)
 ]]
+if #ARGV ~= 0 then
+  return redis.error_reply('BADARG want no arguments')
+end
 local out = {}
 for i = 1, #KEYS do
   out[i] = redis.call('EXISTS', KEYS[i])

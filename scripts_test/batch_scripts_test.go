@@ -143,6 +143,7 @@ func TestScriptClaimMany(t *testing.T) {
 		{name: "bad value", keys: []int{1, 4}, args: []string{"0", "2"}, errc: "BADARG"},
 		{name: "lease without ttl", keys: []int{1, 4}, args: []string{"0", "~tok"}, errc: "BADARG"},
 		{name: "missing value", keys: []int{1, 4}, args: []string{"0"}, errc: "BADARG"},
+		{name: "extra argument", keys: []int{1, 4}, args: []string{"0", "1", "x"}, errc: "BADARG"},
 	})
 }
 
@@ -151,6 +152,7 @@ func TestScriptSeenMany(t *testing.T) {
 	runBatchCases(t, "seen_many", []batchCase{
 		{name: "mixed", seed: seed, keys: []int{1, 2, 3, 2}, want: "[0 1 1 1]", after: map[int]rawKey{2: done, 3: leased}},
 		{name: "one", keys: []int{4}, want: "[0]"},
+		{name: "an argument", keys: []int{1}, args: []string{"x"}, errc: "BADARG"},
 	})
 }
 
@@ -194,6 +196,11 @@ func TestScriptAppendMany(t *testing.T) {
 		{name: "negative ttl", seed: two, args: []string{"-1", "0", "c", "p"}, want: outboxErr("BADARG")},
 		{name: "text max", seed: two, args: []string{"0", "ten", "c", "p"}, want: outboxErr("BADARG")},
 		{name: "not an outbox hash", seed: map[string]string{"foo": "bar"}, args: []string{"0", "0", "c", "p"}, want: outboxErr("CORRUPT")},
+		{name: "seq would pass 2^53-1", seed: outboxHash("9007199254740990", "0"), args: []string{"0", "0", "c", "p", "d", "q"}, want: outboxErr("FULL")},
+		{name: "seq up to 2^53-1", seed: outboxHash("9007199254740989", "0"), args: []string{"0", "0", "c", "p", "d", "q"},
+			want:  []any{old, int64(9007199254740990), int64(1), int64(9007199254740991), int64(1)},
+			after: outboxWith(outboxHash("9007199254740991", "0"), "c", "9007199254740990:p", "d", "9007199254740991:q"), afterTTL: -1},
+		{name: "seq with a leading zero", seed: outboxWith(two, "_seq", "07"), args: []string{"0", "0", "c", "p"}, want: outboxErr("CORRUPT")},
 		{name: "bad _seq", seed: outboxWith(two, "_seq", "-3"), args: []string{"0", "0", "c", "p"}, want: outboxErr("CORRUPT")},
 		{name: "retry of a foreign value", seed: outboxWith(two, "c", "no seq here"), args: []string{"0", "0", "d", "p", "c", "p"}, want: outboxErr("CORRUPT")},
 	})
