@@ -9,6 +9,7 @@ import (
 	gojobredis "github.com/goliatone/go-job/queue/idempotency/redis"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/adapters/gojob"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -29,48 +30,36 @@ func opLifecycle() *operation {
 		batch: 1,
 		about: "go-job's per-message records lifecycle: Acquire new (TTL 24h), Update to completed + 256-byte result, Acquire the duplicate; ops = lifecycles",
 		variants: []variant{
-			{name: "redisonce Records (go-job adapter's calls)", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				// The go-job adapter (adapters/gojob) turns go-job's calls
-				// into exactly these: AcquireWith{TTL}, an unfenced Update
-				// of status and payload, AcquireWith{TTL}.
-				rs := store.NewRecords(rc)
-				st := store.StatusCompleted
-				o := store.AcquireOptions{TTL: lifecycleTTL}
-				return func(ctx context.Context, i int) error {
-					key := e.ids[i]
-					if _, ok, err := rs.AcquireWith(ctx, key, o); err != nil || !ok {
-						return lifecycleErr("first acquire", ok, err)
-					}
-					p := recordResult
-					if err := rs.Update(ctx, key, store.Update{Status: &st, Payload: &p}); err != nil {
-						return err
-					}
-					r, ok, err := rs.AcquireWith(ctx, key, o)
-					if err != nil || ok || r.Status != store.StatusCompleted {
-						return lifecycleErr("duplicate acquire", !ok, err)
-					}
-					return nil
-				}, nil
+			{name: "redisonce Records through adapters/gojob", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
+				// go-job's idempotency.Store over store.Records (the adapter
+				// module): AcquireWith{TTL}, an unfenced Update of status and
+				// payload, AcquireWith{TTL}.
+				gs := gojob.NewStore(store.NewRecords(rc))
+				return lifecycle(e, gs, completed), nil
 			}},
 			{name: "go-job queue/idempotency/redis", role: roleGoJob, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				gs := gojobredis.NewStore(gojobClient{rc})
-				return func(ctx context.Context, i int) error {
-					key := e.ids[i]
-					if _, ok, err := gs.Acquire(ctx, key, lifecycleTTL); err != nil || !ok {
-						return lifecycleErr("first acquire", ok, err)
-					}
-					p := recordResult
-					if err := gs.Update(ctx, key, idempotency.Update{Status: &completed, Payload: &p}); err != nil {
-						return err
-					}
-					r, ok, err := gs.Acquire(ctx, key, lifecycleTTL)
-					if err != nil || ok || r.Status != idempotency.StatusCompleted {
-						return lifecycleErr("duplicate acquire", !ok, err)
-					}
-					return nil
-				}, nil
+				return lifecycle(e, gojobredis.NewStore(gojobClient{rc}), completed), nil
 			}},
 		},
+	}
+}
+
+// lifecycle is one message's lifecycle through go-job's idempotency.Store.
+func lifecycle(e *env, gs idempotency.Store, completed idempotency.Status) callFunc {
+	return func(ctx context.Context, i int) error {
+		key := e.ids[i]
+		if _, ok, err := gs.Acquire(ctx, key, lifecycleTTL); err != nil || !ok {
+			return lifecycleErr("first acquire", ok, err)
+		}
+		p := recordResult
+		if err := gs.Update(ctx, key, idempotency.Update{Status: &completed, Payload: &p}); err != nil {
+			return err
+		}
+		r, ok, err := gs.Acquire(ctx, key, lifecycleTTL)
+		if err != nil || ok || r.Status != idempotency.StatusCompleted {
+			return lifecycleErr("duplicate acquire", !ok, err)
+		}
+		return nil
 	}
 }
 
