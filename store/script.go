@@ -114,12 +114,54 @@ func (k call) eval(c rueidis.Client) rueidis.Completed {
 	return k.s.eval(c, k.key, k.args)
 }
 
-// execMulti runs a batch in one round trip: a DoMulti of EVALSHA (auto-pipelined,
+// execMulti is execMultiOnce, retried for the entries a cluster answers
+// TRYAGAIN: a script on several keys of a slot being migrated, when some of
+// its keys have moved and others not yet. Redis refuses such a call before
+// running it, so a retry cannot apply it twice; it is retried after 5, 10,
+// 20... ms (at most 100 ms apart, 10 attempts, ~0.7 s in all, within ctx),
+// by which time the migration of those keys has usually ended. Single-key
+// scripts never get TRYAGAIN.
+func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
+	res := execMultiOnce(ctx, c, calls)
+	delay := 5 * time.Millisecond
+	for attempt := 0; attempt < 10; attempt++ {
+		var again []int
+		for i := range res {
+			if isTryAgain(res[i].Error()) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return res
+		}
+		select {
+		case <-ctx.Done():
+			return res
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+		sub := make([]call, len(again))
+		for j, i := range again {
+			sub[j] = calls[i]
+		}
+		for j, r := range execMultiOnce(ctx, c, sub) {
+			res[again[j]] = r
+		}
+	}
+	return res
+}
+
+func isTryAgain(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsTryAgain()
+}
+
+// execMultiOnce runs a batch in one round trip: a DoMulti of EVALSHA (auto-pipelined,
 // split per node on a cluster). Entries answered NOSCRIPT did not run; for those
 // only, the scripts are SCRIPT LOADed on every node and the entries retried with
 // EVALSHA, and anything still NOSCRIPT (a flush in between) with EVAL. This never
 // re-sends SCRIPT LOAD on the happy path, unlike rueidis Lua.ExecMulti.
-func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
+func execMultiOnce(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
 	cmds := make(rueidis.Commands, len(calls))
 	for i, k := range calls {
 		cmds[i] = k.evalsha(c)
