@@ -39,7 +39,8 @@ var outboxModel = opModel{
 		names := []string{"AppendWithID", "AppendWithID", "Append", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Tail", "DropConn", "AppendMany"}
 		if valid {
 			ids, msgIDs, gens = linIDs, outboxMsgIDs, outboxGens[1:4]
-			names = []string{"AppendWithID", "AppendWithID", "AppendWithID", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Unacked", "DropConn", "AppendMany"}
+			names = []string{"AppendWithID", "AppendWithID", "AppendWithID", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Unacked", "DropConn",
+				"AppendMany", "Ack"} // a second Ack: a history with no Ack that mattered proves nothing
 		}
 		o := op{Name: pick(r, names), ID: pick(r, ids), Ref: -1}
 		switch o.Name {

@@ -118,13 +118,13 @@ func (k call) eval(c rueidis.Client) rueidis.Completed {
 // TRYAGAIN: a script on several keys of a slot being migrated, when some of
 // its keys have moved and others not yet. Redis refuses such a call before
 // running it, so a retry cannot apply it twice; it is retried after 5, 10,
-// 20... ms (at most 100 ms apart, 10 attempts, ~0.7 s in all, within ctx),
-// by which time the migration of those keys has usually ended. Single-key
-// scripts never get TRYAGAIN.
+// 20... ms (at most 100 ms apart) for up to tryAgainFor, within ctx, by which
+// time the migration of those keys has usually ended; then the TRYAGAIN
+// error is returned. Single-key scripts never get TRYAGAIN.
 func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
 	res := execMultiOnce(ctx, c, calls)
 	delay := 5 * time.Millisecond
-	for attempt := 0; attempt < 10; attempt++ {
+	for deadline := time.Now().Add(tryAgainFor); time.Now().Before(deadline); {
 		var again []int
 		for i := range res {
 			if isTryAgain(res[i].Error()) {
@@ -150,6 +150,12 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 	}
 	return res
 }
+
+// tryAgainFor bounds the TRYAGAIN retries of one batch: a slot migration
+// moves a slot's keys in a few round trips (redis-cli --cluster reshard), but
+// one stuck half-way (an operator's manual MIGRATING) must not hang a caller
+// without a deadline.
+const tryAgainFor = 3 * time.Second
 
 func isTryAgain(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
