@@ -29,16 +29,20 @@
             and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
             are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
   Atomicity every check precedes the first write; the burst is one script call
+  Length    102 lines of code besides its snippets: every message validated
+            before the first write, then classified (new, already in the tail,
+            or given twice), numbered and written in one HSET, all or nothing
   Complexity O(number of messages) (plus the payloads' size)
 ]]
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
-local n = #ARGV
-if n < 4 or n % 2 == 1 or n > 2002 then
+if #ARGV < 3 or #ARGV % 2 == 1 or #ARGV > 2002 then
   return redis.error_reply('BADARG want ttl_ms, max_unacked, then 1..1000 msg_id, payload pairs')
 end
+local n = #ARGV
 local ttl, max = ARGV[1], ARGV[2]
 
+-- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
@@ -58,8 +62,9 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
--- A well-formed outbox hash (one definition, copied byte for byte into append,
--- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
 -- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
 -- Integers up to 2^53-1 are exact as Lua numbers.
 local EXACT = 9007199254740991
@@ -68,17 +73,39 @@ local function outbox_ok(s, g, e)
     and u64(g) and cmp(g, MAX) <= 0
     and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
 end
-
--- ttl in canonical form ("0", or digits without a leading zero) takes one
--- pattern match; anything else is checked and normalised on a slower path
--- (Redis refuses "007" as a PEXPIRE argument, an error after a write: read it as 7).
-if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
-  if #ttl > 15 or not string.find(ttl, '^%d+$') then
-    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+-- </snippet>
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
   end
-  ttl = string.format('%d', tonumber(ttl))
+  return string.format('%d', tonumber(s))
 end
-if #max > 15 or not string.find(max, '^%d+$') then
+-- </snippet>
+-- <snippet:now_us>
+-- Now in microseconds since the epoch, from the server's clock, as a decimal
+-- string: the _epoch of a new outbox incarnation.
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+-- </snippet>
+
+ttl, max = int_arg(ttl), int_arg(max)
+if not ttl then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if not max then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 local byte = string.byte
@@ -130,7 +157,7 @@ end
 if fresh > 0 and epoch and tonumber(r[1]) + fresh > EXACT then
   return redis.error_reply('FULL _seq would pass 2^53-1, the last exact sequence number')
 end
-if fresh > 0 and max ~= '0' and tonumber(max) > 0 then
+if fresh > 0 and max ~= '0' then
   local held = 0
   if epoch then
     held = redis.call('HLEN', key) - 3
@@ -145,9 +172,8 @@ end
 local out = {0}
 if fresh > 0 then
   if not epoch then
-    -- A new incarnation: stamp it with the server's clock in microseconds.
-    local t = redis.call('TIME')
-    epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+    -- A new incarnation, stamped with the server's clock.
+    epoch = now_us()
     redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
   end
   local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh

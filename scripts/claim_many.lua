@@ -18,7 +18,8 @@
   Errors    BADARG <what>    before any write; nothing written (also for a
                              count of ARGV other than the header's)
             CORRUPT <what>   an element, not the reply: that key only
-  Writes    SET key value NX [PX ttl_ms] for every key (only when absent)
+  Writes    SET key value NX GET [PX ttl_ms] for every key (only when absent; GET
+            reports the value found)
   Atomicity the whole batch is one script call: every check precedes the first
             SET, and no other command runs between the SETs (a group is atomic;
             the Go store sends at most 500 keys per call)
@@ -28,16 +29,30 @@
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
 end
-local ttl, value = ARGV[1], ARGV[2]
+local value = ARGV[2]
 
--- ttl in canonical form ("0", or digits without a leading zero) takes one
--- pattern match; anything else is checked and normalised on a slower path
--- (Redis refuses "007" as a PX argument, an error after a write: read it as 7).
-if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
-  if #ttl > 15 or not string.find(ttl, '^%d+$') then
-    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
   end
-  ttl = string.format('%d', tonumber(ttl))
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+
+local ttl = int_arg(ARGV[1])
+if not ttl then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
   return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')

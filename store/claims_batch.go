@@ -29,7 +29,7 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 			return nil, err
 		}
 	}
-	return s.batch(ctx, "claim", ids, scriptClaim, scriptClaimMany, []string{s.ttl, "1"},
+	return s.batch(ctx, "claim", ids, scriptClaim, scriptClaimMany, []string{s.ttlMS.ms(s.ttl), "1"},
 		func(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 })
 }
 

@@ -45,11 +45,11 @@ func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) (
 	}
 	ids := mintIDs(msgs)
 	args := make([]string, 0, 2+2*len(msgs))
-	args = append(args, s.ttl, s.max)
+	args = append(args, s.ttlMS.ms(s.ttl), s.max)
 	for i, m := range msgs {
 		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
 	}
-	return parseAppendedMany("append_many", conn, ids, scriptAppendMany.exec(ctx, s.c, s.prefix+conn, args...))
+	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...))
 }
 
 // checkAppendMany validates AppendMany's input as checkOutboxAppend does one
@@ -89,7 +89,7 @@ func mintIDs(msgs []Outgoing) []string {
 // parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...}.
 func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]Appended, error) {
 	if err := r.Error(); err != nil {
-		return nil, outboxError(op, conn, err)
+		return nil, opError(op, conn, err)
 	}
 	vals, err := r.ToArray()
 	if err != nil {
