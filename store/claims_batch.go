@@ -55,9 +55,9 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		return out, nil
 	}
 	keys := s.keys(ids)
-	if len(ids) > 1 && len(ids) <= maxBatchKeys && s.c.Mode() != rueidis.ClientModeCluster {
-		// One group of every id in order (a standalone or Sentinel server):
-		// the keys go as they are.
+	if len(ids) > 1 && len(ids) <= maxBatchKeys && (s.c.Mode() != rueidis.ClientModeCluster || sameSlot(keys)) {
+		// One group of every id in order (a standalone or Sentinel server, or
+		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
 		return out, readBatch(op, ids, nil, r, out, read)
 	}

@@ -53,6 +53,17 @@ var crc16Table = func() (t [256]uint16) {
 	return t
 }()
 
+// sameSlot reports whether every key hashes to one slot.
+func sameSlot(keys []string) bool {
+	first := keySlot(keys[0])
+	for _, k := range keys[1:] {
+		if keySlot(k) != first {
+			return false
+		}
+	}
+	return true
+}
+
 // slotGroups splits the indexes 0..len(keys)-1 into the groups a batch script
 // call may take: on a cluster one group per hash slot, each in the order of
 // keys, the groups in the order of their first key; on a standalone or Sentinel
