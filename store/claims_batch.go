@@ -17,7 +17,9 @@ import (
 // atomically; the calls of all groups are pipelined in one DoMulti, so a
 // whole batch costs one round trip and, per group, one script call instead of
 // one per id. On a cluster, ids without a shared tag mostly land one per slot,
-// and then each is one call of claim.lua, as before.
+// and then each is one call of claim.lua, as before. A group whose slot is
+// being migrated between cluster nodes is refused by Redis with TRYAGAIN
+// before it runs, and retried for up to 3 s.
 //
 // Every id is validated before anything is sent. When a group fails (a
 // connection error), the error names its first id and the other groups'
