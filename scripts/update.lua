@@ -18,13 +18,14 @@
                   (durations, as in acquire.lua, never absolute times: at most
                   15 digits after an optional "-"; the record stores the
                   deadlines expires_ms and lease_ms, ms since the epoch)
-  Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
-             fence, fp, token}: the updated record, the four times integers
-            (ms since the epoch, 0 = none), the rest strings (fence a decimal
-            uint64); token is the caller's when it gave one, else ''. updated_ms is now (TIME).
-            A status other than "pending" clears the lease (lease_ms 0).
-            nil when expires_in_ms was negative: the record expired at once and
-            the key is deleted
+  Returns   1 the record is updated (updated_ms is now, TIME; a status other
+              than "pending" clears the lease: lease_ms 0)
+            0 expires_in_ms was negative: the record expired at once and the
+              key is deleted
+            (Only a status: the caller gave every value it wrote. Sending the
+            record back with its payload cost a quarter of the script's server
+            time: 26.6 vs 19.3 µs per call for a 256-byte payload, measured
+            in interleaved EVALSHA loops; read the record with get.lua.)
   Errors    BADARG <what>        before any write; nothing written (also
                              for a count of ARGV other than the header's)
             NOT_FOUND <what>     the key is absent; nothing created
@@ -36,7 +37,7 @@
             expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
             instead when expires_in_ms is negative
   Atomicity every check precedes the first write
-  Length    104 lines of code besides its snippets: four optional fields, each
+  Length    100 lines of code besides its snippets: four optional fields, each
             validated before the first write, and two durations turned into
             deadlines on the server's clock; one script, so a fenced change is
             all or nothing
@@ -152,7 +153,7 @@ end
 if not r then
   return redis.error_reply('NOT_FOUND no such record')
 end
-local c, e, l, fence = r[3], r[5], r[6], r[7]
+local e, l = r[5], r[6]
 if token ~= '' and token ~= r[9] then
   return redis.error_reply('STALE_OWNER the record has another owner')
 end
@@ -201,7 +202,7 @@ end
 
 if past then
   redis.call('DEL', key)
-  return false
+  return 0
 end
 redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
   'expires_ms', expires, 'lease_ms', lease)
@@ -212,8 +213,4 @@ if set_expires then
     redis.call('PEXPIREAT', key, expires)
   end
 end
-local shown = ''
-if token ~= '' then
-  shown = token
-end
-return {status, payload, tonumber(c), now, tonumber(expires), tonumber(lease), fence, r[8], shown}
+return 1

@@ -19,6 +19,7 @@ type ClaimStore interface {
 	Claim(ctx context.Context, id string) (bool, error)
 	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
 	Seen(ctx context.Context, id string) (bool, error)
+	SeenMany(ctx context.Context, ids []string) ([]bool, error)
 	Remember(ctx context.Context, id string) error
 	Forget(ctx context.Context, id string) error
 	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)

@@ -94,6 +94,23 @@ func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
 	return ok, nil
 }
 
+// SeenMany is Claims.SeenMany: one consistent read of every id.
+func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	for _, id := range ids {
+		if err := s.check(ctx, "seen", id); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]bool, len(ids))
+	for i, id := range ids {
+		_, out[i] = s.get(id, now)
+	}
+	return out, nil
+}
+
 // Remember is Claims.Remember.
 func (s *MemoryClaims) Remember(ctx context.Context, id string) error {
 	_, err := s.Claim(ctx, id)

@@ -15,6 +15,9 @@ var (
 	scriptCommit  = mustScript("commit")
 	scriptRelease = mustScript("release")
 	scriptExtend  = mustScript("extend")
+
+	scriptClaimMany = mustScript("claim_many")
+	scriptSeenMany  = mustScript("seen_many")
 )
 
 // Claims dedupes message ids in Redis: key prefix+id holds "1" once the message
@@ -75,39 +78,6 @@ func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 	}
 	n, err := replyInt("claim", id, s.exec(ctx, scriptClaim, s.key(id), s.ttlMS.ms(s.ttl), "1"))
 	return n == 1, err
-}
-
-// ClaimMany claims every id in one round trip (a pipelined batch of EVALSHA, one
-// per id; on a cluster the ids may live on different nodes). The result holds,
-// per id, what Claim would have returned; of duplicates inside one batch the
-// first wins. Every id is validated before anything is sent. When some entries
-// fail (a connection error), the error names the first and the others' results
-// are still filled in.
-func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
-	for _, id := range ids {
-		if err := s.check(ctx, "claim", id); err != nil {
-			return nil, err
-		}
-	}
-	if len(ids) == 0 {
-		return []bool{}, nil
-	}
-	calls := make([]call, len(ids))
-	args := []string{s.ttlMS.ms(s.ttl), "1"}
-	keys := s.keys(ids)
-	for i := range ids {
-		calls[i] = call{s: scriptClaim, key: keys[i], args: args}
-	}
-	out := make([]bool, len(ids))
-	var first error
-	for i, r := range execMulti(ctx, s.c, calls) {
-		n, err := replyInt("claim", ids[i], r)
-		if err != nil && first == nil {
-			first = err
-		}
-		out[i] = n == 1
-	}
-	return out, first
 }
 
 // Seen reports whether id is claimed, processed or in flight.

@@ -27,6 +27,7 @@ const (
 type OutboxStore interface {
 	Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error)
 	AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error)
+	AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error)
 	Unacked(ctx context.Context, conn string) ([]Message, error)
 	Tail(ctx context.Context, conn string) (Tail, error)
 	Ack(ctx context.Context, conn, msgID string, generation uint64) error

@@ -164,17 +164,20 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	if err != nil {
 		return err
 	}
+	// update.lua answers 1 (updated) or 0 (an ExpiresAt in the past deleted
+	// the record): nothing else travels back.
 	r := s.exec(ctx, scriptUpdate, s.key(key), args...)
 	if rueidis.IsRedisNil(r.Error()) {
-		return nil // expired at once by an ExpiresAt in the past
+		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got nil")
 	}
-	arr, err := replyArray(op, key, r, 9)
+	n, err := replyInt(op, key, r)
 	if err != nil {
 		return err
 	}
-	// Only checked: the caller does not get the record, so the payload is not copied.
-	_, err = parseRecordOpt(op, key, arr, false)
-	return err
+	if n != 0 && n != 1 {
+		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got %d", n)
+	}
+	return nil
 }
 
 // Delete removes key's record, whoever owns it; a missing

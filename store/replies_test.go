@@ -108,6 +108,24 @@ func replyOps() []replyOp {
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
 		},
 		{
+			// Two ids: one claim_many.lua call, one integer per id.
+			name: "Claims.ClaimMany/batch",
+			run: func(ctx context.Context, c rueidis.Client) (any, error) {
+				return store.NewClaims(c).ClaimMany(ctx, []string{"a", "b"})
+			},
+			ok: []replyWant{{arr(i64(1), i64(0)), []bool{true, false}}, {arr(i64(-1), i64(1)), []bool{false, true}}},
+			bad: []rueidis.RedisMessage{i64(1), arr(i64(1)), arr(i64(1), i64(0), i64(1)), arr(str("1"), i64(1)),
+				arr(i64(2), i64(0))},
+		},
+		{
+			name: "Claims.SeenMany",
+			run: func(ctx context.Context, c rueidis.Client) (any, error) {
+				return store.NewClaims(c).SeenMany(ctx, []string{"a", "b"})
+			},
+			ok:  []replyWant{{arr(i64(1), i64(0)), []bool{true, false}}},
+			bad: []rueidis.RedisMessage{i64(1), arr(i64(1)), arr(i64(-1), i64(0)), arr(str("1"), i64(1))},
+		},
+		{
 			name: "Claims.Seen",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
 				return store.NewClaims(c).Seen(ctx, "id")
@@ -226,9 +244,9 @@ func replyOps() []replyOp {
 				st := store.StatusCompleted
 				return nil, store.NewRecords(c).Update(ctx, "k", store.Update{Status: &st})
 			},
-			ok:    []replyWant{{arr(recOK...), nil}, {mock.RedisNil(), nil}},
-			bad:   badRecords(),
-			nilOK: true,
+			// update.lua answers 1, or 0 when a past ExpiresAt deleted the record.
+			ok:  []replyWant{{i64(1), nil}, {i64(0), nil}},
+			bad: append(badRecords()[1:], arr(recOK...), i64(2), i64(-1), str("1")), // [1:]: not i64(1), a good reply here
 		},
 		{
 			name: "Records.DeleteFenced",
@@ -249,6 +267,7 @@ func runReply(t *testing.T, op replyOp, reply rueidis.RedisResult) (got any, err
 	c := mock.NewClient(ctrl)
 	c.EXPECT().Do(gomock.Any(), gomock.Any()).Return(reply).AnyTimes()
 	c.EXPECT().Nodes().Return(map[string]rueidis.Client{"n": c}).AnyTimes()
+	c.EXPECT().Mode().Return(rueidis.ClientModeStandalone).AnyTimes()
 	c.EXPECT().DoMulti(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
 		out := make([]rueidis.RedisResult, len(cmds))
 		for i := range out {
