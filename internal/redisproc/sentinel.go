@@ -17,7 +17,7 @@ const sentinelReadyTimeout = 30 * time.Second
 
 // SentinelOptions configures a deployment of one primary, its replicas and the
 // Sentinels that watch them. The zero value is one primary, one replica and
-// three sentinels (quorum 2) watching "mymaster", with down-after 1 s and
+// three sentinels (quorum 2) watching "mymaster", with down-after 1.5 s and
 // failover-timeout 2 s.
 type SentinelOptions struct {
 	// MasterName is the monitored master set's name. Default "mymaster".
@@ -30,7 +30,11 @@ type SentinelOptions struct {
 	// majority of Sentinels.
 	Quorum int
 	// DownAfter is down-after-milliseconds: how long the primary may stay
-	// silent before a sentinel considers it down. Default 1 s.
+	// silent before a sentinel considers it down. Default 1.5 s. Keep it well
+	// above 1 s: a sentinel pings an instance every min(down-after, 1 s), and
+	// first pings a newly promoted master only that long after the switch, so
+	// with down-after 1 s a busy machine sees a healthy new master flagged
+	// down, and failed over again, right after a failover.
 	DownAfter time.Duration
 	// FailoverTimeout is failover-timeout. Default 2 s.
 	FailoverTimeout time.Duration
@@ -73,7 +77,7 @@ func StartSentinel(o SentinelOptions) (*Sentinel, error) {
 		o.Quorum = o.Sentinels/2 + 1
 	}
 	if o.DownAfter == 0 {
-		o.DownAfter = time.Second
+		o.DownAfter = 1500 * time.Millisecond
 	}
 	if o.FailoverTimeout == 0 {
 		o.FailoverTimeout = 2 * time.Second
@@ -120,7 +124,7 @@ func StartSentinel(o SentinelOptions) (*Sentinel, error) {
 	}
 	deadline := time.Now().Add(sentinelReadyTimeout)
 	for _, r := range d.Servers[1:] {
-		if err := waitLinked(r, deadline); err != nil {
+		if err := waitLinked(primary, r, deadline); err != nil {
 			return fail(err)
 		}
 	}
@@ -222,7 +226,7 @@ func (d *Sentinel) Rejoin(s *Server, timeout time.Duration) error {
 	if err := s.RestartAsReplicaOf(m.Addr); err != nil {
 		return err
 	}
-	if err := waitLinked(s, deadline); err != nil {
+	if err := waitLinked(m, s, deadline); err != nil {
 		return err
 	}
 	var replicas []*Server
@@ -345,12 +349,19 @@ func splitRecords(f []string) []map[string]string {
 	return out
 }
 
-// waitLinked waits until s reports master_link_status:up.
-func waitLinked(s *Server, deadline time.Time) error {
+// waitLinked waits until replica s reports master_link_status:up and its
+// primary lists it as online. (After a diskless sync the primary counts a
+// replica online, and WAIT counts it, only from its first REPLCONF ACK, which
+// a replica sends once a second.)
+func waitLinked(primary, s *Server, deadline time.Time) error {
 	for {
 		info, err := s.Do("INFO", "replication")
 		if err == nil && parseInfo(info)["master_link_status"] == "up" {
-			return nil
+			var pinfo string
+			if pinfo, err = primary.Do("INFO", "replication"); err == nil &&
+				strings.Contains(pinfo, ",port="+strconv.Itoa(s.Port)+",state=online,") {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redisproc: replica %s not linked: %v %s", s.Addr, err, info)

@@ -49,6 +49,9 @@ func TestSentinelFailover(t *testing.T) {
 			t.Errorf("round %d: the promoted replica has k = %q", round, got)
 		}
 		if err := d.Rejoin(m, 30*time.Second); err != nil {
+			for _, s := range d.Sentinels {
+				t.Logf("sentinel %s:\n%s", s.Addr, s.Log())
+			}
 			t.Fatalf("round %d: rejoin: %v", round, err)
 		}
 		t.Logf("round %d: rejoined after %v", round, time.Since(start).Round(time.Millisecond))
