@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/store"
 )
 
 // dialTimeout bounds connecting to one node; cmdTimeout one command or batch.
@@ -21,8 +23,9 @@ const (
 	cmdTimeout  = 10 * time.Second
 )
 
-// server is a connection to the deployment at a URL: a standalone server or a
-// cluster (rueidis finds out which).
+// server is a connection to the deployment at a URL: a standalone server, the
+// master of a Sentinel deployment (master_set), or a cluster (rueidis finds
+// out which).
 type server struct {
 	where  string // the URL without credentials, for messages
 	client rueidis.Client
@@ -37,9 +40,12 @@ type node struct {
 // connect dials rawURL. Every error is one line saying what to do.
 func connect(ctx context.Context, rawURL string) (*server, error) {
 	where := redact(rawURL)
-	opt, err := rueidis.ParseURL(rawURL)
+	// store.ClientOptions: rueidis.ParseURL, and for a Sentinel URL
+	// (...?addr=...&master_set=NAME) the same credentials for the sentinels.
+	opt, err := store.ClientOptions(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("bad --url %q: %v; want redis://[user:password@]host:port[/db], rediss://... (TLS) or unix:///path", where, err)
+		return nil, fmt.Errorf("bad --url %q: %v; want redis://[user:password@]host:port[/db], rediss://... (TLS), unix:///path "+
+			"or, for Sentinel, redis://[:password@]sentinel:26379?addr=sentinel-2:26379&master_set=NAME", where, errors.Unwrap(err))
 	}
 	opt.DisableCache = true // no client-side caching: RESP2 servers and proxies are fine too
 	opt.Dialer.Timeout = dialTimeout
