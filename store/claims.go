@@ -41,7 +41,7 @@ type ClaimStore interface {
 // is processed, or "~<token>" while a consumer running Do holds a lease on it.
 // It is safe for concurrent use.
 type Claims struct {
-	c      rueidis.Client
+	c      redisClient
 	owned  bool
 	prefix string
 	ttl    string // decimal ms, "0" = never expire
@@ -61,7 +61,7 @@ var _ ClaimStore = (*Claims)(nil)
 // the store never uses client-side caching.
 func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &Claims{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err}
+	return &Claims{c: newRedisClient(c, cfg), prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err}
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)

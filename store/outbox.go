@@ -111,7 +111,7 @@ type Tail struct {
 // Outbox is safe for concurrent use, and any number of Outbox values on any
 // number of processes share one seq line and one floor per connection.
 type Outbox struct {
-	c      rueidis.Client
+	c      redisClient
 	owned  bool
 	prefix string
 	ttl    string // decimal ms, "0" = leave the expiry alone
@@ -132,7 +132,7 @@ var _ OutboxStore = (*Outbox)(nil)
 // the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
-	return &Outbox{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl),
+	return &Outbox{c: newRedisClient(c, cfg), prefix: cfg.prefix, ttl: ms(cfg.ttl),
 		max: strconv.Itoa(cfg.maxUnack), err: cfg.err}
 }
 
@@ -340,15 +340,16 @@ func outboxError(op, conn string, err error) error {
 }
 
 // outboxInt is replyInt with outboxError's mapping.
-func outboxInt(op, conn string, r rueidis.RedisResult) (int64, error) {
+func outboxInt(op, conn string, r reply) (int64, error) {
 	if err := r.Error(); err != nil {
 		return 0, outboxError(op, conn, err)
 	}
 	return replyInt(op, conn, r)
 }
 
-// parseAppended reads append.lua's {seq, epoch, created}.
-func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
+// parseAppended reads append.lua's {seq, epoch, created}; with
+// ErrNotReplicated when its replicas did not confirm it.
+func parseAppended(op, conn string, r reply) (Appended, error) {
 	if err := r.Error(); err != nil {
 		return Appended{}, outboxError(op, conn, err)
 	}
@@ -368,11 +369,11 @@ func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
 	if n[0] == 0 || n[1] == 0 || n[2] > 1 {
 		return Appended{}, errorf(op, conn, ErrUnexpectedReply, "seq %d, epoch %d, created %d", n[0], n[1], n[2])
 	}
-	return Appended{Seq: n[0], Epoch: n[1], Created: n[2] == 1}, nil
+	return Appended{Seq: n[0], Epoch: n[1], Created: n[2] == 1}, r.replicated(op, conn)
 }
 
 // parseTail reads unacked.lua's {epoch, generation, id1, value1, ...}.
-func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
+func parseTail(op, conn string, r reply) (Tail, error) {
 	if err := r.Error(); err != nil {
 		return Tail{}, outboxError(op, conn, err)
 	}

@@ -182,7 +182,7 @@ type recordOps interface {
 // say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
 // Delete removes them.
 type Records struct {
-	c      rueidis.Client
+	c      redisClient
 	owned  bool
 	prefix string
 	ttl    time.Duration
@@ -206,7 +206,7 @@ var (
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
+	return &Records{c: newRedisClient(c, cfg), prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
@@ -279,7 +279,7 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 	if (acquired == 1) != (rec.Token != "") {
 		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
 	}
-	return rec, acquired == 1, nil
+	return rec, acquired == 1, r.replicated(op, key)
 }
 
 // Get returns key's record, without its token, and true; (Record{}, false,
@@ -323,15 +323,17 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	}
 	r := scriptUpdate.exec(ctx, s.c, s.prefix+key, args...)
 	if rueidis.IsRedisNil(r.Error()) {
-		return nil // expired at once by an ExpiresAt in the past
+		return r.replicated(op, key) // expired at once by an ExpiresAt in the past
 	}
 	arr, err := replyArray(op, key, r, 9)
 	if err != nil {
 		return err
 	}
 	// Only checked: the caller does not get the record, so the payload is not copied.
-	_, err = parseRecordOpt(op, key, arr, false)
-	return err
+	if _, err = parseRecordOpt(op, key, arr, false); err != nil {
+		return err
+	}
+	return r.replicated(op, key)
 }
 
 // Delete removes key's record, whoever owns it (the seed contract); a missing
@@ -633,8 +635,9 @@ func msTime(ms int64) time.Time {
 }
 
 // replyArray reads an array reply of exactly n elements, mapping script errors
-// to sentinels.
-func replyArray(op, key string, r rueidis.RedisResult, n int) ([]rueidis.RedisMessage, error) {
+// to sentinels. It leaves r.replicated to the caller, which reports it with
+// the parsed record.
+func replyArray(op, key string, r reply, n int) ([]rueidis.RedisMessage, error) {
 	if err := r.Error(); err != nil {
 		return nil, opError(op, key, err)
 	}

@@ -39,6 +39,12 @@ func ms(d time.Duration) string {
 	return strconv.FormatInt(m, 10)
 }
 
+// ms64 is ms as a number.
+func ms64(d time.Duration) int64 {
+	n, _ := strconv.ParseInt(ms(d), 10, 64)
+	return n
+}
+
 // msCache is ms with a memory of the last duration it rendered: a store called
 // with the same lease or TTL every time allocates no string for it. The zero
 // value is ready; it is safe for concurrent use.
