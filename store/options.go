@@ -14,8 +14,9 @@ type config struct {
 	prefixSet bool
 	ttl       time.Duration
 	now       func() time.Time
-	maxUnack  int   // Outbox: the most unacked messages per connection, 0 = unbounded
-	err       error // the first invalid option, returned by every call
+	maxUnack  int      // Outbox: the most unacked messages per connection, 0 = unbounded
+	observer  Observer // nil: no events
+	err       error    // the first invalid option, returned by every call
 
 	waitReplicas int           // WithWaitReplicas: replicas per write, 0 = none
 	waitTimeout  time.Duration // WithWaitReplicas: WAIT's timeout
