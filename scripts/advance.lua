@@ -1,7 +1,7 @@
 #!lua
 --[[ advance.lua — raise a connection's ack-generation floor without acking.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=2)
     [1] generation   decimal uint64 (0..18446744073709551615, no sign, no leading
                      zeros), the new owner's generation

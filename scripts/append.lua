@@ -1,7 +1,7 @@
 #!lua
 --[[ append.lua — append a message to a connection's unacknowledged tail, once per id.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=4)
     [1] msg_id        1..256 bytes, not starting with "_"
     [2] payload       any bytes, at most 4194304 (4 MiB)
@@ -11,18 +11,25 @@
   Returns   {seq, epoch, created} (three integers)
               seq      the message's sequence number: 1, 2, 3... per incarnation
               epoch    server time in microseconds when this incarnation of the
-                       hash was created
+                       hash was created, or re-minted: when the server's
+                       replication ID (INFO replication master_replid) is not
+                       the _rid stored with the epoch — a failover or restart
+                       since, which may have lost appends acknowledged with
+                       it — the epoch becomes max(now, epoch + 1) before
+                       anything else (seq goes on), so no (epoch, seq) pair
+                       is handed out twice
               created  1 appended now; 0 msg_id was already in the tail and its
                        existing seq is returned (an idempotent retry; the stored
                        payload is kept)
   Errors    BADARG <what>    before any write; nothing written
             FULL <n>         a new msg_id while the tail holds max_unacked; nothing written
             CORRUPT <what>   the hash was not written by these scripts; nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq 1 and
-            HSET msg_id "<seq>:<payload>" (only for a new msg_id);
-            PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
+  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
+            replication ID: HSET _epoch <new epoch> _rid <replid> (also on a
+            retry); then HINCRBY _seq 1 and HSET msg_id "<seq>:<payload>"
+            (only for a new msg_id); PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
   Atomicity every check precedes the first write
-  Complexity O(1) (plus the payload's size)
+  Complexity O(1) (plus the payload's size, and one INFO replication)
 ]]
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
@@ -52,7 +59,7 @@ end
 
 -- One read on the common path: the reserved fields, which exist together or
 -- not at all (anything else is not ours), and the id's value on a retry.
-local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id)
+local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id, '_rid')
 local epoch, oldseq
 if r[1] or r[2] or r[3] then
   -- (One pattern match over the three, not one each.)
@@ -67,7 +74,7 @@ if r[1] or r[2] or r[3] then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
   elseif max ~= '0' and tonumber(max) > 0 then
-    local held = redis.call('HLEN', key) - 3
+    local held = redis.call('HLEN', key) - (r[5] and 4 or 3)
     if held >= tonumber(max) then
       return redis.error_reply('FULL the tail holds ' .. held .. ' unacked messages')
     end
@@ -76,15 +83,31 @@ elseif redis.call('EXISTS', key) == 1 then
   return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
 
+-- The replication history this server is on: a promoted replica, or a
+-- restarted primary, gets a new ID (INFO is allowed in scripts; it costs about
+-- 6 us of server time, the price of never handing out an (epoch, seq) twice).
+local rid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+
 local seq, created
+if epoch and r[5] ~= rid then
+  -- Appends acknowledged with this epoch may be lost (the hash came through a
+  -- failover or restart): their seqs would be handed out again. A new epoch,
+  -- above the old one even if this server's clock is behind; seq goes on.
+  if #now < #epoch or (#now == #epoch and now <= epoch) then
+    now = string.format('%d', tonumber(epoch) + 1)
+  end
+  epoch = now
+  redis.call('HSET', key, '_epoch', epoch, '_rid', rid)
+end
 if oldseq then
   seq, created = tonumber(oldseq), 0
 else
   if not epoch then
     -- A new incarnation: stamp it with the server's clock in microseconds.
-    local t = redis.call('TIME')
-    epoch = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+    epoch = now
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
   end
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
   redis.call('HSET', key, id, seq .. ':' .. payload)
