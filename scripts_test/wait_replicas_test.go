@@ -22,7 +22,13 @@ func newReplicated(t *testing.T) (primary, replica *redisproc.Server) {
 	for {
 		info, err := primary.Do("INFO", "replication")
 		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(replica.Port)+",state=online,") {
-			return primary, replica
+			// And it answers WAIT: a busy machine may take a while.
+			if _, err := primary.Do("SET", "newReplicated", "1"); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := primary.Do("WAIT", "1", "1000"); err == nil && n == "1" {
+				return primary, replica
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the replica never linked up: %v %s", err, info)
@@ -38,7 +44,9 @@ func TestWaitReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	primary, replica := newReplicated(t)
-	opt := store.WithWaitReplicas(1, 300*time.Millisecond)
+	// A generous timeout while the replica is up (a busy machine may be slow
+	// to confirm), a short one while it is stalled (each write waits it out).
+	opt := store.WithWaitReplicas(1, 5*time.Second)
 	claims, err := store.OpenClaims(primary.URL(), opt)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +113,11 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("ClaimMany after SCRIPT FLUSH = %v, %v", got, err)
 	}
 
-	// The replica stalls: the writes happen on the primary and say so.
+	// The replica stalls: the writes happen on the primary and say so
+	// (through stores that wait 300 ms).
+	short := store.WithWaitReplicas(1, 300*time.Millisecond)
+	sClaims, sOutbox, sRecords := store.NewClaims(newClient(t, primary.URL()), short),
+		store.NewOutbox(newClient(t, primary.URL()), short), store.NewRecords(newClient(t, primary.URL()), short)
 	if err := replica.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +132,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	defer resume()
 	start := time.Now()
-	won, err := claims.Claim(ctx, "s1")
+	won, err := sClaims.Claim(ctx, "s1")
 	if !won || !errors.Is(err, store.ErrNotReplicated) {
 		t.Errorf("Claim with the replica stalled = %v, %v; want true, ErrNotReplicated", won, err)
 	}
@@ -130,24 +142,24 @@ func TestWaitReplicas(t *testing.T) {
 	if err != nil && !strings.Contains(err.Error(), `claim "s1"`) {
 		t.Errorf("error %q does not name the operation and id", err)
 	}
-	a, err = outbox.AppendWithID(ctx, "conn1", "m2", []byte("p2"))
+	a, err = sOutbox.AppendWithID(ctx, "conn1", "m2", []byte("p2"))
 	if !errors.Is(err, store.ErrNotReplicated) || a.Seq != 2 || !a.Created || a.ID != "m2" {
 		t.Errorf("Append with the replica stalled = %+v, %v; want seq 2 with ErrNotReplicated", a, err)
 	}
-	rec, acquired, err = records.Acquire(ctx, "r2", 0)
+	rec, acquired, err = sRecords.Acquire(ctx, "r2", 0)
 	if !errors.Is(err, store.ErrNotReplicated) || !acquired || rec.Token == "" {
 		t.Errorf("Acquire with the replica stalled = %+v, %v, %v", rec, acquired, err)
 	}
-	got, err := claims.ClaimMany(ctx, []string{"s2", "s3"})
+	got, err := sClaims.ClaimMany(ctx, []string{"s2", "s3"})
 	if !errors.Is(err, store.ErrNotReplicated) || len(got) != 2 || !got[0] || !got[1] {
 		t.Errorf("ClaimMany with the replica stalled = %v, %v", got, err)
 	}
-	if err := outbox.Ack(ctx, "conn1", "m1", 1); !errors.Is(err, store.ErrNotReplicated) {
+	if err := sOutbox.Ack(ctx, "conn1", "m1", 1); !errors.Is(err, store.ErrNotReplicated) {
 		t.Errorf("Ack with the replica stalled = %v", err)
 	}
 	// Records.Do: the claim of the key is not confirmed, so fn does not run.
 	ran := false
-	_, _, err = records.Do(ctx, "r3", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) {
+	_, _, err = sRecords.Do(ctx, "r3", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})
@@ -156,16 +168,16 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	// Reads never wait.
 	start = time.Now()
-	if seen, err := claims.Seen(ctx, "s1"); !seen || err != nil {
+	if seen, err := sClaims.Seen(ctx, "s1"); !seen || err != nil {
 		t.Errorf("Seen = %v, %v", seen, err)
 	}
-	if tail, err := outbox.Tail(ctx, "conn1"); err != nil || len(tail.Messages) != 1 {
+	if tail, err := sOutbox.Tail(ctx, "conn1"); err != nil || len(tail.Messages) != 1 {
 		t.Errorf("Tail = %+v, %v", tail, err)
 	}
-	if _, found, err := records.Get(ctx, "r2"); !found || err != nil {
+	if _, found, err := sRecords.Get(ctx, "r2"); !found || err != nil {
 		t.Errorf("Get = %v, %v", found, err)
 	}
-	if took := time.Since(start); took > 250*time.Millisecond {
+	if took := time.Since(start); took > 900*time.Millisecond {
 		t.Errorf("three reads took %v: they waited for the replica", took)
 	}
 	resume()
@@ -187,7 +199,7 @@ func TestWaitReplicasMoreThanThere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	primary, _ := newReplicated(t)
-	claims, err := store.OpenClaims(primary.URL(), store.WithWaitReplicas(2, 50*time.Millisecond))
+	claims, err := store.OpenClaims(primary.URL(), store.WithWaitReplicas(2, 2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
