@@ -66,7 +66,8 @@ func (s *script) eval(c rueidis.Client, key string, args []string) rueidis.Compl
 }
 
 // redisClient is the client a Redis store runs its scripts on, with the
-// store's replica acknowledgement (WithWaitReplicas).
+// store's replica acknowledgement (WithWaitReplicas). Where a rueidis.Client
+// is wanted, pass c.Client: boxing the struct itself allocates on every call.
 type redisClient struct {
 	rueidis.Client
 	waitN  int64 // replicas each write waits for; 0 = no WAIT
@@ -93,15 +94,15 @@ type reply struct {
 // timeout] (see doMulti).
 func (s *script) exec(ctx context.Context, c redisClient, key string, args ...string) reply {
 	if s.ro || c.waitN == 0 {
-		r := c.Do(ctx, s.evalsha(c, key, args))
+		r := c.Do(ctx, s.evalsha(c.Client, key, args))
 		if isNoScript(r.Error()) {
-			r = c.Do(ctx, s.eval(c, key, args))
+			r = c.Do(ctx, s.eval(c.Client, key, args))
 		}
 		return reply{RedisResult: r}
 	}
-	r := c.doMulti(ctx, []rueidis.Completed{s.evalsha(c, key, args)}, true)
+	r := c.doMulti(ctx, []rueidis.Completed{s.evalsha(c.Client, key, args)}, true)
 	if isNoScript(r[0].Error()) {
-		r = c.doMulti(ctx, []rueidis.Completed{s.eval(c, key, args)}, true)
+		r = c.doMulti(ctx, []rueidis.Completed{s.eval(c.Client, key, args)}, true)
 	}
 	return r[0]
 }
@@ -190,7 +191,7 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	write := false
 	cmds := make([]rueidis.Completed, len(calls))
 	for i, k := range calls {
-		cmds[i] = k.s.evalsha(c, k.key, k.args)
+		cmds[i] = k.s.evalsha(c.Client, k.key, k.args)
 		write = write || !k.s.ro
 	}
 	res := c.doMulti(ctx, cmds, write)
@@ -220,9 +221,9 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 		for _, i := range retry {
 			k := calls[i]
 			if useEval {
-				cmds = append(cmds, k.s.eval(c, k.key, k.args))
+				cmds = append(cmds, k.s.eval(c.Client, k.key, k.args))
 			} else {
-				cmds = append(cmds, k.s.evalsha(c, k.key, k.args))
+				cmds = append(cmds, k.s.evalsha(c.Client, k.key, k.args))
 			}
 		}
 		again := c.doMulti(ctx, cmds, write)
