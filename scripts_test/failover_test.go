@@ -70,6 +70,17 @@ type failoverLoad struct {
 	errs     map[string]map[string]int   // store -> error kind -> count
 	samples  map[string]string           // error kind -> one error
 	acked    map[string]int              // store -> acknowledged writes
+	lastAck  time.Time                   // the latest acknowledgement
+	gap      time.Duration               // the longest time without one, this round
+}
+
+// ackedAt notes an acknowledgement. Callers hold mu.
+func (l *failoverLoad) ackedAt() {
+	now := time.Now()
+	if !l.lastAck.IsZero() {
+		l.gap = max(l.gap, now.Sub(l.lastAck))
+	}
+	l.lastAck = now
 }
 
 func (l *failoverLoad) fail(kind string, err error) {
@@ -91,6 +102,10 @@ func (l *failoverLoad) fail(kind string, err error) {
 }
 
 func runFailover(t *testing.T, wait bool) {
+	mode := "no WAIT:"
+	if wait {
+		mode = "WithWaitReplicas:"
+	}
 	d := redisproc.StartSentinelT(t, redisproc.SentinelOptions{Server: redisproc.Options{Password: "fo-pw"}})
 	var opts []store.Option
 	if wait {
@@ -147,6 +162,7 @@ func runFailover(t *testing.T, wait bool) {
 			l.mu.Lock()
 			l.claims = append(l.claims, id)
 			l.acked["claims"]++
+			l.ackedAt()
 			l.mu.Unlock()
 		})
 		conn := fmt.Sprintf("conn%d", w)
@@ -162,6 +178,7 @@ func runFailover(t *testing.T, wait bool) {
 			l.mu.Lock()
 			l.appends[conn] = append(l.appends[conn], a)
 			l.acked["outbox"]++
+			l.ackedAt()
 			l.mu.Unlock()
 		})
 		loop(func(i int) {
@@ -177,6 +194,7 @@ func runFailover(t *testing.T, wait bool) {
 			l.mu.Lock()
 			l.acquires[key] = rec.Fence
 			l.acked["records"]++
+			l.ackedAt()
 			l.mu.Unlock()
 		})
 	}
@@ -207,6 +225,9 @@ func runFailover(t *testing.T, wait bool) {
 				replica = s
 			}
 		}
+		l.mu.Lock()
+		l.gap = 0
+		l.mu.Unlock()
 		if err := replica.Pause(); err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +251,7 @@ func runFailover(t *testing.T, wait bool) {
 		if next != replica {
 			t.Fatalf("round %d: promoted %s, want the replica %s", round, next.Addr, replica.Addr)
 		}
-		t.Logf("round %d: %s killed, %s promoted in %v", round, primary.Addr, next.Addr, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s round %d: %s killed, %s promoted in %v", mode, round, primary.Addr, next.Addr, time.Since(start).Round(time.Millisecond))
 		// The new primary alone (with WithWaitReplicas its writes report
 		// ErrNotReplicated until the old primary is back as its replica).
 		time.Sleep(failoverSettle)
@@ -247,6 +268,10 @@ func runFailover(t *testing.T, wait bool) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(failoverSettle)
+		l.mu.Lock()
+		t.Logf("%s round %d: the clients went %v without an acknowledged write", mode, round, l.gap.Round(time.Millisecond))
+		l.gap = 0
+		l.mu.Unlock()
 	}
 	stopLoad()
 
