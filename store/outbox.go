@@ -147,20 +147,19 @@ func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 		max: strconv.Itoa(cfg.maxUnack), err: cfg.err}
 }
 
-// OpenOutbox connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
+// OpenOutbox connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
+	s := NewOutbox(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewOutbox(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c.Client, s.owned = c, true
 	return s, nil
 }
 
