@@ -276,3 +276,45 @@ func TestWaitReplicasOption(t *testing.T) {
 		t.Errorf("MemoryRecords.Acquire = %v", err)
 	}
 }
+
+// TestWaitReplicasDo: the Do flows' lease heartbeats do not wait for replicas
+// (a stalled replica does not cancel fn while the lease is held), and their
+// final write does: fn ran, and the commit says it may not survive a failover.
+func TestWaitReplicasDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, replica := newReplicated(t)
+	opt := store.WithWaitReplicas(1, 300*time.Millisecond)
+	claims := store.NewClaims(newClient(t, primary.URL()), opt)
+	records := store.NewRecords(newClient(t, primary.URL()), opt)
+	// fn stalls the replica (it resumes once Do has returned) and runs for
+	// three leases.
+	stall := func(fnCtx context.Context) error {
+		if err := replica.Pause(); err != nil {
+			return err
+		}
+		select {
+		case <-fnCtx.Done(): // heartbeats failed: the lease would be lost
+			t.Errorf("fn's context ended while the lease was held: %v", context.Cause(fnCtx))
+			return context.Cause(fnCtx)
+		case <-time.After(1500 * time.Millisecond):
+			return nil
+		}
+	}
+	resume := func() {
+		if err := replica.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran, err := claims.Do(ctx, "do1", 500*time.Millisecond, stall)
+	resume()
+	if !ran || !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Claims.Do with the replica stalled during fn = %v, %v; want true, ErrNotReplicated from the commit", ran, err)
+	}
+	_, _, err = records.Do(ctx, "do2", store.AcquireOptions{Lease: 500 * time.Millisecond},
+		func(fnCtx context.Context) ([]byte, error) { return []byte("r"), stall(fnCtx) })
+	resume()
+	if !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Records.Do with the replica stalled during fn = %v; want ErrNotReplicated from the final update", err)
+	}
+}

@@ -82,7 +82,11 @@ func WithMaxUnacked(n int) Option {
 // Writes are every operation but Seen, Unacked/Tail and Get (read-only
 // scripts never wait), including Claim and Acquire calls that find the key
 // already there, ClaimMany and AckMany (one WAIT per hash slot of the batch),
-// and the Do flows' claim, commit, release, update and delete. A write now
+// and the Do flows' claim, commit, release, update and delete — but not their
+// lease heartbeats (an extension lost in a failover only shortens the lease,
+// and the final write is fenced and waits). A Do whose claim is not confirmed
+// returns ErrNotReplicated before running fn (its lease expires on its own);
+// one whose final write is not confirmed returns it after fn ran. A write now
 // takes a dedicated pooled connection (rueidis runs every DoMulti holding a
 // blocking command that way) and at least one replica round trip: see
 // BENCHMARKS.md for the cost.

@@ -21,12 +21,20 @@ type script struct {
 	src  string
 	sha  string
 	ro   bool
+	// noWait: a write that never waits for replicas (WithWaitReplicas). Only
+	// the Do flows' lease heartbeats, extend.lua and renew.lua: their replies
+	// are not results a caller acts on, an extension lost in a failover only
+	// shortens a lease (as if it ran out: the final write is fenced, and it
+	// waits), and a heartbeat held up by WAIT would cancel fn when replicas
+	// are slow even though the lease is held.
+	noWait bool
 }
 
 var scriptsByName = sync.OnceValue(func() map[string]*script {
 	m := make(map[string]*script)
 	for _, s := range redisonce.All() {
-		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly}
+		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly,
+			noWait: s.Name == "extend" || s.Name == "renew"}
 	}
 	return m
 })
@@ -93,7 +101,7 @@ type reply struct {
 // acknowledgement a write script is sent as one DoMulti of [EVALSHA, WAIT n
 // timeout] (see doMulti).
 func (s *script) exec(ctx context.Context, c redisClient, key string, args ...string) reply {
-	if s.ro || c.waitN == 0 {
+	if s.ro || s.noWait || c.waitN == 0 {
 		r := c.Do(ctx, s.evalsha(c.Client, key, args))
 		if isNoScript(r.Error()) {
 			r = c.Do(ctx, s.eval(c.Client, key, args))
@@ -192,7 +200,7 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	cmds := make([]rueidis.Completed, len(calls))
 	for i, k := range calls {
 		cmds[i] = k.s.evalsha(c.Client, k.key, k.args)
-		write = write || !k.s.ro
+		write = write || (!k.s.ro && !k.s.noWait)
 	}
 	res := c.doMulti(ctx, cmds, write)
 	var retry []int
