@@ -284,7 +284,9 @@ func TestWaitReplicasDo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	primary, replica := newReplicated(t)
-	opt := store.WithWaitReplicas(1, 300*time.Millisecond)
+	// Long enough for the claim to be confirmed on a busy machine; the final
+	// write, with the replica stalled, waits it out.
+	opt := store.WithWaitReplicas(1, 2*time.Second)
 	claims := store.NewClaims(newClient(t, primary.URL()), opt)
 	records := store.NewRecords(newClient(t, primary.URL()), opt)
 	// fn stalls the replica (it resumes once Do has returned) and runs for
