@@ -2,12 +2,8 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -83,7 +79,7 @@ type redisClient struct {
 }
 
 func newRedisClient(c rueidis.Client, cfg config) redisClient {
-	return redisClient{Client: c, waitN: int64(cfg.waitReplicas), waitMS: ms64(cfg.waitTimeout)}
+	return redisClient{Client: c, waitN: int64(cfg.waitReplicas), waitMS: durMS(cfg.waitTimeout)}
 }
 
 // reply is a script's result and, for a write with replica acknowledgement,
@@ -255,27 +251,6 @@ func isNoScript(err error) bool {
 	return ok && re.IsNoScript()
 }
 
-// replyInt reads an integer reply, mapping script errors to sentinels. A
-// write that its replicas did not confirm returns its integer with
-// ErrNotReplicated.
-func replyInt(op, id string, r reply) (int64, error) {
-	if err := r.Error(); err != nil {
-		return 0, opError(op, id, err)
-	}
-	m, err := r.ToMessage()
-	if err != nil {
-		return 0, opError(op, id, err)
-	}
-	if !m.IsInt64() {
-		return 0, errorf(op, id, ErrUnexpectedReply, "want an integer reply, got %s", m.String())
-	}
-	n, err := m.AsInt64()
-	if err != nil {
-		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
-	}
-	return n, r.replicated(op, id)
-}
-
 // replicated is nil, or the unreplicated error wrapped with the operation and
 // id: `redisonce: claim "m1": not replicated: 0 of 1 replicas ...`.
 func (r reply) replicated(op, id string) error {
@@ -283,39 +258,4 @@ func (r reply) replicated(op, id string) error {
 		return nil
 	}
 	return fmt.Errorf("redisonce: %s %q: %w", op, id, r.unreplicated)
-}
-
-// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
-// while it fails because its connection was lost. Only for writes that are
-// safe to repeat: Do's final commit, release, fenced update or fenced delete.
-// A lost connection leaves such a write done or not done; without the retry
-// a Do whose callback ran would leave its lease in place, and the message or
-// request would run again once the lease expired.
-func retryLost(ctx context.Context, write func(context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = write(ctx)
-		if err == nil || attempt == 3 || !connLost(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
-		}
-	}
-}
-
-// connLost reports whether err means a connection broke under a command (it
-// may or may not have run), as opposed to a reply, a closed client or a
-// cancelled context.
-func connLost(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
-		return false
-	}
-	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
