@@ -61,7 +61,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		// One group of every id in order (a standalone or Sentinel server, or
 		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
-		return out, readBatch(op, ids, nil, r, out, read)
+		return out, readBatch(op, ids, nil, r.RedisResult, out, read)
 	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
@@ -79,7 +79,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 	var first error
 	for g, r := range execMulti(ctx, s.c, calls) {
 		idx := groups[g]
-		if err := readBatch(op, ids, idx, r, out, read); err != nil && first == nil {
+		if err := readBatch(op, ids, idx, r.RedisResult, out, read); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -99,7 +99,7 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 	}
 	id := ids[at(0)]
 	if idx != nil && n == 1 {
-		n, err := replyInt(op, id, r)
+		n, err := replyInt(op, id, reply{RedisResult: r})
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,7 @@ func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) (
 	for i, m := range msgs {
 		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
 	}
-	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...))
+	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...).RedisResult)
 }
 
 // checkAppendMany validates AppendMany's input as checkOutboxAppend does one

@@ -1,0 +1,322 @@
+package scripts_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+// newReplicated starts a primary and one replica for this test, and waits
+// until the primary counts the replica online (WAIT counts it from then on).
+func newReplicated(t *testing.T) (primary, replica *redisproc.Server) {
+	t.Helper()
+	primary = newServer(t, redisproc.Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	replica = newServer(t, redisproc.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := primary.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(replica.Port)+",state=online,") {
+			// And it answers WAIT: a busy machine may take a while.
+			if _, err := primary.Do("SET", "newReplicated", "1"); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := primary.Do("WAIT", "1", "1000"); err == nil && n == "1" {
+				return primary, replica
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never linked up: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWaitReplicas: with WithWaitReplicas every write of every store is on the
+// replica when it returns; with the replica stalled, every write returns
+// ErrNotReplicated (with its results) and reads do not wait.
+func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, replica := newReplicated(t)
+	// A generous timeout while the replica is up (a busy machine may be slow
+	// to confirm), a short one while it is stalled (each write waits it out).
+	opt := store.WithWaitReplicas(1, 5*time.Second)
+	claims, err := store.OpenClaims(primary.URL(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	outbox, err := store.OpenOutbox(primary.URL(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outbox.Close()
+	records, err := store.OpenRecords(primary.URL(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer records.Close()
+	onReplica := func(args ...string) string {
+		t.Helper()
+		v, err := replica.Do(args...)
+		if err != nil {
+			t.Fatalf("%v on the replica: %v", args, err)
+		}
+		return v
+	}
+
+	// Replicated: no error, and the replica has every write.
+	if won, err := claims.Claim(ctx, "c1"); !won || err != nil {
+		t.Fatalf("Claim = %v, %v", won, err)
+	}
+	if v := onReplica("GET", "bq:idemp:c1"); v != "1" {
+		t.Errorf("replica: claim c1 = %q after Claim returned", v)
+	}
+	a, err := outbox.AppendWithID(ctx, "conn1", "m1", []byte("p1"))
+	if err != nil || a.Seq != 1 {
+		t.Fatalf("AppendWithID = %+v, %v", a, err)
+	}
+	if v := onReplica("HGET", "gateway:outbox:conn1", "m1"); v != "1:p1" {
+		t.Errorf("replica: m1 = %q after Append returned", v)
+	}
+	rec, acquired, err := records.Acquire(ctx, "r1", 0)
+	if err != nil || !acquired {
+		t.Fatalf("Acquire = %v, %v", acquired, err)
+	}
+	if v := onReplica("HGET", "idempotency:r1", "token"); v != rec.Token {
+		t.Errorf("replica: token %q, want %q", v, rec.Token)
+	}
+	if _, err := claims.ClaimMany(ctx, []string{"c2", "c3"}); err != nil {
+		t.Fatalf("ClaimMany: %v", err)
+	}
+	if v := onReplica("GET", "bq:idemp:c3"); v != "1" {
+		t.Errorf("replica: c3 = %q after ClaimMany returned", v)
+	}
+
+	// NOSCRIPT is still handled: the EVAL fallback carries its WAIT too.
+	if _, err := primary.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := claims.Claim(ctx, "c4"); !won || err != nil {
+		t.Fatalf("Claim after SCRIPT FLUSH = %v, %v", won, err)
+	}
+	if _, err := primary.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := claims.ClaimMany(ctx, []string{"c5", "c6"}); err != nil || !got[0] || !got[1] {
+		t.Fatalf("ClaimMany after SCRIPT FLUSH = %v, %v", got, err)
+	}
+
+	// The replica stalls: the writes happen on the primary and say so
+	// (through stores that wait 300 ms).
+	short := store.WithWaitReplicas(1, 300*time.Millisecond)
+	sClaims, sOutbox, sRecords := store.NewClaims(newClient(t, primary.URL()), short),
+		store.NewOutbox(newClient(t, primary.URL()), short), store.NewRecords(newClient(t, primary.URL()), short)
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := replica.Resume(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer resume()
+	start := time.Now()
+	won, err := sClaims.Claim(ctx, "s1")
+	if !won || !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Claim with the replica stalled = %v, %v; want true, ErrNotReplicated", won, err)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("Claim returned after %v, before WAIT's 300ms", took)
+	}
+	if err != nil && !strings.Contains(err.Error(), `claim "s1"`) {
+		t.Errorf("error %q does not name the operation and id", err)
+	}
+	a, err = sOutbox.AppendWithID(ctx, "conn1", "m2", []byte("p2"))
+	if !errors.Is(err, store.ErrNotReplicated) || a.Seq != 2 || !a.Created || a.ID != "m2" {
+		t.Errorf("Append with the replica stalled = %+v, %v; want seq 2 with ErrNotReplicated", a, err)
+	}
+	rec, acquired, err = sRecords.Acquire(ctx, "r2", 0)
+	if !errors.Is(err, store.ErrNotReplicated) || !acquired || rec.Token == "" {
+		t.Errorf("Acquire with the replica stalled = %+v, %v, %v", rec, acquired, err)
+	}
+	got, err := sClaims.ClaimMany(ctx, []string{"s2", "s3"})
+	if !errors.Is(err, store.ErrNotReplicated) || len(got) != 2 || !got[0] || !got[1] {
+		t.Errorf("ClaimMany with the replica stalled = %v, %v", got, err)
+	}
+	if err := sOutbox.Ack(ctx, "conn1", "m1", 1); !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Ack with the replica stalled = %v", err)
+	}
+	// Records.Do: the claim of the key is not confirmed, so fn does not run.
+	ran := false
+	_, _, err = sRecords.Do(ctx, "r3", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) {
+		ran = true
+		return nil, nil
+	})
+	if ran || !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Records.Do with the replica stalled: ran %v, %v", ran, err)
+	}
+	// Reads never wait.
+	start = time.Now()
+	if seen, err := sClaims.Seen(ctx, "s1"); !seen || err != nil {
+		t.Errorf("Seen = %v, %v", seen, err)
+	}
+	if tail, err := sOutbox.Tail(ctx, "conn1"); err != nil || len(tail.Messages) != 1 {
+		t.Errorf("Tail = %+v, %v", tail, err)
+	}
+	if _, found, err := sRecords.Get(ctx, "r2"); !found || err != nil {
+		t.Errorf("Get = %v, %v", found, err)
+	}
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Errorf("three reads took %v: they waited for the replica", took)
+	}
+	resume()
+
+	// Claims.Do: the commit waits too.
+	ran = false
+	did, err := claims.Do(ctx, "d1", time.Second, func(context.Context) error { ran = true; return nil })
+	if !did || !ran || err != nil {
+		t.Errorf("Claims.Do = %v, %v (ran %v)", did, err, ran)
+	}
+	if v := onReplica("GET", "bq:idemp:d1"); v != "1" {
+		t.Errorf("replica: d1 = %q after Do committed", v)
+	}
+}
+
+// TestWaitReplicasMoreThanThere: asking for more replicas than exist is never
+// a silent success.
+func TestWaitReplicasMoreThanThere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, _ := newReplicated(t)
+	claims, err := store.OpenClaims(primary.URL(), store.WithWaitReplicas(2, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	won, err := claims.Claim(ctx, "x")
+	if !won || !errors.Is(err, store.ErrNotReplicated) || !strings.Contains(err.Error(), "1 of 2 replicas") {
+		t.Errorf("Claim = %v, %v; want true and ErrNotReplicated, 1 of 2 replicas", won, err)
+	}
+}
+
+// TestWaitReplicasCluster: on a cluster, WAIT follows the scripts to their
+// node, per slot of a batch (a cluster of masters only: WAIT counts 0, so
+// every write, wherever its key lives, reports ErrNotReplicated).
+func TestWaitReplicasCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	claims, err := store.OpenClaims(cluster3URL(t), store.WithPrefix("{wait}"+t.Name()+":"),
+		store.WithWaitReplicas(1, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	plain, err := store.OpenClaims(cluster3URL(t), store.WithPrefix(t.Name()+":"), store.WithWaitReplicas(1, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = "id" + strconv.Itoa(i)
+	}
+	for _, s := range []*store.Claims{claims, plain} { // one slot; many slots on three nodes
+		got, err := s.ClaimMany(ctx, ids)
+		if !errors.Is(err, store.ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1") {
+			t.Errorf("ClaimMany = %v; want ErrNotReplicated, 0 of 1", err)
+		}
+		for i, won := range got {
+			if !won {
+				t.Errorf("ClaimMany: %s not claimed", ids[i])
+			}
+		}
+		for _, id := range ids {
+			if seen, err := s.Seen(ctx, id); !seen || err != nil {
+				t.Errorf("Seen(%s) = %v, %v", id, seen, err)
+			}
+		}
+		if won, err := s.Claim(ctx, "one"); !won || !errors.Is(err, store.ErrNotReplicated) {
+			t.Errorf("Claim = %v, %v", won, err)
+		}
+	}
+}
+
+// TestWaitReplicasOption: the option's invalid values, and the memory twins
+// accepting and ignoring it.
+func TestWaitReplicasOption(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, o := range []store.Option{store.WithWaitReplicas(-1, time.Second), store.WithWaitReplicas(1, 0)} {
+		if _, err := store.NewClaims(newClient(t, standaloneURL(t)), o).Claim(ctx, "x"); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("Claim with an invalid WithWaitReplicas = %v, want ErrInvalidArgument", err)
+		}
+		if _, err := store.NewMemoryClaims(o).Claim(ctx, "x"); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("MemoryClaims.Claim with an invalid WithWaitReplicas = %v, want ErrInvalidArgument", err)
+		}
+	}
+	o := store.WithWaitReplicas(3, time.Second)
+	if won, err := store.NewMemoryClaims(o).Claim(ctx, "x"); !won || err != nil {
+		t.Errorf("MemoryClaims.Claim = %v, %v", won, err)
+	}
+	if _, err := store.NewMemoryOutbox(o).AppendWithID(ctx, "c", "m", nil); err != nil {
+		t.Errorf("MemoryOutbox.AppendWithID = %v", err)
+	}
+	if _, _, err := store.NewMemoryRecords(o).Acquire(ctx, "k", 0); err != nil {
+		t.Errorf("MemoryRecords.Acquire = %v", err)
+	}
+}
+
+// TestWaitReplicasDo: the Do flows' lease heartbeats do not wait for replicas
+// (a stalled replica does not cancel fn while the lease is held), and their
+// final write does: fn ran, and the commit says it may not survive a failover.
+func TestWaitReplicasDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, replica := newReplicated(t)
+	// Long enough for the claim to be confirmed on a busy machine; the final
+	// write, with the replica stalled, waits it out.
+	opt := store.WithWaitReplicas(1, 2*time.Second)
+	claims := store.NewClaims(newClient(t, primary.URL()), opt)
+	records := store.NewRecords(newClient(t, primary.URL()), opt)
+	// fn stalls the replica (it resumes once Do has returned) and runs for
+	// three leases.
+	stall := func(fnCtx context.Context) error {
+		if err := replica.Pause(); err != nil {
+			return err
+		}
+		select {
+		case <-fnCtx.Done(): // heartbeats failed: the lease would be lost
+			t.Errorf("fn's context ended while the lease was held: %v", context.Cause(fnCtx))
+			return context.Cause(fnCtx)
+		case <-time.After(1500 * time.Millisecond):
+			return nil
+		}
+	}
+	resume := func() {
+		if err := replica.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran, err := claims.Do(ctx, "do1", 500*time.Millisecond, stall)
+	resume()
+	if !ran || !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Claims.Do with the replica stalled during fn = %v, %v; want true, ErrNotReplicated from the commit", ran, err)
+	}
+	_, _, err = records.Do(ctx, "do2", store.AcquireOptions{Lease: 500 * time.Millisecond},
+		func(fnCtx context.Context) ([]byte, error) { return []byte("r"), stall(fnCtx) })
+	resume()
+	if !errors.Is(err, store.ErrNotReplicated) {
+		t.Errorf("Records.Do with the replica stalled during fn = %v; want ErrNotReplicated from the final update", err)
+	}
+}
