@@ -3,6 +3,8 @@ package scripts_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,6 +100,13 @@ func TestWaitReplicas(t *testing.T) {
 	if v := onReplica("GET", "bq:idemp:c3"); v != "1" {
 		t.Errorf("replica: c3 = %q after ClaimMany returned", v)
 	}
+	as, err := outbox.AppendMany(ctx, "conn2", []store.Outgoing{{ID: "b1", Payload: []byte("p1")}, {ID: "b2", Payload: []byte("p2")}})
+	if err != nil || len(as) != 2 || as[1].Seq != 2 {
+		t.Fatalf("AppendMany = %+v, %v", as, err)
+	}
+	if v := onReplica("HGET", "gateway:outbox:conn2", "b2"); v != "2:p2" {
+		t.Errorf("replica: b2 = %q after AppendMany returned", v)
+	}
 
 	// NOSCRIPT is still handled: the EVAL fallback carries its WAIT too.
 	if _, err := primary.Do("SCRIPT", "FLUSH"); err != nil {
@@ -154,6 +163,17 @@ func TestWaitReplicas(t *testing.T) {
 	if !errors.Is(err, store.ErrNotReplicated) || len(got) != 2 || !got[0] || !got[1] {
 		t.Errorf("ClaimMany with the replica stalled = %v, %v", got, err)
 	}
+	if err != nil && !strings.Contains(err.Error(), `claim "s2"`) {
+		t.Errorf("ClaimMany's error %q does not name the operation and its first id", err)
+	}
+	as, err = sOutbox.AppendMany(ctx, "conn2", []store.Outgoing{{ID: "b2", Payload: []byte("again")}, {ID: "b3", Payload: []byte("p3")}})
+	if !errors.Is(err, store.ErrNotReplicated) || len(as) != 2 || as[0].Seq != 2 || as[0].Created ||
+		as[1].Seq != 3 || !as[1].Created || as[1].ID != "b3" {
+		t.Errorf("AppendMany with the replica stalled = %+v, %v; want seqs 2 (a retry) and 3 with ErrNotReplicated", as, err)
+	}
+	if err != nil && !strings.Contains(err.Error(), `append_many "conn2"`) {
+		t.Errorf("AppendMany's error %q does not name the operation and connection", err)
+	}
 	if err := sOutbox.Ack(ctx, "conn1", "m1", 1); !errors.Is(err, store.ErrNotReplicated) {
 		t.Errorf("Ack with the replica stalled = %v", err)
 	}
@@ -177,8 +197,11 @@ func TestWaitReplicas(t *testing.T) {
 	if _, found, err := sRecords.Get(ctx, "r2"); !found || err != nil {
 		t.Errorf("Get = %v, %v", found, err)
 	}
-	if took := time.Since(start); took > 900*time.Millisecond {
-		t.Errorf("three reads took %v: they waited for the replica", took)
+	if seen, err := sClaims.SeenMany(ctx, []string{"s2", "s3", "nope"}); err != nil || !seen[0] || !seen[1] || seen[2] {
+		t.Errorf("SeenMany = %v, %v", seen, err)
+	}
+	if took := time.Since(start); took > 1200*time.Millisecond {
+		t.Errorf("four reads took %v: they waited for the replica", took)
 	}
 	resume()
 
@@ -318,5 +341,162 @@ func TestWaitReplicasDo(t *testing.T) {
 	resume()
 	if !errors.Is(err, store.ErrNotReplicated) {
 		t.Errorf("Records.Do with the replica stalled during fn = %v; want ErrNotReplicated from the final update", err)
+	}
+}
+
+// TestWaitReplicasClusterReplicas: a cluster of three masters, each with a
+// replica. A ClaimMany over many slots is one script call per slot group,
+// spread over the three masters; each group's WAIT must run on the connection
+// that ran its script (a WAIT on any other connection has no write to wait
+// for and answers at once with every replica, a silent success). With every
+// replica up, every key is on a replica when ClaimMany returns; with one
+// master's replica stalled, the batch reports ErrNotReplicated naming an id
+// of that master's, and only that master's groups fail (the others'
+// results, and AppendMany on the other masters, are confirmed).
+func TestWaitReplicasClusterReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := newCluster(t, 3, redisproc.Options{})
+	replicas := make([]*redisproc.Server, len(cl.Nodes))
+	for i, m := range cl.Nodes {
+		replicas[i] = newClusterReplica(t, m)
+	}
+	url := cl.Nodes[0].URL()
+	claims, err := store.OpenClaims(url, store.WithWaitReplicas(1, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	ids := func(prefix string) []string {
+		out := make([]string, 60)
+		for i := range out {
+			out[i] = prefix + strconv.Itoa(i)
+		}
+		return out
+	}
+	dbsize := func() int {
+		n := 0
+		for _, r := range replicas {
+			v, err := r.Do("DBSIZE")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, _ := strconv.Atoi(v)
+			n += k
+		}
+		return n
+	}
+	got, err := claims.ClaimMany(ctx, ids("up"))
+	if err != nil {
+		t.Fatalf("ClaimMany with every replica up: %v", err)
+	}
+	for i, won := range got {
+		if !won {
+			t.Errorf("ClaimMany: up%d not claimed", i)
+		}
+	}
+	if n := dbsize(); n != 60 {
+		t.Errorf("the replicas hold %d keys when ClaimMany returned, want 60", n)
+	}
+
+	short, err := store.OpenClaims(url, store.WithWaitReplicas(1, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	outbox, err := store.OpenOutbox(url, store.WithWaitReplicas(1, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outbox.Close()
+	named := regexp.MustCompile(`claim "([^"]+)"`)
+	for i, r := range replicas {
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		batch := ids(fmt.Sprintf("stall%d-", i))
+		got, err := short.ClaimMany(ctx, batch)
+		m := named.FindStringSubmatch(fmt.Sprint(err))
+		switch {
+		case !errors.Is(err, store.ErrNotReplicated):
+			t.Errorf("master %d's replica stalled: ClaimMany = %v, want ErrNotReplicated", i, err)
+		case m == nil:
+			t.Errorf("master %d's replica stalled: ClaimMany's error %q names no id", i, err)
+		default:
+			if v, err := cl.Nodes[i].Do("EXISTS", "bq:idemp:"+m[1]); err != nil || v != "1" {
+				t.Errorf("master %d's replica stalled: ClaimMany's error names %s, which is not on that master (EXISTS: %q, %v)", i, m[1], v, err)
+			}
+		}
+		for j, won := range got {
+			if !won {
+				t.Errorf("master %d's replica stalled: %s not claimed", i, batch[j])
+			}
+		}
+		// Appends on every master: only the stalled one's say so.
+		for j := range cl.Nodes {
+			conn := connOn(t, cl.Nodes[j], "gateway:outbox:")
+			_, err := outbox.AppendMany(ctx, conn, []store.Outgoing{{ID: "a", Payload: []byte("p")}, {Payload: []byte("q")}})
+			if stalled := i == j; stalled != errors.Is(err, store.ErrNotReplicated) || (!stalled && err != nil) {
+				t.Errorf("master %d's replica stalled: AppendMany on master %d = %v", i, j, err)
+			}
+		}
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// newClusterReplica starts a cluster node and makes it a replica of master m,
+// then waits until m counts it online and it has synced.
+func newClusterReplica(t *testing.T, m *redisproc.Server) *redisproc.Server {
+	t.Helper()
+	r := newServer(t, redisproc.Options{Cluster: true})
+	id, err := m.Do("CLUSTER", "MYID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(m.Port)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// REPLICATE fails until the MEET handshake has made m known.
+		_, err := r.Do("CLUSTER", "REPLICATE", id)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CLUSTER REPLICATE %s: %v", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		info, err := m.Do("INFO", "replication")
+		rinfo, rerr := r.Do("INFO", "replication")
+		if err == nil && rerr == nil && strings.Contains(info, ",port="+strconv.Itoa(r.Port)+",state=online,") &&
+			strings.Contains(rinfo, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became %s's replica: %v %s", r.Addr, m.Addr, err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// connOn returns a connection id whose key (prefix + id) lives on node n.
+func connOn(t *testing.T, n *redisproc.Server, prefix string) string {
+	t.Helper()
+	owns := ownsSlot(t, n)
+	for i := 0; ; i++ {
+		conn := "conn" + strconv.Itoa(i)
+		v, err := n.Do("CLUSTER", "KEYSLOT", prefix+conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot, _ := strconv.Atoi(v)
+		if owns(slot) {
+			return conn
+		}
 	}
 }
