@@ -35,8 +35,8 @@
             retry); then HINCRBY _seq 1 and HSET msg_id "<seq>:<payload>"
             (only for a new msg_id); PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
   Atomicity every check precedes the first write
-  Length    73 lines of code besides its snippets: the new epoch after a failover
-            (about 12 lines) must be minted in the same step as the seq it
+  Length    70 lines of code besides its snippets: the new epoch after a failover
+            (about 8 lines) must be minted in the same step as the seq it
             protects, or a seq could be handed out under the old epoch
   Complexity O(1) (plus the payload's size, and one INFO replication)
 ]]
@@ -117,6 +117,22 @@ local function replid()
   return at and string.sub(info, at + 14, at + 53) or ''
 end
 -- </snippet>
+-- <snippet:next_epoch>
+-- The epoch of an outbox hash whose _rid is not the server's (it came through
+-- a failover or restart, which may have lost appends acknowledged with its
+-- epoch): now, or epoch + 1 when this server's clock is not past epoch, so it
+-- is above every epoch handed out before; nil when that would pass 2^53-1.
+-- (Both are canonical decimals: ordered by length, then bytes.)
+local function next_epoch(epoch, now)
+  if #now < #epoch or (#now == #epoch and now <= epoch) then
+    if tonumber(epoch) >= EXACT then
+      return nil
+    end
+    return string.format('%d', tonumber(epoch) + 1)
+  end
+  return now
+end
+-- </snippet>
 
 if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
@@ -173,13 +189,10 @@ if epoch and r[5] ~= rid then
   -- Appends acknowledged with this epoch may be lost (the hash came through a
   -- failover or restart): their seqs would be handed out again. A new epoch,
   -- above the old one even if this server's clock is behind; seq goes on.
-  if #now < #epoch or (#now == #epoch and now <= epoch) then
-    if tonumber(epoch) >= EXACT then
-      return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
-    end
-    now = string.format('%d', tonumber(epoch) + 1)
+  epoch = next_epoch(epoch, now)
+  if not epoch then
+    return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
   end
-  epoch = now
   redis.call('HSET', key, '_epoch', epoch, '_rid', rid)
 end
 if oldseq then
