@@ -356,7 +356,8 @@ func TestWaitReplicasDo(t *testing.T) {
 func TestWaitReplicasClusterReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := newCluster(t, 3, redisproc.Options{})
+	// (No diskless-sync delay: each replica's first sync starts at once.)
+	cl := newCluster(t, 3, redisproc.Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	replicas := make([]*redisproc.Server, len(cl.Nodes))
 	for i, m := range cl.Nodes {
 		replicas[i] = newClusterReplica(t, m)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/rueidis"
 )
@@ -24,7 +25,11 @@ import (
 // Every id is validated before anything is sent. When a group fails (a
 // connection error), the error names its first id and the other groups'
 // results are still filled in; a failed group's ids are reported false, and
-// may or may not have been claimed.
+// may or may not have been claimed. With WithWaitReplicas, a group is
+// followed by WAIT on its own connection (per hash slot on a cluster), and
+// when any group's replicas did not confirm it the error wraps
+// ErrNotReplicated, naming that group's first id, with every result filled
+// in: its claims happened on the primary but may not survive a failover.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	for _, id := range ids {
 		if err := s.check(ctx, "claim", id); err != nil {
@@ -61,7 +66,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		// One group of every id in order (a standalone or Sentinel server, or
 		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
-		return out, readBatch(op, ids, nil, r.RedisResult, out, read)
+		return out, readBatch(op, ids, nil, r, out, read)
 	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
@@ -76,20 +81,28 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		}
 		calls[g] = call{s: many, keys: gk, args: args}
 	}
-	var first error
+	var first, unrepl error
 	for g, r := range execMulti(ctx, s.c, calls) {
-		idx := groups[g]
-		if err := readBatch(op, ids, idx, r.RedisResult, out, read); err != nil && first == nil {
+		err := readBatch(op, ids, groups[g], r, out, read)
+		if first == nil {
 			first = err
 		}
+		if unrepl == nil && errors.Is(err, ErrNotReplicated) {
+			unrepl = err
+		}
+	}
+	if unrepl != nil && !errors.Is(first, ErrNotReplicated) {
+		// Another group's error comes first: the unconfirmed writes still say so.
+		first = errors.Join(first, unrepl)
 	}
 	return out, first
 }
 
 // readBatch reads one group's reply into out: an integer for a single-key
 // call, an array of len(idx) integers for a batch call. idx nil stands for
-// every id in order.
-func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []bool,
+// every id in order. A group its replicas did not confirm (WithWaitReplicas)
+// has its results read, and returns ErrNotReplicated naming its first id.
+func readBatch(op string, ids []string, idx []int, r reply, out []bool,
 	read func(int64) (bool, bool)) error {
 	n := len(idx)
 	at := func(j int) int { return idx[j] }
@@ -99,8 +112,8 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 	}
 	id := ids[at(0)]
 	if idx != nil && n == 1 {
-		n, err := replyInt(op, id, reply{RedisResult: r})
-		if err != nil {
+		n, err := replyInt(op, id, r)
+		if err != nil && !errors.Is(err, ErrNotReplicated) {
 			return err
 		}
 		v, ok := read(n)
@@ -108,7 +121,7 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 			return errorf(op, id, ErrUnexpectedReply, "reply %d", n)
 		}
 		out[idx[0]] = v
-		return nil
+		return err
 	}
 	if err := r.Error(); err != nil {
 		return opError(op, id, err)
@@ -141,5 +154,6 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 		}
 		out[i] = v
 	}
-	return first
+	// One key's error does not hide that the others' writes are unconfirmed.
+	return errors.Join(first, r.replicated(op, id))
 }

@@ -49,7 +49,7 @@ func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) (
 	for i, m := range msgs {
 		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
 	}
-	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...).RedisResult)
+	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...))
 }
 
 // checkAppendMany validates AppendMany's input as checkOutboxAppend does one
@@ -86,8 +86,9 @@ func mintIDs(msgs []Outgoing) []string {
 	return ids
 }
 
-// parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...}.
-func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]Appended, error) {
+// parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...};
+// with ErrNotReplicated when its replicas did not confirm it.
+func parseAppendedMany(op, conn string, ids []string, r reply) ([]Appended, error) {
 	if err := r.Error(); err != nil {
 		return nil, opError(op, conn, err)
 	}
@@ -111,5 +112,5 @@ func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]
 		}
 		out[i] = Appended{ID: ids[i], Seq: seq, Epoch: epoch, Created: created == 1}
 	}
-	return out, nil
+	return out, r.replicated(op, conn)
 }
