@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,7 +18,8 @@ import (
 
 // The failover test: real processes, a Sentinel deployment (one primary, one
 // replica, three sentinels on loopback), a bounded load of Claims, Appends and
-// Acquires through stores opened on the Sentinel URL, and failoverRounds
+// Acquires (Claim and ClaimMany, AppendWithID and AppendMany, Acquire) through
+// stores opened on the Sentinel URL, and failoverRounds
 // failovers per run. Each round stalls the replica (SIGSTOP, shorter than the
 // sentinels' down-after, and CLIENT KILL TYPE replica on the primary so that
 // nothing more reaches it), lets the primary alone acknowledge writes for
@@ -37,9 +39,18 @@ const (
 	failoverRounds  = 3
 	failoverStall   = 500 * time.Millisecond // the primary alone acknowledges writes
 	failoverSettle  = 600 * time.Millisecond // load on the new primary, before and after the rejoin
-	failoverWorkers = 3                      // per store
+	failoverWorkers = 3                      // per operation
+	failoverBatch   = 4                      // ids per ClaimMany, messages per AppendMany
 	failoverWait    = 200 * time.Millisecond // WAIT's timeout with WithWaitReplicas
 )
+
+// failoverOps are the operations of the load, each with its store: the
+// figures are per operation.
+var failoverOps = []struct{ store, op string }{
+	{"claims", "Claim"}, {"claims", "ClaimMany"},
+	{"outbox", "AppendWithID"}, {"outbox", "AppendMany"},
+	{"records", "Acquire"},
+}
 
 func TestFailover(t *testing.T) {
 	if os.Getenv("REDISONCE_FAILOVER") == "" {
@@ -60,16 +71,17 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// failoverLoad is the clients' side: what each store acknowledged, and the
-// errors it surfaced.
+// failoverLoad is the clients' side: what each operation acknowledged, and
+// the errors it surfaced.
 type failoverLoad struct {
 	mu       sync.Mutex
-	claims   []string                    // acknowledged claim ids
+	claims   map[string][]string         // op -> acknowledged claim ids
 	appends  map[string][]store.Appended // conn -> acknowledged appends
+	connOp   map[string]string           // conn -> the op that appends to it
 	acquires map[string]uint64           // key -> acknowledged fence
-	errs     map[string]map[string]int   // store -> error kind -> count
+	errs     map[string]map[string]int   // op -> error kind -> count
 	samples  map[string]string           // error kind -> one error
-	acked    map[string]int              // store -> acknowledged writes
+	acked    map[string]int              // op -> acknowledged writes (a batch: each id)
 	lastAck  time.Time                   // the latest acknowledgement
 	gap      time.Duration               // the longest time without one, this round
 }
@@ -92,6 +104,8 @@ func (l *failoverLoad) fail(kind string, err error) {
 		what = "timeout"
 	case err != nil:
 		what = "connection/other"
+	default:
+		what = "refused" // a fresh id not claimed, a fresh message not created
 	}
 	l.mu.Lock()
 	l.errs[kind][what]++
@@ -127,9 +141,11 @@ func runFailover(t *testing.T, wait bool) {
 	}
 	defer records.Close()
 
-	l := &failoverLoad{appends: map[string][]store.Appended{}, acquires: map[string]uint64{},
-		errs: map[string]map[string]int{"claims": {}, "outbox": {}, "records": {}}, acked: map[string]int{},
-		samples: map[string]string{}}
+	l := &failoverLoad{claims: map[string][]string{}, appends: map[string][]store.Appended{}, connOp: map[string]string{},
+		acquires: map[string]uint64{}, errs: map[string]map[string]int{}, acked: map[string]int{}, samples: map[string]string{}}
+	for _, o := range failoverOps {
+		l.errs[o.op] = map[string]int{}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	op := func() (context.Context, context.CancelFunc) {
@@ -155,29 +171,70 @@ func runFailover(t *testing.T, wait bool) {
 			won, err := claims.Claim(ctx, id)
 			cancel()
 			if err != nil || !won {
-				l.fail("claims", err)
+				l.fail("Claim", err)
 				backoff()
 				return
 			}
 			l.mu.Lock()
-			l.claims = append(l.claims, id)
-			l.acked["claims"]++
+			l.claims["Claim"] = append(l.claims["Claim"], id)
+			l.acked["Claim"]++
+			l.ackedAt()
+			l.mu.Unlock()
+		})
+		loop(func(i int) {
+			ids := make([]string, failoverBatch)
+			for j := range ids {
+				ids[j] = fmt.Sprintf("b%d-%d-%d", w, i, j)
+			}
+			ctx, cancel := op()
+			won, err := claims.ClaimMany(ctx, ids)
+			cancel()
+			if err != nil || slices.Contains(won, false) {
+				l.fail("ClaimMany", err)
+				backoff()
+				return
+			}
+			l.mu.Lock()
+			l.claims["ClaimMany"] = append(l.claims["ClaimMany"], ids...)
+			l.acked["ClaimMany"] += len(ids)
 			l.ackedAt()
 			l.mu.Unlock()
 		})
 		conn := fmt.Sprintf("conn%d", w)
+		l.connOp[conn] = "AppendWithID"
 		loop(func(i int) {
 			ctx, cancel := op()
 			a, err := outbox.AppendWithID(ctx, conn, fmt.Sprintf("m%d", i), []byte(fmt.Sprintf("payload %d", i)))
 			cancel()
 			if err != nil || !a.Created {
-				l.fail("outbox", err)
+				l.fail("AppendWithID", err)
 				backoff()
 				return
 			}
 			l.mu.Lock()
 			l.appends[conn] = append(l.appends[conn], a)
-			l.acked["outbox"]++
+			l.acked["AppendWithID"]++
+			l.ackedAt()
+			l.mu.Unlock()
+		})
+		bconn := fmt.Sprintf("burst%d", w)
+		l.connOp[bconn] = "AppendMany"
+		loop(func(i int) {
+			msgs := make([]store.Outgoing, failoverBatch)
+			for j := range msgs {
+				msgs[j] = store.Outgoing{ID: fmt.Sprintf("m%d-%d", i, j), Payload: []byte(fmt.Sprintf("payload %d-%d", i, j))}
+			}
+			ctx, cancel := op()
+			as, err := outbox.AppendMany(ctx, bconn, msgs)
+			cancel()
+			if err != nil || slices.ContainsFunc(as, func(a store.Appended) bool { return !a.Created }) {
+				l.fail("AppendMany", err)
+				backoff()
+				return
+			}
+			l.mu.Lock()
+			l.appends[bconn] = append(l.appends[bconn], as...)
+			l.acked["AppendMany"] += len(as)
 			l.ackedAt()
 			l.mu.Unlock()
 		})
@@ -187,13 +244,13 @@ func runFailover(t *testing.T, wait bool) {
 			rec, acquired, err := records.Acquire(ctx, key, 0)
 			cancel()
 			if err != nil || !acquired {
-				l.fail("records", err)
+				l.fail("Acquire", err)
 				backoff()
 				return
 			}
 			l.mu.Lock()
 			l.acquires[key] = rec.Fence
-			l.acked["records"]++
+			l.acked["Acquire"]++
 			l.ackedAt()
 			l.mu.Unlock()
 		})
@@ -211,7 +268,11 @@ func runFailover(t *testing.T, wait bool) {
 	ackedNow := func() int {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.acked["claims"] + l.acked["outbox"] + l.acked["records"]
+		n := 0
+		for _, o := range failoverOps {
+			n += l.acked[o.op]
+		}
+		return n
 	}
 	time.Sleep(failoverSettle)
 	for round := 1; round <= failoverRounds; round++ {
@@ -302,11 +363,13 @@ func runFailover(t *testing.T, wait bool) {
 			lostSamples = append(lostSamples, kind+" "+what)
 		}
 	}
-	for _, id := range l.claims {
-		if seen, err := checkClaims.Seen(ctx, id); err != nil {
-			t.Fatal(err)
-		} else if !seen {
-			lose("claims", id)
+	for op, ids := range l.claims {
+		for _, id := range ids {
+			if seen, err := checkClaims.Seen(ctx, id); err != nil {
+				t.Fatal(err)
+			} else if !seen {
+				lose(op, id)
+			}
 		}
 	}
 	for key, fence := range l.acquires {
@@ -315,7 +378,7 @@ func runFailover(t *testing.T, wait bool) {
 			t.Fatal(err)
 		}
 		if !found || rec.Fence != fence {
-			lose("records", key)
+			lose("Acquire", key)
 		}
 	}
 	// (conn, epoch, seq) -> message id, from every acknowledged append and
@@ -349,7 +412,7 @@ func runFailover(t *testing.T, wait bool) {
 			name(pair{conn, a.Epoch, a.Seq}, a.ID)
 			seenEpochs[a.Epoch] = true
 			if seq, ok := inTail[a.ID]; !ok || seq != a.Seq {
-				lose("outbox", fmt.Sprintf("%s %s seq %d (tail has seq %d)", conn, a.ID, a.Seq, seq))
+				lose(l.connOp[conn], fmt.Sprintf("%s %s seq %d (tail has seq %d)", conn, a.ID, a.Seq, seq))
 			}
 		}
 		epochs += len(seenEpochs)
@@ -358,14 +421,14 @@ func runFailover(t *testing.T, wait bool) {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d failovers, WithWaitReplicas: %v\n", failoverRounds, wait)
-	fmt.Fprintf(&b, "%-8s %6s %6s  %s\n", "store", "acked", "lost", "errors surfaced")
-	for _, kind := range []string{"claims", "outbox", "records"} {
+	fmt.Fprintf(&b, "%-8s %-12s %6s %6s  %s\n", "store", "operation", "acked", "lost", "errors surfaced (calls)")
+	for _, o := range failoverOps {
 		var e []string
-		for what, n := range l.errs[kind] {
+		for what, n := range l.errs[o.op] {
 			e = append(e, fmt.Sprintf("%s %d", what, n))
 		}
 		sort.Strings(e)
-		fmt.Fprintf(&b, "%-8s %6d %6d  %s\n", kind, l.acked[kind], lost[kind], strings.Join(e, ", "))
+		fmt.Fprintf(&b, "%-8s %-12s %6d %6d  %s\n", o.store, o.op, l.acked[o.op], lost[o.op], strings.Join(e, ", "))
 	}
 	fmt.Fprintf(&b, "outbox epochs seen by the appends: %d over %d connections; (epoch, seq) reused: %d", epochs, len(l.appends), len(reused))
 	t.Logf("\n%s", b.String())
@@ -383,14 +446,20 @@ func runFailover(t *testing.T, wait bool) {
 		}
 		t.Errorf("(epoch, seq) reused: %s", r)
 	}
-	total := lost["claims"] + lost["outbox"] + lost["records"]
+	total := 0
+	for _, o := range failoverOps {
+		total += lost[o.op]
+		if n := l.errs[o.op]["refused"]; n > 0 {
+			t.Errorf("%s: %d calls refused a fresh id without an error", o.op, n)
+		}
+	}
 	if wait {
 		if total != 0 {
 			t.Errorf("with WithWaitReplicas, %d acknowledged writes were lost", total)
 		}
 		notRepl := 0
-		for _, kind := range []string{"claims", "outbox", "records"} {
-			notRepl += l.errs[kind]["not replicated"]
+		for _, o := range failoverOps {
+			notRepl += l.errs[o.op]["not replicated"]
 		}
 		if notRepl == 0 {
 			t.Errorf("no write reported ErrNotReplicated while the replica was stalled: the test did not stall it")
@@ -401,9 +470,9 @@ func runFailover(t *testing.T, wait bool) {
 		// reproduce the hazard it is about.
 		t.Errorf("without WithWaitReplicas no acknowledged write was lost: the stall did not reproduce the loss")
 	}
-	for _, kind := range []string{"claims", "outbox", "records"} {
-		if l.acked[kind] == 0 {
-			t.Errorf("%s: no write acknowledged at all", kind)
+	for _, o := range failoverOps {
+		if l.acked[o.op] == 0 {
+			t.Errorf("%s: no write acknowledged at all", o.op)
 		}
 	}
 }
