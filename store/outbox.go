@@ -49,7 +49,7 @@ type Message struct {
 	Payload []byte
 }
 
-// Appended is the result of AppendWithID.
+// Appended is the result of AppendWithID, and of each message of AppendMany.
 type Appended struct {
 	// ID is the message id.
 	ID string
@@ -63,10 +63,10 @@ type Appended struct {
 	// dedupes on (Epoch, Seq) is never fooled by a restarted sequence.
 	//
 	// The Redis store also mints a new Epoch (above the old one; Seq goes on)
-	// on the first Append after the hash came through a failover or a restart
-	// of its server — when the server's replication ID is not the one stored
-	// with the epoch — because appends acknowledged just before may be lost
-	// and their seqs would come again. So an (Epoch, Seq) pair never names
+	// on the first Append or AppendMany after the hash came through a
+	// failover or a restart of its server — when the server's replication ID
+	// is not the one stored with the epoch — because appends acknowledged
+	// just before may be lost and their seqs would come again. So an (Epoch, Seq) pair never names
 	// two messages, with or without WithWaitReplicas; a client that sees the
 	// Epoch change replays the tail as new (messages it already has come
 	// again under the new Epoch: duplicates, never losses). See the README's

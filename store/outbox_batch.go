@@ -35,7 +35,10 @@ type Outgoing struct {
 //     Epoch.
 //
 // Every message is validated before anything is sent; at most MaxAppendMany
-// messages per call. With no messages it sends nothing.
+// messages per call. With no messages it sends nothing. The Epoch is re-minted
+// after a failover as AppendWithID's is (see Appended.Epoch), also when every
+// message is a retry. With WithWaitReplicas a burst its replicas did not
+// confirm returns its results with ErrNotReplicated.
 func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
 	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
 		return nil, err
