@@ -3,6 +3,8 @@
 
 GO      ?= go
 MODULES := . scripts_test
+# the observer adapters: modules of their own (OpenTelemetry, Prometheus)
+OBSERVE_MODULES := observe/otel observe/prometheus
 export GOFLAGS ?= -count=1
 
 .PHONY: all test fuzz demo bench sums lint tidy redis-server luacheck
@@ -30,6 +32,7 @@ test: redis-server
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
 
 # fuzz runs every fuzz target of scripts_test for FUZZTIME each (their seed
 # corpora, f.Add and testdata/fuzz, already run as plain tests in `make test`).
@@ -84,3 +87,4 @@ lint: luacheck
 tidy:
 	$(GO) mod tidy
 	cd scripts_test && $(GO) mod tidy
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
