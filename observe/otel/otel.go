@@ -31,7 +31,9 @@
 //	redisonce.operations          counter    {operation}  redisonce.store, redisonce.op, redisonce.outcome
 //	redisonce.operation.duration  histogram  s            redisonce.store, redisonce.op
 //
-// The histogram's buckets are DurationBuckets. The key is never a metric
+// The counter adds an event's N: a batch counts its items, so that
+// duplicates suppressed by ClaimMany count like those of Claim. The histogram
+// records one duration per event; its buckets are DurationBuckets. The key is never a metric
 // attribute: its cardinality is unbounded.
 //
 // # Per-command spans
@@ -165,7 +167,7 @@ func New(opts ...Option) (*Observer, error) {
 // Observe records e as a span and in the metrics.
 func (o *Observer) Observe(ctx context.Context, e store.Event) {
 	m := o.measure(e.Store, e.Op, e.Outcome)
-	o.ops.Add(ctx, 1, m.add...)
+	o.ops.Add(ctx, int64(items(e.N)), m.add...)
 	o.duration.Record(ctx, e.Duration.Seconds(), m.record...)
 
 	kind := trace.SpanKindInternal
@@ -204,6 +206,14 @@ func (o *Observer) Observe(ctx context.Context, e store.Event) {
 		}
 	}
 	span.End(trace.WithTimestamp(start.Add(e.Duration)))
+}
+
+// items is what an event adds to the counter: a batch counts its items.
+func items(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
 }
 
 func (o *Observer) measure(st, op string, out store.Outcome) *measureOpts {

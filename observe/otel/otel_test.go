@@ -140,6 +140,9 @@ func TestMetrics(t *testing.T) {
 	obs.Observe(ctx, ev("claim", store.OutcomeDuplicate, 4*time.Millisecond))
 	obs.Observe(ctx, ev("claim", store.OutcomeDuplicate, 4*time.Millisecond))
 	obs.Observe(ctx, ev("forget", store.OutcomeForgotten, 20*time.Second))
+	batch := ev("claim_many", store.OutcomeDuplicate, time.Millisecond)
+	batch.N, batch.Key = 5, ""
+	obs.Observe(ctx, batch) // counts its 5 items, one duration
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
@@ -164,6 +167,7 @@ func TestMetrics(t *testing.T) {
 				{Attributes: set("redisonce.store", "claims", "redisonce.op", "claim", "redisonce.outcome", "claimed"), Value: 1},
 				{Attributes: set("redisonce.store", "claims", "redisonce.op", "claim", "redisonce.outcome", "duplicate"), Value: 2},
 				{Attributes: set("redisonce.store", "claims", "redisonce.op", "forget", "redisonce.outcome", "forgotten"), Value: 1},
+				{Attributes: set("redisonce.store", "claims", "redisonce.op", "claim_many", "redisonce.outcome", "duplicate"), Value: 5},
 			},
 		},
 	}
@@ -188,6 +192,9 @@ func TestMetrics(t *testing.T) {
 				{Attributes: set("redisonce.store", "claims", "redisonce.op", "claim"), Count: 3,
 					Bounds: bounds, BucketCounts: counts(0.002, 0.004, 0.004), Sum: 0.010,
 					Min: metricdata.NewExtrema(0.002), Max: metricdata.NewExtrema(0.004)},
+				{Attributes: set("redisonce.store", "claims", "redisonce.op", "claim_many"), Count: 1,
+					Bounds: bounds, BucketCounts: counts(0.001), Sum: 0.001,
+					Min: metricdata.NewExtrema(0.001), Max: metricdata.NewExtrema(0.001)},
 				{Attributes: set("redisonce.store", "claims", "redisonce.op", "forget"), Count: 1,
 					Bounds: bounds, BucketCounts: counts(20), Sum: 20,
 					Min: metricdata.NewExtrema(20.0), Max: metricdata.NewExtrema(20.0)},

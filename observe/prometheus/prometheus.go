@@ -12,8 +12,10 @@
 //
 // store is claims, outbox or records; op the operation (claim, append,
 // acquire, do, ...); outcome how it ended (claimed, duplicate, stale_owner,
-// ..., the values of store.Outcome). The key an operation was about is never
-// a label: its cardinality is unbounded.
+// ..., the values of store.Outcome). The counter adds an event's N: a batch
+// counts its items, so that duplicates suppressed by ClaimMany count like
+// those of Claim; the histogram records one duration per event. The key an
+// operation was about is never a label: its cardinality is unbounded.
 //
 // Alerts worth having, in PromQL:
 //
@@ -118,7 +120,11 @@ func (o *Observer) Observe(_ context.Context, e store.Event) {
 		})
 	}
 	c := v.(*child)
-	c.ops.Inc()
+	n := e.N
+	if n < 1 {
+		n = 1
+	}
+	c.ops.Add(float64(n))
 	c.duration.Observe(e.Duration.Seconds())
 }
 

@@ -27,6 +27,9 @@ func TestMetrics(t *testing.T) {
 	obs.Observe(ctx, event("claims", "claim", store.OutcomeDuplicate, 250*time.Millisecond))
 	obs.Observe(ctx, event("claims", "claim", store.OutcomeDuplicate, 250*time.Millisecond))
 	obs.Observe(ctx, event("outbox", "ack", store.OutcomeStaleOwner, 2*time.Second))
+	batch := event("outbox", "ack_many", store.OutcomeAcked, 2*time.Second)
+	batch.N = 4
+	obs.Observe(ctx, batch) // counts its 4 items, one duration
 
 	// durations exact in binary floating point, so that the sum is too
 	want := `
@@ -38,6 +41,12 @@ redisonce_operation_duration_seconds_bucket{op="ack",store="outbox",le="1"} 0
 redisonce_operation_duration_seconds_bucket{op="ack",store="outbox",le="+Inf"} 1
 redisonce_operation_duration_seconds_sum{op="ack",store="outbox"} 2
 redisonce_operation_duration_seconds_count{op="ack",store="outbox"} 1
+redisonce_operation_duration_seconds_bucket{op="ack_many",store="outbox",le="0.1"} 0
+redisonce_operation_duration_seconds_bucket{op="ack_many",store="outbox",le="0.5"} 0
+redisonce_operation_duration_seconds_bucket{op="ack_many",store="outbox",le="1"} 0
+redisonce_operation_duration_seconds_bucket{op="ack_many",store="outbox",le="+Inf"} 1
+redisonce_operation_duration_seconds_sum{op="ack_many",store="outbox"} 2
+redisonce_operation_duration_seconds_count{op="ack_many",store="outbox"} 1
 redisonce_operation_duration_seconds_bucket{op="claim",store="claims",le="0.1"} 1
 redisonce_operation_duration_seconds_bucket{op="claim",store="claims",le="0.5"} 3
 redisonce_operation_duration_seconds_bucket{op="claim",store="claims",le="1"} 3
@@ -47,14 +56,15 @@ redisonce_operation_duration_seconds_count{op="claim",store="claims"} 3
 # HELP redisonce_operations_total redisonce store operations, by store, op and outcome.
 # TYPE redisonce_operations_total counter
 redisonce_operations_total{op="ack",outcome="stale_owner",store="outbox"} 1
+redisonce_operations_total{op="ack_many",outcome="acked",store="outbox"} 4
 redisonce_operations_total{op="claim",outcome="claimed",store="claims"} 1
 redisonce_operations_total{op="claim",outcome="duplicate",store="claims"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 5 {
-		t.Fatalf("GatherAndCount = %d, %v; want 5 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 7 {
+		t.Fatalf("GatherAndCount = %d, %v; want 7 series", n, err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %+v", err, problems)
