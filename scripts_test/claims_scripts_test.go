@@ -116,15 +116,32 @@ func TestScriptCommit(t *testing.T) {
 		{name: "held/persist", seed: seedLease, args: []string{"tok", "0"}, want: "1", after: done},
 		{name: "held/ttl", seed: seedLease, args: []string{"tok", "3000"}, want: "1",
 			after: rawKey{Type: "string", Str: "1", PTTL: 3000}},
-		{name: "held by another", seed: seedLease, args: []string{"other", "0"}, want: "0", after: leased},
-		{name: "prefix of the token", seed: seedLease, args: []string{"to", "0"}, want: "0", after: leased},
+		{name: "held by another", seed: seedLease, args: []string{"other", "0"}, want: "-1", after: leased},
+		{name: "prefix of the token", seed: seedLease, args: []string{"to", "0"}, want: "-1", after: leased},
 		{name: "processed", seed: seedDone, args: []string{"tok", "0"}, want: "0", after: done},
-		{name: "absent", args: []string{"tok", "0"}, want: "0", after: absent},
+		{name: "processed with a ttl", seed: [][]string{{"SET", "$K", "1", "PX", "60000"}}, args: []string{"tok", "0"}, want: "0",
+			after: rawKey{Type: "string", Str: "1", PTTL: 60000}},
+		{name: "absent/persist", args: []string{"tok", "0"}, want: "2", after: done},
+		{name: "absent/ttl", args: []string{"tok", "3000"}, want: "2", after: rawKey{Type: "string", Str: "1", PTTL: 3000}},
 		{name: "bad token/empty", seed: seedLease, args: []string{"", "0"}, errc: "BADARG"},
 		{name: "bad token/long", seed: seedLease, args: []string{strings.Repeat("t", 257), "0"}, errc: "BADARG"},
 		{name: "bad ttl", seed: seedLease, args: []string{"tok", "-5"}, errc: "BADARG"},
 		{name: "missing ttl", seed: seedLease, args: []string{"tok"}, errc: "BADARG"},
 		{name: "wrong type", seed: seedHash, args: []string{"tok", "0"}, errc: "WRONGTYPE"},
+	})
+}
+
+func TestScriptExtend(t *testing.T) {
+	runScriptCases(t, "extend", []scriptCase{
+		{name: "held", seed: [][]string{{"SET", "$K", "~tok", "PX", "1000"}}, args: []string{"tok", "60000"}, want: "1", after: leased},
+		{name: "held, leading zero", seed: [][]string{{"SET", "$K", "~tok", "PX", "1000"}}, args: []string{"tok", "060000"}, want: "1", after: leased},
+		{name: "held by another", seed: seedLease, args: []string{"other", "5000"}, want: "0", after: leased},
+		{name: "processed", seed: seedDone, args: []string{"tok", "5000"}, want: "0", after: done},
+		{name: "absent", args: []string{"tok", "5000"}, want: "0", after: absent},
+		{name: "bad token/empty", seed: seedLease, args: []string{"", "5000"}, errc: "BADARG"},
+		{name: "bad lease/zero", seed: seedLease, args: []string{"tok", "0"}, errc: "BADARG"},
+		{name: "bad lease/negative", seed: seedLease, args: []string{"tok", "-5"}, errc: "BADARG"},
+		{name: "missing lease", seed: seedLease, args: []string{"tok"}, errc: "BADARG"},
 	})
 }
 

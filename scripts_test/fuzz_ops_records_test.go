@@ -140,7 +140,7 @@ var recordsModel = opModel{
 			res, replayed, err = rs.Do(ctx, o.ID, store.AcquireOptions{Lease: time.Hour}, func(context.Context) ([]byte, error) {
 				switch o.N {
 				case 1:
-					return nil, errCallbackFailed
+					return nil, store.Permanent(errCallbackFailed) // stored as failed, replayed
 				case 2:
 					return nil, store.Retryable(errRetryLater)
 				}

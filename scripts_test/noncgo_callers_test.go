@@ -92,7 +92,14 @@ var redisCLICases = map[string][]cliCase{
 	},
 	"commit": {
 		{name: "own lease", seed: lease("tok"), argv: []string{"tok", "0"}, want: "1", check: claimsSeen(true, "processed")},
-		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "0"}, want: "0", check: claimsInFlight},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "0"}, want: "-1", check: claimsInFlight},
+		{name: "lease expired, nobody took it", argv: []string{"tok", "0"}, want: "2", check: claimsSeen(true, "processed")},
+		{name: "already processed", seed: goClaim, argv: []string{"tok", "0"}, want: "0", check: claimsSeen(true, "processed")},
+	},
+	"extend": {
+		{name: "own lease", seed: lease("tok"), argv: []string{"tok", "60000"}, want: "1", check: claimsInFlight},
+		{name: "another's lease", seed: lease("other"), argv: []string{"tok", "60000"}, want: "0", check: claimsInFlight},
+		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: claimsSeen(false, "")},
 	},
 	"release": {
 		{name: "own lease", seed: lease("tok"), argv: []string{"tok"}, want: "1", check: claimsSeen(false, "")},
@@ -168,7 +175,7 @@ var redisCLICases = map[string][]cliCase{
 				}
 			}},
 		{name: "completed by Go", seed: goDo("receipt-1"), argv: []string{"0", "tok2", "", "0"},
-			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
 			check: recordDone("receipt-1")},
 		{name: "fingerprint mismatch", seed: goAcquire("fpA"), argv: []string{"0", "tok", "fpB", "0"}, want: "MISMATCH", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) {
@@ -178,7 +185,7 @@ var redisCLICases = map[string][]cliCase{
 			}},
 	},
 	"get": {
-		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1`,
+		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
 			check: func(t *testing.T, e *cliEnv, key string) {
 				r := recordIs(t, e, key, store.StatusCompleted, "receipt-1", 1)
 				if f := strings.Split(e.out, "\n"); len(f) < 3 || f[2] != strconv.FormatInt(r.CreatedAt.UnixMilli(), 10) {
@@ -189,11 +196,23 @@ var redisCLICases = map[string][]cliCase{
 	},
 	"update": {
 		{name: "owner completes", seed: goAcquire(""), argv: []string{"$TOKEN", "status", "completed", "payload", "receipt-1"},
-			like:  `completed\nreceipt-1\n\d{13}\n\d{13}\n0\n0\n1\n\n[0-9a-f]{32}`,
+			like:  `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1\n\n[0-9a-f]{32}`,
 			check: recordDone("receipt-1")},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
 		{name: "nothing there", argv: []string{"", "status", "completed"}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
+	},
+	"renew": {
+		{name: "owner renews", seed: goAcquire(""), argv: []string{"$TOKEN", "60000"}, want: "1",
+			check: func(t *testing.T, e *cliEnv, key string) {
+				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				if left := time.Until(r.LeaseUntil); left < 50*time.Second || left > 61*time.Second {
+					t.Errorf("LeaseUntil is %v from now, want about 60s", left)
+				}
+			}},
+		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "60000"}, want: "-1",
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: recordAbsent},
 	},
 	"delete": {
 		{name: "owner deletes", seed: goAcquire(""), argv: []string{"$TOKEN"}, want: "1", check: recordAbsent},

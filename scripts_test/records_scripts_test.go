@@ -428,6 +428,26 @@ func TestScriptUpdate(t *testing.T) {
 	runRecCases(t, "update", cases)
 }
 
+func TestScriptRenew(t *testing.T) {
+	h := recHash("expires_ms", recFar, "lease_ms", "5000")
+	renewed := recHash("expires_ms", recFar, "lease_ms", "{now+3000}")
+	runRecCases(t, "renew", []recCase{
+		{name: "owner", seed: recSeed(h), args: []string{"tokA", "3000"}, want: []string{"1"}, after: renewed, expireAt: recFar},
+		{name: "owner, leading zero", seed: recSeed(h), args: []string{"tokA", "03000"}, want: []string{"1"}, after: renewed, expireAt: recFar},
+		{name: "absent", args: []string{"tokA", "3000"}, want: []string{"0"}},
+		{name: "another owner", seed: recSeed(h), args: []string{"tokB", "3000"}, want: []string{"-1"}, after: h, expireAt: recFar},
+		{name: "completed", seed: recSeed(recHash("expires_ms", recFar, "status", "completed")), args: []string{"tokA", "3000"},
+			want: []string{"-1"}, after: recHash("expires_ms", recFar, "status", "completed"), expireAt: recFar},
+		{name: "a foreign value", seed: [][]string{{"SET", "$K", "x"}}, args: []string{"tokA", "3000"}, errc: "CORRUPT"},
+		{name: "a hash without a token", seed: [][]string{{"HSET", "$K", "status", "pending"}}, args: []string{"tokA", "3000"}, errc: "CORRUPT"},
+		{name: "empty token", seed: recSeed(h), args: []string{"", "3000"}, errc: "BADARG"},
+		{name: "long token", seed: recSeed(h), args: []string{strings.Repeat("t", 257), "3000"}, errc: "BADARG"},
+		{name: "zero lease", seed: recSeed(h), args: []string{"tokA", "0"}, errc: "BADARG"},
+		{name: "bad lease", seed: recSeed(h), args: []string{"tokA", "soon"}, errc: "BADARG"},
+		{name: "one argument", seed: recSeed(h), args: []string{"tokA"}, errc: "BADARG"},
+	})
+}
+
 func TestScriptDelete(t *testing.T) {
 	h := recHash("expires_ms", recFar)
 	runRecCases(t, "delete", []recCase{

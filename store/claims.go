@@ -23,6 +23,7 @@ var (
 	scriptForget  = mustScript("forget")
 	scriptCommit  = mustScript("commit")
 	scriptRelease = mustScript("release")
+	scriptExtend  = mustScript("extend")
 )
 
 // ClaimStore is what Claims and MemoryClaims implement; storetest.TestClaims
@@ -54,7 +55,9 @@ var _ ClaimStore = (*Claims)(nil)
 
 // NewClaims returns a claims store on a client the caller keeps: Close does not
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
-// processed id is remembered forever).
+// processed id is remembered forever, and its key is never freed; set a TTL a
+// little longer than the longest time a message may be redelivered). An
+// invalid option is returned by every call (OpenClaims fails with it instead).
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
@@ -66,18 +69,18 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
 // with ClientOptions and returns a claims store that owns the client: Close
-// closes it.
+// closes it. An invalid option fails here, before connecting; errors show the
+// URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
+	s := NewClaims(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewClaims(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c, s.owned = c, true
 	return s, nil
 }
 
@@ -90,15 +93,24 @@ func openClient(url string) (rueidis.Client, error) {
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redisonce: open %q: %w", url, err)
+		return nil, openError(url, err)
 	}
 	return c, nil
 }
 
-// Claim marks id processed if no one has claimed it: true means this is the
-// first delivery and the caller should apply its effect. It returns false for an
-// id already processed or in flight. Claim is the seed contract: it stores "1"
-// under prefix+id with the store's TTL.
+// Claim marks id processed if no one has claimed it, and reports whether it
+// did: true for the first delivery, false for an id already processed or in
+// flight. It stores "1" under prefix+id with the store's TTL, the data of a
+// `SET key 1 NX PX ttl` dedupe.
+//
+// Claim is a dedupe mark taken BEFORE the effect: if the effect then fails,
+// or the process dies, the id is still marked and every redelivery is
+// dropped. Use it for effects that are idempotent themselves or cheap to
+// lose; use Do to apply an effect exactly once. Do not retry a Claim that
+// failed with a network error and treat its false as a duplicate: the first
+// call may have landed, and the message would be dropped (Do has no such
+// window: a retry of Do after a network error finds the lease and answers
+// ErrInFlight until it expires).
 func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 	if err := s.check(ctx, "claim", id); err != nil {
 		return false, err
@@ -149,7 +161,8 @@ func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
 	return n == 1, err
 }
 
-// Remember marks id processed; it is Claim without the answer.
+// Remember marks id processed; it is Claim without the answer (and, like
+// Claim, a mark taken whatever the effect does).
 func (s *Claims) Remember(ctx context.Context, id string) error {
 	_, err := s.Claim(ctx, id)
 	return err
@@ -165,22 +178,41 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 	return err
 }
 
-// Do applies fn's effect at most once per id across every consumer, and
-// guarantees a message is never dropped because a consumer crashed:
+// Do applies fn's effect exactly once per id across every consumer (as long
+// as fn itself completes or fails as a whole), and guarantees a message is
+// never dropped because a consumer crashed:
 //
 //   - it claims id with a lease ("~<token>" expiring after lease);
 //   - an id already processed: (false, nil), ack the message;
 //   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
 //     since the holder may yet fail;
-//   - otherwise fn runs. If fn fails (or panics) the lease is released so a
-//     redelivery can retry, and fn's error is returned with ran = true. If fn
-//     succeeds the lease is committed into a processed mark with the store's TTL;
-//     a commit that finds the lease gone (it expired and another consumer took
-//     the id, or it was forgotten) returns (true, ErrLeaseLost).
+//   - otherwise fn runs, and while it runs the lease is extended every
+//     lease/3 (extend.lua, fenced by the token), so a live consumer never
+//     loses it however long fn takes. fn's context carries the Lease
+//     (LeaseFromContext). If an extension finds the lease lost (the id was
+//     forgotten, or taken by another consumer) fn's context is cancelled with
+//     a cause wrapping ErrLeaseLost (context.Cause); a network error is
+//     retried until the lease would actually have run out.
+//   - If fn fails (or panics) the lease is released so a redelivery can retry,
+//     and fn's error is returned with ran = true.
+//   - If fn succeeds the lease is committed into a processed mark with the
+//     store's TTL. The commit is never refused for memory (commit.lua carries
+//     allow-oom); one that finds the key absent (the lease expired and nobody
+//     took the id) writes the mark and succeeds. Only a key held by another
+//     consumer's lease, or already processed by another consumer, returns
+//     (true, ErrLeaseLost): the effect may have run twice.
 //
-// A consumer that crashes holding a lease simply lets it expire, and the next
-// delivery runs fn. Pick a lease longer than fn's longest run: past it, a second
-// consumer may run fn concurrently. lease must be > 0.
+// A commit whose connection is lost is retried; a retry that finds the mark
+// already there is taken as its own earlier attempt having landed, and
+// succeeds. (The mark is a plain "1", so this cannot be told apart from
+// another consumer having processed the id in the same instant — possible
+// only if this consumer's lease had run out just before, which the heartbeat
+// prevents.)
+//
+// A consumer that crashes holding a lease stops extending it and lets it
+// expire, and the next delivery runs fn: pick a lease a little longer than the
+// longest pause you accept before a redelivery takes over (seconds, not the
+// length of fn). lease must be > 0.
 func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
 	if err := s.check(ctx, "do", id); err != nil {
 		return false, err
@@ -191,7 +223,8 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	value := newLeaseValue()
 	token := value[1:] // the token shares the value's string
 	key := s.prefix + id
-	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, s.leaseMS.ms(lease), value))
+	leaseMS := s.leaseMS.ms(lease)
+	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, leaseMS, value))
 	if err != nil {
 		return false, err
 	}
@@ -201,10 +234,13 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	case -1:
 		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	return true, runLeased(ctx, id, fn,
+	return true, runLeased(ctx, id, token, lease, fn,
 		func(ctx context.Context) (bool, error) {
-			n, err := replyInt("commit", id, scriptCommit.exec(ctx, s.c, key, token, s.ttl))
+			n, err := replyInt("extend", id, scriptExtend.exec(ctx, s.c, key, token, leaseMS))
 			return n == 1, err
+		},
+		func(ctx context.Context) (int64, error) {
+			return replyInt("commit", id, scriptCommit.exec(ctx, s.c, key, token, s.ttl))
 		},
 		func(ctx context.Context) error {
 			_, err := replyInt("release", id, scriptRelease.exec(ctx, s.c, key, token))
@@ -212,24 +248,28 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 		})
 }
 
-// runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn,
-// then commit on success or release on failure or panic. Commit and release run
-// even when ctx is already cancelled, bounded by a short timeout, and are
-// retried when their connection is lost (retryLost).
-func runLeased(ctx context.Context, id string, fn func(context.Context) error,
-	commit func(context.Context) (bool, error), release func(context.Context) error) (err error) {
+// runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
+// with the lease kept alive (keepAlive), then commit on success or release on
+// failure or panic. Commit and release run even when ctx is already
+// cancelled, bounded by a short timeout, and are retried when their
+// connection is lost (retryLost). commit returns commit.lua's reply.
+func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
+	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
+	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
 	done := false
 	defer func() {
 		if done {
 			return
 		}
 		// fn panicked: give the id back before the panic goes on.
+		hb.stop()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = retryLost(rctx, release)
 	}()
-	fnErr := fn(ctx)
+	fnErr := fn(hb)
 	done = true
+	hb.stop()
 	if fnErr != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -241,23 +281,29 @@ func runLeased(ctx context.Context, id string, fn func(context.Context) error,
 	}
 	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
 	// redelivery does not run it again.
-	// A commit whose connection was lost is retried: if the first one did
-	// happen, the retry finds "1" and reports ErrLeaseLost, which still tells
-	// the caller the message is processed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	var ok bool
+	var n int64
+	attempts := 0
 	err = retryLost(cctx, func(ctx context.Context) (err error) {
-		ok, err = commit(ctx)
+		attempts++
+		n, err = commit(ctx)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("redisonce: do %q: %w", id, ErrLeaseLost)
+	switch {
+	case n == 1 || n == 2:
+		return nil
+	case n == 0 && attempts > 1:
+		// A retry after a lost connection found the mark: the first attempt landed.
+		return nil
+	case n == 0:
+		return errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+	default:
+		return errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
-	return nil
 }
 
 // Close closes the client if the store opened it (OpenClaims); for a store made

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -28,9 +31,54 @@ import (
 func ClientOptions(url string) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
-		return rueidis.ClientOption{}, fmt.Errorf("redisonce: open %q: %w", url, err)
+		return rueidis.ClientOption{}, openError(url, err)
 	}
 	opt.DisableCache = true
 	opt.MaxFlushDelay = 20 * time.Microsecond
 	return opt, nil
+}
+
+// openError is err from opening rawURL, for an error message: the URL without
+// its password ((*url.URL).Redacted), and err's text with the password cut out
+// too (url.Parse quotes the whole URL). When the password had to be cut from
+// err's text, the result wraps ErrInvalidArgument instead of err, so no
+// errors.Unwrap reaches the password either.
+func openError(rawURL string, err error) error {
+	shown, secret := redactURL(rawURL)
+	if secret == "" || !strings.Contains(err.Error(), secret) {
+		return fmt.Errorf("redisonce: open %s: %w", shown, err)
+	}
+	text := strings.ReplaceAll(err.Error(), secret, "xxxxx")
+	if errors.Is(err, ErrInvalidArgument) {
+		return fmt.Errorf("redisonce: open %s: %s", shown, text)
+	}
+	return fmt.Errorf("redisonce: open %s: %w: %s", shown, ErrInvalidArgument, text)
+}
+
+// redactURL returns rawURL quoted with its password replaced by "xxxxx", and
+// the password ("" when there is none). A URL that does not parse has the
+// text between "://" and the last "@" before the path treated as userinfo.
+func redactURL(rawURL string) (shown, secret string) {
+	if u, err := url.Parse(rawURL); err == nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			return fmt.Sprintf("%q", u.Redacted()), pw
+		}
+		return fmt.Sprintf("%q", rawURL), ""
+	}
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return fmt.Sprintf("%q", rawURL), ""
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return fmt.Sprintf("%q", rawURL), ""
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok || pw == "" {
+		return fmt.Sprintf("%q", rawURL), ""
+	}
+	return fmt.Sprintf("%q", strings.Replace(rawURL, ":"+pw+"@", ":xxxxx@", 1)), pw
 }

@@ -1,8 +1,10 @@
 // Package store gives exactly-once effects on top of at-least-once delivery, with
 // three Redis stores and an in-memory reference implementation of each:
 //
-//   - Claims: dedupe on a message id for consumers; exactly one of N concurrent
-//     consumers wins, and a lease makes a crashed consumer's message retried.
+//   - Claims: dedupe on a message id for consumers; Claims.Do runs an effect
+//     once across N concurrent consumers, keeps its lease alive while the
+//     effect runs, and lets a crashed consumer's lease expire so the message
+//     is retried. Claim alone is a dedupe mark taken before the effect.
 //   - Outbox: a per-connection unacknowledged tail for gateways.
 //   - Records: idempotency records with a lease, a status and a stored result.
 //
@@ -16,11 +18,17 @@
 // ErrInvalidArgument before anything is sent, and again by the script before its
 // first write.
 //
+// Do (Claims and Records) puts the caller's Lease in fn's context; see
+// LeaseFromContext.
+//
 // Memory: with maxmemory and noeviction, Redis refuses every write script that
 // could grow memory up front (an OOM error; nothing is written). The operations
-// that only remove data (Forget, Ack, AckMany, DropConn, Delete, DeleteFenced,
-// and the release inside Claims.Do) run anyway (flags=allow-oom), so an
-// application can always drain its keys.
+// that cannot grow it (Forget, Ack, AckMany, DropConn, Delete, DeleteFenced;
+// inside Claims.Do the lease extension, the commit and the release; inside
+// Records.Do the lease renewal) run anyway (flags=allow-oom), so an effect
+// that happened is committed and an application can always drain its keys.
+//
+// Errors never show the password of a URL given to OpenX.
 //
 // Clients: a store made with NewX borrows the rueidis.Client you pass (its Close is
 // a no-op); OpenX(url) owns the client it creates. OpenX takes redis://, rediss://

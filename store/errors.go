@@ -19,8 +19,12 @@ var (
 	ErrStaleOwner = errors.New("stale owner")
 	// ErrInFlight: another holder's lease on the id is still live; retry later.
 	ErrInFlight = errors.New("in flight")
-	// ErrLeaseLost: the caller's lease expired and the id was taken or removed
-	// before the caller could commit; its effect may have run twice.
+	// ErrLeaseLost: Claims.Do's commit found the id held or processed by
+	// another consumer (the lease ran out while extensions failed, or the id
+	// was forgotten and claimed again); the effect may have run twice. Also
+	// the cause of fn's cancelled context when a lease extension finds the
+	// lease gone, and Records.Do's answer when its record vanished and another
+	// caller acquired the key before the final write.
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrOutboxFull: the connection's unacknowledged tail is at its limit; nothing
 	// was appended (script code FULL).

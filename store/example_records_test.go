@@ -19,14 +19,18 @@ import (
 
 // An HTTP API that takes an Idempotency-Key header: the first request creates
 // the order, a retry with the same key gets the stored response back, a
-// concurrent retry is told to come back later, and the same key with a
-// different body is refused. With Redis, make the store with
-// store.OpenRecords("redis://localhost:6379", store.WithTTL(24*time.Hour)); the
+// concurrent retry is told to come back later, the same key with a different
+// body is refused, and a declined card (a final outcome, marked with
+// store.Permanent) is answered the same way on every retry. Any other error —
+// the provider's 503, the client hanging up — drops the record, so a retry
+// runs again. With Redis, make the store with
+// store.OpenRecords("redis://localhost:6379") (records live 24 hours); the
 // memory twin here behaves the same.
 func ExampleRecords_Do() {
-	records := store.NewMemoryRecords(store.WithTTL(24 * time.Hour))
+	records := store.NewMemoryRecords()
 	defer records.Close()
 	orders := 0
+	errDeclined := errors.New("card declined")
 
 	createOrder := func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
@@ -41,14 +45,23 @@ func ExampleRecords_Do() {
 		}
 		sum := sha256.Sum256(append([]byte(r.Method+" "+r.URL.Path+"\n"), body...))
 		opts := store.AcquireOptions{
-			Lease:       30 * time.Second, // longer than the slowest request
+			Lease:       10 * time.Second, // Do renews it while the handler runs
 			Fingerprint: hex.EncodeToString(sum[:]),
 		}
 		result, replayed, err := records.Do(r.Context(), "orders:"+key, opts, func(ctx context.Context) ([]byte, error) {
+			if string(body) == "stolen card" {
+				// A final answer: stored, and replayed to every retry.
+				return nil, store.Permanent(errDeclined)
+			}
 			orders++ // the effect: charge the card, insert the row...
 			return fmt.Appendf(nil, `{"order":%d,"item":%q}`, orders, body), nil
 		})
 		switch {
+		case errors.Is(err, store.ErrFailed):
+			// A retry of a declined request: result is the stored error text.
+			http.Error(w, string(result), http.StatusPaymentRequired)
+		case errors.Is(err, errDeclined):
+			http.Error(w, err.Error(), http.StatusPaymentRequired)
 		case errors.Is(err, store.ErrInFlight):
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "a request with this key is in progress", http.StatusConflict)
@@ -75,11 +88,15 @@ func ExampleRecords_Do() {
 	post("k-1", "book") // retry: replayed
 	post("k-1", "lamp") // same key, other body: refused
 	post("k-2", "lamp") // another key: runs
+	post("k-3", "stolen card")
+	post("k-3", "stolen card") // retry: the same answer, fn does not run again
 	// Output:
 	// 200 false {"order":1,"item":"book"}
 	// 200 true {"order":1,"item":"book"}
 	// 422 false this key was used with a different request
 	// 200 false {"order":2,"item":"lamp"}
+	// 402 false card declined
+	// 402 false card declined
 }
 
 // The seed contract's example, verbatim but for the constructor: the API

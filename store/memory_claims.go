@@ -22,6 +22,9 @@ type MemoryClaims struct {
 type memClaim struct {
 	value   string    // "1" or "~<token>", as in Redis
 	expires time.Time // zero: never
+	// running: a Do in this process holds the lease and is extending it, so
+	// it does not expire (see Do).
+	running bool
 }
 
 var _ ClaimStore = (*MemoryClaims)(nil)
@@ -36,7 +39,7 @@ func NewMemoryClaims(opts ...Option) *MemoryClaims {
 // get returns id's live entry, dropping an expired one. Callers hold mu.
 func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
 	e, ok := s.m[id]
-	if ok && !e.expires.IsZero() && !now.Before(e.expires) {
+	if ok && !e.running && !e.expires.IsZero() && !now.Before(e.expires) {
 		delete(s.m, id)
 		return memClaim{}, false
 	}
@@ -51,7 +54,7 @@ func (s *MemoryClaims) expiry(now time.Time, d time.Duration) time.Time {
 }
 
 // claim is claim.lua: 1 created, 0 processed, -1 in flight.
-func (s *MemoryClaims) claim(id, value string, ttl time.Duration) int {
+func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -61,7 +64,7 @@ func (s *MemoryClaims) claim(id, value string, ttl time.Duration) int {
 		}
 		return 0
 	}
-	s.m[id] = memClaim{value: value, expires: s.expiry(now, ttl)}
+	s.m[id] = memClaim{value: value, expires: s.expiry(now, ttl), running: running}
 	return 1
 }
 
@@ -70,7 +73,7 @@ func (s *MemoryClaims) Claim(ctx context.Context, id string) (bool, error) {
 	if err := s.check(ctx, "claim", id); err != nil {
 		return false, err
 	}
-	return s.claim(id, "1", s.ttl) == 1, nil
+	return s.claim(id, "1", s.ttl, false) == 1, nil
 }
 
 // ClaimMany is Claims.ClaimMany.
@@ -82,7 +85,7 @@ func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, err
 	}
 	out := make([]bool, len(ids))
 	for i, id := range ids {
-		out[i] = s.claim(id, "1", s.ttl) == 1
+		out[i] = s.claim(id, "1", s.ttl, false) == 1
 	}
 	return out, nil
 }
@@ -115,7 +118,10 @@ func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
 	return nil
 }
 
-// Do is Claims.Do.
+// Do is Claims.Do. Its owner lives in this process, so a running Do's lease
+// never expires here (as if extended continuously; a fake clock moved past it
+// cannot take it away); the heartbeat still runs every lease/3, moves the
+// expiry and cancels fn's context when the lease is lost (a Forget).
 func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error) {
 	if err := s.check(ctx, "do", id); err != nil {
 		return false, err
@@ -123,23 +129,43 @@ func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, f
 	if lease <= 0 {
 		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
-	held := "~" + newToken()
-	switch s.claim(id, held, lease) {
+	token := newToken()
+	held := "~" + token
+	switch s.claim(id, held, lease, true) {
 	case 0:
 		return false, nil
 	case -1:
 		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	return true, runLeased(ctx, id, fn,
-		func(context.Context) (bool, error) { // commit.lua
+	return true, runLeased(ctx, id, token, lease, fn,
+		func(context.Context) (bool, error) { // extend.lua
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			now := s.now()
-			if e, ok := s.get(id, now); !ok || e.value != held {
+			e, ok := s.get(id, now)
+			if !ok || e.value != held {
 				return false, nil
 			}
-			s.m[id] = memClaim{value: "1", expires: s.expiry(now, s.ttl)}
+			e.expires = now.Add(lease)
+			s.m[id] = e
 			return true, nil
+		},
+		func(context.Context) (int64, error) { // commit.lua
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			now := s.now()
+			reply := int64(1)
+			e, ok := s.get(id, now)
+			switch {
+			case !ok:
+				reply = 2
+			case e.value == "1":
+				return 0, nil
+			case e.value != held:
+				return -1, nil
+			}
+			s.m[id] = memClaim{value: "1", expires: s.expiry(now, s.ttl)}
+			return reply, nil
 		},
 		func(context.Context) error { // release.lua
 			s.mu.Lock()

@@ -27,6 +27,9 @@ type memRecord struct {
 	created, updated, expires, lease int64
 	fence                            uint64
 	fp, token                        string
+	// running is the token of a Do in this process that holds the lease and
+	// renews it: while it is the record's token, the lease does not pass.
+	running string
 }
 
 var (
@@ -35,11 +38,11 @@ var (
 )
 
 // NewMemoryRecords returns an empty in-memory records store. Options: WithTTL
-// (default 0: a record acquired with TTL 0 never expires), WithClock (default
+// (default DefaultRecordsTTL, 24 hours; 0: never expire), WithClock (default
 // time.Now).
 func NewMemoryRecords(opts ...Option) *MemoryRecords {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err}
+	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.recordsTTL(), now: cfg.now, err: cfg.err}
 }
 
 // nowMS is the clock in ms, as TIME gives it to the scripts.
@@ -109,10 +112,13 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 		if o.Fingerprint != "" && r.fp != "" && o.Fingerprint != r.fp {
 			return Record{}, false, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 		}
-		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now {
+		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token {
 			return r.record(key, false), false, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now
+		if op == "do" {
+			r.running = token
+		}
 		r.fence++
 		if r.fp == "" {
 			r.fp = o.Fingerprint
@@ -123,6 +129,9 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 		status:  string(StatusPending),
 		created: now, updated: now, lease: leaseUntil,
 		fence: 1, fp: o.Fingerprint, token: token,
+	}
+	if op == "do" {
+		r.running = token
 	}
 	if o.TTL > 0 {
 		r.expires = now + durMS(o.TTL)
@@ -229,7 +238,26 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 	return nil
 }
 
-// Do is Records.Do.
+// renew is renew.lua.
+func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.nowMS()
+	r, ok := s.live(key, now)
+	if !ok {
+		return 0, nil
+	}
+	if r.status != string(StatusPending) || r.token != token {
+		return -1, nil
+	}
+	r.lease = now + durMS(lease)
+	return 1, nil
+}
+
+// Do is Records.Do. Its owner lives in this process, so a running Do's lease
+// never passes here (as if renewed continuously; a fake clock moved past it
+// cannot take the record over); the heartbeat still runs every o.Lease/3,
+// moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
 func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
 	if err := s.check(ctx, "do", key); err != nil {
 		return nil, false, err

@@ -13,6 +13,7 @@ type config struct {
 	prefix    string
 	prefixSet bool
 	ttl       time.Duration
+	ttlSet    bool
 	now       func() time.Time
 	maxUnack  int      // Outbox: the most unacked messages per connection, 0 = unbounded
 	observer  Observer // nil: no events
@@ -27,17 +28,20 @@ func WithPrefix(p string) Option {
 }
 
 // WithTTL sets how long a key lives after a write. Claims: the dedupe window of a
-// processed id. Records: the lifetime of a record acquired with a zero
-// AcquireOptions.TTL (or Acquire's ttl 0), counted from its creation. Default 0:
-// keys never expire. Negative values are invalid
-// (every call then returns ErrInvalidArgument). Sub-millisecond durations round
-// up to 1 ms so that a positive TTL never becomes "no expiry".
+// processed id; default 0: a processed id is remembered forever (its key is
+// never freed: set a TTL a little longer than the broker's longest
+// redelivery, e.g. 7 days). Records: the lifetime of a record acquired with a
+// zero AcquireOptions.TTL (or Acquire's ttl 0), counted from its creation;
+// default DefaultRecordsTTL (24 hours); WithTTL(0): records never expire.
+// Negative values are invalid: Open* fails with ErrInvalidArgument, and a
+// store made with New* returns that error from every call. Sub-millisecond
+// durations round up to 1 ms so that a positive TTL never becomes "no expiry".
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 && c.err == nil {
 			c.err = fmt.Errorf("redisonce: WithTTL(%v): %w: negative duration", d, ErrInvalidArgument)
 		}
-		c.ttl = d
+		c.ttl, c.ttlSet = d, true
 	}
 }
 
@@ -51,8 +55,9 @@ func WithClock(now func() time.Time) Option {
 // WithMaxUnacked bounds an Outbox connection's unacknowledged tail: an Append of
 // a new message while the tail holds n messages fails with ErrOutboxFull and
 // writes nothing (an idempotent retry of an id already in the tail still
-// succeeds). Default 0: unbounded. Negative values are invalid (every call then
-// returns ErrInvalidArgument). Other stores ignore it.
+// succeeds). Default 0: unbounded. Negative values are invalid: OpenOutbox
+// fails with ErrInvalidArgument, and an Outbox made with NewOutbox returns that
+// error from every call. Other stores ignore it.
 func WithMaxUnacked(n int) Option {
 	return func(c *config) {
 		if n < 0 && c.err == nil {
@@ -71,4 +76,12 @@ func newConfig(defaultPrefix string, opts []Option) config {
 		c.now = time.Now
 	}
 	return c
+}
+
+// recordsTTL is the Records' TTL: WithTTL's when given, else DefaultRecordsTTL.
+func (c config) recordsTTL() time.Duration {
+	if c.ttlSet {
+		return c.ttl
+	}
+	return DefaultRecordsTTL
 }

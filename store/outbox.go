@@ -140,16 +140,15 @@ func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 // rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
+	s := NewOutbox(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewOutbox(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c, s.owned = c, true
 	return s, nil
 }
 

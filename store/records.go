@@ -14,6 +14,11 @@ import (
 // otherwise: a record lives in the hash "idempotency:<key>".
 const DefaultRecordsPrefix = "idempotency:"
 
+// DefaultRecordsTTL is how long a record lives unless WithTTL or
+// AcquireOptions.TTL says otherwise: 24 hours, the retention of Stripe's
+// idempotency keys. A client retrying later than that runs the request again.
+const DefaultRecordsTTL = 24 * time.Hour
+
 // Limits of a record, checked in Go (ErrInvalidArgument, nothing sent) and again
 // by the scripts (BADARG, nothing written). Keys are limited by MaxIDLen.
 const (
@@ -40,12 +45,13 @@ var (
 	scriptGet     = mustScript("get")
 	scriptUpdate  = mustScript("update")
 	scriptDelete  = mustScript("delete")
+	scriptRenew   = mustScript("renew")
 )
 
 // ErrFailed is returned by Do for a key whose record is failed: an earlier run
-// of fn returned an error, stored as the record's payload. Do does not run fn
-// again for that key until the record expires or is deleted; the error's text
-// ends with the stored one.
+// of fn returned an error marked with Permanent, stored as the record's
+// payload. Do does not run fn again for that key until the record expires or
+// is deleted; the error's text ends with the stored one.
 var ErrFailed = errors.New("failed")
 
 // Status is a record's lifecycle state. The three constants are the ones the
@@ -111,7 +117,7 @@ type Update struct {
 	LeaseUntil *time.Time
 	// Token fences the update: when set, it applies only if Token is the
 	// record's current owner token, else ErrStaleOwner and nothing changes.
-	// Empty: unfenced, as in the seed contract.
+	// Empty: unfenced.
 	Token string
 }
 
@@ -119,7 +125,7 @@ type Update struct {
 type AcquireOptions struct {
 	// TTL is how long a new record lives, counted from its creation (a
 	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default 0: the record never expires. Negative values are invalid.
+	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the
@@ -169,6 +175,8 @@ type recordOps interface {
 	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
 	deleteFenced(ctx context.Context, op, key, token string) error
+	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
+	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
 }
 
 // Records keeps idempotency records in Redis: one hash per key, prefix+key,
@@ -199,37 +207,38 @@ var (
 
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
-// 0: a record acquired with TTL 0 never expires).
+// DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
+// expire). An invalid option is returned by every call (OpenRecords fails
+// with it instead).
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.ttl, err: cfg.err}
+	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.recordsTTL(), err: cfg.err}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
 // rueidis.ParseURL) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
+	s := NewRecords(nil, opts...) // options are checked before connecting
+	if s.err != nil {
+		return nil, s.err
+	}
 	c, err := openClient(url)
 	if err != nil {
 		return nil, err
 	}
-	s := NewRecords(c, opts...)
-	if s.err != nil {
-		c.Close()
-		return nil, s.err
-	}
-	s.owned = true
+	s.c, s.owned = c, true
 	return s, nil
 }
 
 // Acquire creates key's record, pending, expiring after ttl (0: the store's
-// WithTTL, default never), and returns it with true; an existing unexpired
-// record is returned with false. This is the seed contract:
-// AcquireWith(ctx, key, AcquireOptions{TTL: ttl}), without a lease.
+// WithTTL, default 24 hours), and returns it with true; an existing unexpired
+// record is returned with false. It is AcquireWith(ctx, key,
+// AcquireOptions{TTL: ttl}), without a lease.
 func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
 	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
 }
@@ -334,7 +343,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	return err
 }
 
-// Delete removes key's record, whoever owns it (the seed contract); a missing
+// Delete removes key's record, whoever owns it; a missing
 // key is not an error. It also removes a key that does not hold a record.
 func (s *Records) Delete(ctx context.Context, key string) error {
 	if err := s.check(ctx, "delete", key); err != nil {
@@ -363,6 +372,10 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error
 	return err
 }
 
+func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
+	return replyInt("renew", key, scriptRenew.exec(ctx, s.c, s.prefix+key, token, s.leaseMS.ms(lease)))
+}
+
 // Do runs fn at most once per key across every process sharing the store, and
 // replays its result to every retry — the flow of an API taking an
 // Idempotency-Key, or a queue deduplicating enqueues:
@@ -378,19 +391,40 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error
 //   - a pending record under another owner's live lease (or without a lease):
 //     ErrInFlight; retry later;
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
-//   - otherwise the caller owns the record and fn runs. Its result is stored as
-//     completed; its error as failed, with the error text (cut to
-//     MaxRecordPayloadLen) as payload, and returned as is; an error marked with
-//     Retryable deletes the record instead, so the next Do runs fn again; a
-//     panic deletes the record and goes on. A result longer than MaxRecordPayloadLen
-//     cannot be stored: the record is marked failed and Do returns the result
-//     with ErrInvalidArgument.
+//   - otherwise the caller owns the record and fn runs, with the lease
+//     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live
+//     owner never loses it however long fn takes, and the Lease (token and
+//     fence) in fn's context (LeaseFromContext). If a renewal finds the record
+//     taken over or removed, fn's context is cancelled with a cause wrapping
+//     ErrStaleOwner (context.Cause); a network error is retried until the
+//     lease would actually have run out.
+//   - fn's result is stored as completed and returned.
+//   - fn's error deletes the record (fenced by the token), so the next Do runs
+//     fn again, and is returned as is — whatever it is: a provider's 503, a
+//     context.Canceled because the client hung up, a bug. Only an error marked
+//     with Permanent (and not a context error) is stored as failed, with the
+//     error text (cut to MaxRecordPayloadLen) as payload, and replayed to
+//     every later Do with ErrFailed until the record expires or is deleted.
+//   - a panic deletes the record and goes on.
+//   - A result longer than MaxRecordPayloadLen cannot be stored: the record
+//     is marked failed and Do returns the result with ErrInvalidArgument.
 //
-// The final write is fenced by the owner's token: if fn outran its lease and
-// another caller took the record over, Do returns fn's result with
-// ErrStaleOwner and the new owner's record is left alone; if the record expired
-// or was deleted meanwhile, ErrLeaseLost. The final write runs even when ctx is
-// cancelled, bounded by 5 seconds. Pick a lease longer than fn's longest run.
+// The final write is fenced by the owner's token: if another caller took the
+// record over (possible only when renewals failed for a whole lease, or after
+// an Update that moved the lease), Do returns fn's result with ErrStaleOwner
+// and the new owner's record is left alone. A final write that finds the
+// record gone (it expired, or was deleted, and nobody acquired the key since)
+// creates it again with fn's outcome (fence 1, the TTL counted from now); if
+// another caller acquired the key in between, ErrLeaseLost. A final write
+// whose connection is lost is retried: it is idempotent, as the record keeps
+// its owner's token. The final write runs even when ctx is cancelled, bounded
+// by 5 seconds.
+//
+// A caller that crashes stops renewing, and the next Do takes the record
+// over once o.Lease passes: pick a lease of a few seconds, not the length of
+// fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
+// the payload, is refused; Do returns that error and the next Do runs fn again
+// after the lease.
 func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
 	if err := s.check(ctx, "do", key); err != nil {
 		return nil, false, err
@@ -414,10 +448,12 @@ func (s *Records) check(ctx context.Context, op, key string) error {
 	return checkID(ctx, op, key)
 }
 
-// Retryable marks fn's error as transient for Do: instead of storing it in a
-// failed record, Do deletes the record (fenced by its token) so that the next
-// Do for the key runs fn again. Do returns the marked error; errors.Is and
-// errors.As see through the mark. Retryable(nil) is nil.
+// Retryable marks fn's error as transient for Do: Do deletes the record
+// (fenced by its token) so that the next Do for the key runs fn again. This is
+// what Do does with every error not marked Permanent, so Retryable only
+// documents intent — or overrides a Permanent mark deeper in the chain. Do
+// returns the marked error; errors.Is and errors.As see through the mark.
+// Retryable(nil) is nil.
 func Retryable(err error) error {
 	if err == nil {
 		return nil
@@ -429,6 +465,34 @@ type retryableError struct{ err error }
 
 func (e retryableError) Error() string { return e.err.Error() }
 func (e retryableError) Unwrap() error { return e.err }
+
+// Permanent marks fn's error as final for Do: the record is stored as failed
+// with the error's text as payload, Do returns the error, and every later Do
+// for the key replays the text with ErrFailed instead of running fn, until the
+// record expires or is deleted — for an outcome that a retry of the same
+// request must see again (a declined card, a validation failure). A context
+// error (context.Canceled, context.DeadlineExceeded) is never stored, marked
+// or not; nor is an error also marked Retryable. errors.Is and errors.As see
+// through the mark. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// storeFailure says whether Do stores fn's error as a failed record.
+func storeFailure(err error) bool {
+	var p permanentError
+	var r retryableError
+	return errors.As(err, &p) && !errors.As(err, &r) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
 
 // doRecord is Do after the key and ctx were checked, shared by Records and
 // MemoryRecords.
@@ -451,33 +515,53 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		}
 	}
 	token := rec.Token
+	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
+		func(ctx context.Context) (bool, error) {
+			n, err := s.renew(ctx, key, token, o.Lease)
+			return n == 1, err
+		})
 	finished := false
 	defer func() {
 		if finished {
 			return
 		}
 		// fn panicked: give the key back before the panic goes on.
+		hb.stop()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
 	}()
-	result, fnErr := fn(ctx)
+	result, fnErr := fn(hb)
 	finished = true
+	hb.stop()
 
 	// The effect has happened: record it even if ctx was cancelled meanwhile,
 	// and again when the connection was lost under the write (retryLost): the
 	// fenced write is idempotent.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	lost := func(err error) error {
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("redisonce: do %q: %w", key, ErrLeaseLost)
+	// final stores status and payload, fenced by the token; a record found
+	// gone is created again (acquire), unless another caller got there first.
+	final := func(status Status, payload []byte) error {
+		err := retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
+		})
+		if !errors.Is(err, ErrNotFound) {
+			return err
 		}
-		return err
+		again, ok, err := s.acquire(wctx, "do", key, o)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
+		}
+		return retryLost(wctx, func(ctx context.Context) error {
+			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: again.Token})
+		})
 	}
 	if fnErr != nil {
-		var r retryableError
-		if errors.As(fnErr, &r) {
+		if !storeFailure(fnErr) {
 			if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
 				return nil, false, errors.Join(fnErr, err)
 			}
@@ -487,31 +571,20 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		if len(text) > MaxRecordPayloadLen {
 			text = text[:MaxRecordPayloadLen]
 		}
-		failed := StatusFailed
-		if err := retryLost(wctx, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &failed, Payload: &text, Token: token})
-		}); err != nil {
-			return nil, false, errors.Join(fnErr, lost(err))
+		if err := final(StatusFailed, text); err != nil {
+			return nil, false, errors.Join(fnErr, err)
 		}
 		return nil, false, fnErr
 	}
 	if len(result) > MaxRecordPayloadLen {
 		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
-		text := []byte(tooLong.Error())
-		failed := StatusFailed
-		if err := retryLost(wctx, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &failed, Payload: &text, Token: token})
-		}); err != nil {
-			return result, false, errors.Join(tooLong, lost(err))
+		if err := final(StatusFailed, []byte(tooLong.Error())); err != nil {
+			return result, false, errors.Join(tooLong, err)
 		}
 		return result, false, tooLong
 	}
-	completed := StatusCompleted
-	payload := result
-	if err := retryLost(wctx, func(ctx context.Context) error {
-		return s.update(ctx, "do", key, Update{Status: &completed, Payload: &payload, Token: token})
-	}); err != nil {
-		return result, false, lost(err)
+	if err := final(StatusCompleted, result); err != nil {
+		return result, false, err
 	}
 	return result, false, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
 )
 
 func callCommand() *command {
@@ -43,12 +44,12 @@ element per line. Put -- before arguments that start with "-".
 					return usageError{fmt.Sprintf("%s takes %d key(s), then its ARGV", s.Name, s.NumKeys)}
 				}
 				keys, argv := args[1:1+s.NumKeys], args[1+s.NumKeys:]
-				srv, err := connect(ctx, *u)
+				srv, err := server.Connect(ctx, *u)
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
-				c := srv.client
+				c := srv.Client
 				var cmd rueidis.Completed
 				nk := int64(s.NumKeys)
 				switch {
@@ -61,11 +62,11 @@ element per line. Put -- before arguments that start with "-".
 				default:
 					cmd = c.B().Evalsha().Sha1(s.SHA1).Numkeys(nk).Key(keys...).Arg(argv...).Build()
 				}
-				cctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+				cctx, cancel := context.WithTimeout(ctx, server.CmdTimeout)
 				defer cancel()
 				m, err := c.Do(cctx, cmd).ToMessage()
 				if err != nil {
-					return explainCall(err, srv.where, s, *fcall)
+					return explainCall(err, srv.Where, s, *fcall)
 				}
 				return printReply(e.stdout, m)
 			}
@@ -85,7 +86,7 @@ func explainCall(err error, where string, s redisonce.Script, fcall bool) error 
 				redisonce.FunctionName(s.Name), where, re.Error())
 		}
 	}
-	return explain(err, where)
+	return server.Explain(err, where)
 }
 
 // printReply writes a reply: integers and strings as they are, nil as (nil),

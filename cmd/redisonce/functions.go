@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
 )
 
 func functionsCommand() *command {
@@ -44,16 +45,13 @@ names) and runs FUNCTION LOAD REPLACE. Safe to re-run.
 					_, err := io.WriteString(e.stdout, code)
 					return err
 				}
-				srv, err := connect(ctx, *u)
+				srv, err := server.Connect(ctx, *u)
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
-				nodes, err := srv.primaries(ctx)
+				nodes, err := srv.ScriptPrimaries(ctx)
 				if err != nil {
-					return err
-				}
-				if err := checkVersions(ctx, nodes); err != nil {
 					return err
 				}
 				for _, n := range nodes {
@@ -62,9 +60,9 @@ names) and runs FUNCTION LOAD REPLACE. Safe to re-run.
 						return err
 					}
 					for _, d := range deleted {
-						fmt.Fprintf(e.stdout, "%s: deleted older library %s\n", n.addr, d)
+						fmt.Fprintf(e.stdout, "%s: deleted older library %s\n", n.Addr, d)
 					}
-					fmt.Fprintf(e.stdout, "%s: loaded library %s (%d functions)\n", n.addr, name, len(redisonce.All()))
+					fmt.Fprintf(e.stdout, "%s: loaded library %s (%d functions)\n", n.Addr, name, len(redisonce.All()))
 				}
 				return nil
 			}
@@ -79,16 +77,16 @@ type library struct {
 }
 
 // listLibraries runs FUNCTION LIST LIBRARYNAME pattern WITHCODE on n.
-func listLibraries(ctx context.Context, n node, pattern string) ([]library, error) {
-	vals, err := n.c.Do(ctx, n.c.B().FunctionList().Libraryname(pattern).Withcode().Build()).ToArray()
+func listLibraries(ctx context.Context, n server.Node, pattern string) ([]library, error) {
+	vals, err := n.Client.Do(ctx, n.Client.B().FunctionList().Libraryname(pattern).Withcode().Build()).ToArray()
 	if err != nil {
-		return nil, explain(err, n.addr)
+		return nil, server.Explain(err, n.Addr)
 	}
 	var out []library
 	for _, v := range vals {
 		m, err := v.AsMap()
 		if err != nil {
-			return nil, fmt.Errorf("%s: unexpected FUNCTION LIST reply: %v", n.addr, err)
+			return nil, fmt.Errorf("%s: unexpected FUNCTION LIST reply: %v", n.Addr, err)
 		}
 		var l library
 		name, code, fns := m["library_name"], m["library_code"], m["functions"]
@@ -109,8 +107,8 @@ func listLibraries(ctx context.Context, n node, pattern string) ([]library, erro
 // put back. Re-running is safe: REPLACE overwrites the same library, and a
 // library another run deleted meanwhile ("Library not found") is ignored.
 // It returns the names of the libraries it deleted.
-func installFunctions(ctx context.Context, n node, name, code string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+func installFunctions(ctx context.Context, n server.Node, name, code string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, server.CmdTimeout)
 	defer cancel()
 	libs, err := listLibraries(ctx, n, redisonce.FunctionPrefix+"*")
 	if err != nil {
@@ -122,8 +120,44 @@ func installFunctions(ctx context.Context, n node, name, code string) ([]string,
 			older = append(older, l)
 		}
 	}
+	results, err := execInstall(ctx, n, older, code)
+	if err != nil {
+		return nil, fmt.Errorf("install library %s: %w", name, explainFunction(err, n.Addr))
+	}
+	if len(results) != len(older)+1 {
+		return nil, fmt.Errorf("install library %s on %s: EXEC returned %d replies, want %d", name, n.Addr, len(results), len(older)+1)
+	}
+	var deleted []string
+	for i, l := range older {
+		err := results[i].Error()
+		switch {
+		case err == nil:
+			deleted = append(deleted, l.name)
+		case strings.Contains(err.Error(), "Library not found"): // deleted by a concurrent run
+		default:
+			return nil, fmt.Errorf("install library %s: delete %s: %w", name, l.name, server.Explain(err, n.Addr))
+		}
+	}
+	if err := results[len(older)].Error(); err != nil {
+		return nil, restoreLibraries(ctx, n, name, older, err)
+	}
+	// Check what the server now holds.
+	after, err := listLibraries(ctx, n, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(after) != 1 || after[0].functions != len(redisonce.All()) {
+		return nil, fmt.Errorf("install library %s on %s: FUNCTION LIST shows %d libraries by that name (want 1, with %d functions)",
+			name, n.Addr, len(after), len(redisonce.All()))
+	}
+	return deleted, nil
+}
+
+// execInstall runs MULTI, FUNCTION DELETE <older>..., FUNCTION LOAD REPLACE,
+// EXEC on one connection and returns EXEC's replies.
+func execInstall(ctx context.Context, n server.Node, older []library, code string) ([]rueidis.RedisMessage, error) {
 	var results []rueidis.RedisMessage
-	err = n.c.Dedicated(func(d rueidis.DedicatedClient) error {
+	err := n.Client.Dedicated(func(d rueidis.DedicatedClient) error {
 		cmds := rueidis.Commands{d.B().Multi().Build()}
 		for _, l := range older {
 			cmds = append(cmds, d.B().FunctionDelete().LibraryName(l.name).Build())
@@ -139,45 +173,23 @@ func installFunctions(ctx context.Context, n node, name, code string) ([]string,
 		results, err = res[len(res)-1].ToArray()
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("install library %s: %w", name, explainFunction(err, n.addr))
-	}
-	if len(results) != len(older)+1 {
-		return nil, fmt.Errorf("install library %s on %s: EXEC returned %d replies, want %d", name, n.addr, len(results), len(older)+1)
-	}
-	var deleted []string
-	for i, l := range older {
-		err := results[i].Error()
-		switch {
-		case err == nil:
-			deleted = append(deleted, l.name)
-		case strings.Contains(err.Error(), "Library not found"): // deleted by a concurrent run
-		default:
-			return nil, fmt.Errorf("install library %s: delete %s: %w", name, l.name, explain(err, n.addr))
+	return results, err
+}
+
+// restoreLibraries puts the older libraries back after the load failed
+// inside EXEC (the deletes have then happened), and returns the error to
+// report.
+func restoreLibraries(ctx context.Context, n server.Node, name string, older []library, loadErr error) error {
+	var restore []error
+	for _, l := range older {
+		if l.code != "" {
+			restore = append(restore, n.Client.Do(ctx, n.Client.B().FunctionLoad().Replace().FunctionCode(l.code).Build()).Error())
 		}
 	}
-	if err := results[len(older)].Error(); err != nil {
-		var restore []error
-		for _, l := range older {
-			if l.code != "" {
-				restore = append(restore, n.c.Do(ctx, n.c.B().FunctionLoad().Replace().FunctionCode(l.code).Build()).Error())
-			}
-		}
-		if rerr := errors.Join(restore...); rerr != nil {
-			return nil, fmt.Errorf("install library %s: %w; restoring the older libraries failed too: %v", name, explainFunction(err, n.addr), rerr)
-		}
-		return nil, fmt.Errorf("install library %s: %w (the older libraries were left in place)", name, explainFunction(err, n.addr))
+	if rerr := errors.Join(restore...); rerr != nil {
+		return fmt.Errorf("install library %s: %w; restoring the older libraries failed too: %v", name, explainFunction(loadErr, n.Addr), rerr)
 	}
-	// Check what the server now holds.
-	after, err := listLibraries(ctx, n, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(after) != 1 || after[0].functions != len(redisonce.All()) {
-		return nil, fmt.Errorf("install library %s on %s: FUNCTION LIST shows %d libraries by that name (want 1, with %d functions)",
-			name, n.addr, len(after), len(redisonce.All()))
-	}
-	return deleted, nil
+	return fmt.Errorf("install library %s: %w (the older libraries were left in place)", name, explainFunction(loadErr, n.Addr))
 }
 
 // explainFunction is explain plus the errors FUNCTION LOAD adds.
@@ -186,5 +198,5 @@ func explainFunction(err error, addr string) error {
 		return fmt.Errorf("another library on %s already defines a redisonce_ function (%s): "+
 			"find it with FUNCTION LIST and remove it with FUNCTION DELETE <library>", addr, re.Error())
 	}
-	return explain(err, addr)
+	return server.Explain(err, addr)
 }

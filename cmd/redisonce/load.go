@@ -4,11 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
-
-	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
 )
 
 func loadCommand() *command {
@@ -32,25 +30,22 @@ to EVAL by themselves), or install the Functions library instead
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			u := urlFlag(fs, defaultURL)
 			return func(ctx context.Context, e *env, _ []string) error {
-				srv, err := connect(ctx, *u)
+				srv, err := server.Connect(ctx, *u)
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
-				nodes, err := srv.primaries(ctx)
+				nodes, err := srv.ScriptPrimaries(ctx)
 				if err != nil {
 					return err
 				}
-				if err := checkVersions(ctx, nodes); err != nil {
-					return err
-				}
-				if err := loadScripts(ctx, nodes, redisonce.All()); err != nil {
+				if err := server.LoadScripts(ctx, nodes, redisonce.All()); err != nil {
 					return err
 				}
 				for _, s := range redisonce.All() {
 					fmt.Fprintf(e.stdout, "%s %s\n", s.Name, s.SHA1)
 				}
-				e.logf("loaded %d scripts on %s: %s", len(redisonce.All()), plural(len(nodes), "primary", "primaries"), addrs(nodes))
+				e.logf("loaded %d scripts on %s: %s", len(redisonce.All()), plural(len(nodes), "primary", "primaries"), server.Addrs(nodes))
 				return nil
 			}
 		},
@@ -59,39 +54,6 @@ to EVAL by themselves), or install the Functions library instead
 
 // defaultURL is the server when neither --url nor REDIS_URL says otherwise.
 const defaultURL = "redis://127.0.0.1:6379"
-
-// loadScripts runs SCRIPT LOAD of every script on every node in one pipeline
-// per node and checks each returned SHA1 against the bundle's.
-func loadScripts(ctx context.Context, nodes []node, scripts []redisonce.Script) error {
-	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
-	defer cancel()
-	for _, n := range nodes {
-		cmds := make(rueidis.Commands, len(scripts))
-		for i, s := range scripts {
-			cmds[i] = n.c.B().ScriptLoad().Script(s.Source).Build()
-		}
-		for i, r := range n.c.DoMulti(ctx, cmds...) {
-			sha, err := r.ToString()
-			if err != nil {
-				return fmt.Errorf("load %s: %w", scripts[i].Name, explain(err, n.addr))
-			}
-			if sha != scripts[i].SHA1 {
-				return fmt.Errorf("load %s on %s: the server returned SHA1 %s, the bundle says %s "+
-					"(a proxy that rewrites scripts? or a build whose scripts/SHA1SUMS is stale: run make sums)",
-					scripts[i].Name, n.addr, sha, scripts[i].SHA1)
-			}
-		}
-	}
-	return nil
-}
-
-func addrs(nodes []node) string {
-	a := make([]string, len(nodes))
-	for i, n := range nodes {
-		a[i] = n.addr
-	}
-	return strings.Join(a, ", ")
-}
 
 // plural renders "1 primary", "3 primaries".
 func plural(n int, one, many string) string {

@@ -1,17 +1,28 @@
 // Command redisonce lists, prints and installs the redisonce script bundle for
-// callers outside Go, and runs the demo:
+// callers outside Go, shows the stores' state to an operator, and runs the demo:
 //
 //	redisonce scripts                 the scripts: name, SHA1, keys, read/write, summary
 //	redisonce show NAME               one script's source, byte for byte
 //	redisonce load [--url U]          SCRIPT LOAD every script on every primary
 //	redisonce functions [--load]      print (or install) the Redis Functions library
 //	redisonce call NAME KEY [ARG...]  run one script with EVALSHA (or --fcall FCALL)
+//	redisonce inspect claim ID | tail CONN | record KEY
+//	                                  one key's state in words (read-only; --json)
+//	redisonce stats [--store S]       count keys by state on every primary (SCAN; --json)
+//	redisonce version [--url U]       module and scripts' versions (and what a server holds)
 //	redisonce demo [--url U]          the main job: a small fleet, exactly-once effects
 //
 // The server is taken from --url, else the REDIS_URL environment variable, else
-// redis://127.0.0.1:6379 (demo: else a throwaway redis-server it starts itself).
-// Every command takes --help. On failure the command prints one line saying what
-// went wrong and what to do, and exits non-zero (1; 2 for a usage error).
+// redis://127.0.0.1:6379 (demo: else a throwaway redis-server it starts itself;
+// version: else no server). Every command takes --help. On failure the command
+// prints one line saying what went wrong and what to do, never a password, and
+// exits non-zero: 1, or 2 for a usage error; inspect exits 3 when the key is
+// not found and 4 when it is not the store's.
+//
+// The commands reach Redis through internal/server (one client per URL:
+// standalone, cluster or Sentinel; its primaries; errors explained), read
+// the stores' keys through internal/inspect, and run the demo from
+// internal/demo.
 package main
 
 import (
@@ -64,7 +75,10 @@ func (e *env) logf(format string, args ...any) { fmt.Fprintf(e.stderr, format+"\
 
 // commands lists every subcommand, in help order.
 func commands() []*command {
-	return []*command{scriptsCommand(), showCommand(), loadCommand(), functionsCommand(), callCommand(), demoCommand()}
+	return []*command{
+		scriptsCommand(), showCommand(), loadCommand(), functionsCommand(), callCommand(),
+		inspectCommand(), statsCommand(), versionCommand(), demoCommand(),
+	}
 }
 
 // usageError is a bad command line: exit 2 with a pointer to --help.
@@ -76,6 +90,7 @@ func (u usageError) Error() string { return u.msg }
 // the command and returns the exit code. Tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
+	args = commandFirst(args)
 	if len(args) == 0 {
 		topUsage(stderr)
 		return exitUsage
@@ -116,6 +131,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := runFn(ctx, e, pos); err != nil {
+		var ec exitCode
+		if errors.As(err, &ec) {
+			return int(ec)
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "redisonce %s: %s; run 'redisonce %s --help'\n", c.name, oneLine(ue.msg), c.name)
@@ -125,6 +144,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// commandFirst moves --url U (or --url=U) given before the command name to
+// after it, so "redisonce --url U stats" works like "redisonce stats --url U".
+func commandFirst(args []string) []string {
+	var lead []string
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case (a == "--url" || a == "-url") && len(args) > 1:
+			lead, args = append(lead, args[:2]...), args[2:]
+			continue
+		case strings.HasPrefix(a, "--url=") || strings.HasPrefix(a, "-url="):
+			lead, args = append(lead, a), args[1:]
+			continue
+		}
+		break
+	}
+	if len(lead) == 0 || len(args) == 0 {
+		return append(lead, args...)
+	}
+	return append(append([]string{args[0]}, lead...), args[1:]...)
 }
 
 // parseInterleaved lets flags and positional arguments mix ("call claim k 1

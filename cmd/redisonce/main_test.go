@@ -13,8 +13,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/demo"
 	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
@@ -108,6 +110,21 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+func TestCommandFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"--url", "U", "stats", "--json"}, []string{"stats", "--url", "U", "--json"}},
+		{[]string{"--url=U", "inspect", "claim", "x"}, []string{"inspect", "--url=U", "claim", "x"}},
+		{[]string{"stats", "--url", "U"}, []string{"stats", "--url", "U"}},
+		{[]string{"--url"}, []string{"--url"}},
+		{[]string{"--url", "U"}, []string{"--url", "U"}},
+		{nil, nil},
+	} {
+		if got := commandFirst(tc.in); !cmp.Equal(got, tc.want, cmpopts.EquateEmpty()) {
+			t.Errorf("commandFirst(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestParseInterleaved(t *testing.T) {
 	for _, tc := range []struct {
 		args, pos []string
@@ -170,50 +187,6 @@ func TestFunctionsPrintsTheLibrary(t *testing.T) {
 	c, out, errs := cli(t, "functions")
 	if c != 0 || errs != "" || out != code {
 		t.Errorf("functions: exit %d, stderr %q, stdout is the library: %v", c, errs, out == code)
-	}
-}
-
-func TestVersionError(t *testing.T) {
-	for v, old := range map[string]bool{"6.2.14": true, "5.0.7": true, "7.0.0": false, "7.0.15": false, "8.2.1": false, "": false, "x": false} {
-		err := versionError("h:1", v)
-		if (err != nil) != old {
-			t.Errorf("versionError(%q) = %v, want an error: %v", v, err, old)
-		}
-		if err != nil && !strings.Contains(err.Error(), "needs Redis >= 7.0") {
-			t.Errorf("versionError(%q) = %v, want it to say what is needed", v, err)
-		}
-	}
-}
-
-func TestExplainOldServer(t *testing.T) {
-	// What Redis 6.2 answers to SCRIPT LOAD of a script that starts with #!lua,
-	// and what 7.x answers to a shebang it does not know.
-	for _, msg := range []string{
-		"ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'",
-		"ERR Unexpected engine in script shebang: #!lux",
-		"ERR Unknown lua shebang option: flags=nope",
-	} {
-		if !isOldServerError(msg) {
-			t.Errorf("isOldServerError(%q) = false", msg)
-		}
-	}
-	if isOldServerError("ERR Error compiling script (new function): user_script:7: '=' expected near 'x'") {
-		t.Error("a syntax error on line 7 was taken for an old server")
-	}
-}
-
-func TestRedact(t *testing.T) {
-	for in, want := range map[string]string{
-		"redis://:sekret@h:1":      "redis://:xxx@h:1",
-		"redis://u:sekret@h:1/2":   "redis://u:xxx@h:1/2",
-		"redis://h:1":              "redis://h:1",
-		"redis://u@h:1":            "redis://u@h:1",
-		"redis://:se%zzkret@h:1":   "redis://xxx@h:1",
-		"rediss://:p@ss@word@h:10": "rediss://:xxx@h:10",
-	} {
-		if got := redact(in); got != want || strings.Contains(got, "sekret") {
-			t.Errorf("redact(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 
@@ -444,48 +417,18 @@ func TestDemoStartsItsOwnServer(t *testing.T) {
 // unique messages, and the ok line.
 func checkDemoOutput(t *testing.T, out string) {
 	t.Helper()
-	for _, s := range demoSections {
-		re := regexp.MustCompile(`(?m)^ *` + s.name + ` +(\d+) +(\d+) +(\d+) +(\d+) +(-|\d+) +(-|\d+) +ok$`)
+	for _, s := range demo.Sections() {
+		re := regexp.MustCompile(`(?m)^ *` + s.Name + ` +(\d+) +(\d+) +(\d+) +(\d+) +(-|\d+) +(-|\d+) +ok$`)
 		m := re.FindStringSubmatch(out)
 		if m == nil {
-			t.Errorf("no ok row for %s in the demo output:\n%s", s.name, out)
+			t.Errorf("no ok row for %s in the demo output:\n%s", s.Name, out)
 			continue
 		}
 		if m[3] != m[4] {
-			t.Errorf("%s: unique %s, effects %s", s.name, m[3], m[4])
+			t.Errorf("%s: unique %s, effects %s", s.Name, m[3], m[4])
 		}
 	}
 	if !strings.Contains(out, "\nok: every effect applied exactly once") {
 		t.Errorf("no ok line:\n%s", out)
-	}
-}
-
-func TestPrintTalliesFailsOnMismatch(t *testing.T) {
-	var b bytes.Buffer
-	bad := printTallies(&b, []demoSection{{name: "claims"}, {name: "other"}},
-		[]tally{{delivered: 3, unique: 2, effects: 2, replays: na, stale: na}, {delivered: 3, unique: 2, effects: 3}})
-	if !strings.Contains(bad, "other: 3 effects applied for 2 unique messages") || strings.Contains(bad, "claims") {
-		t.Errorf("printTallies reason %q", bad)
-	}
-	if !regexp.MustCompile(`(?m)^ *claims +3 +0 +2 +2 +- +- +ok$`).MatchString(b.String()) ||
-		!regexp.MustCompile(`(?m)^ *other +3 +0 +2 +3 +0 +0 +FAIL$`).MatchString(b.String()) {
-		t.Errorf("table:\n%s", b.String())
-	}
-}
-
-func TestDemoExitsNonZeroWhenEffectsDiffer(t *testing.T) {
-	srv := startServer(t, redisproc.Options{})
-	saved := demoSections
-	t.Cleanup(func() { demoSections = saved })
-	demoSections = []demoSection{{name: "broken", run: func(context.Context, *demo) (tally, error) {
-		return tally{delivered: 4, duplicates: 1, unique: 2, effects: 3, replays: na, stale: na}, nil
-	}}}
-	code, out, errs := cli(t, "demo", "--url", srv.URL())
-	if code != exitFail || strings.Contains(out, "\nok:") {
-		t.Errorf("exit %d, stdout:\n%s", code, out)
-	}
-	oneLineErr(t, errs, "redisonce demo: exactly-once broken: broken: 3 effects applied for 2 unique messages")
-	if !regexp.MustCompile(`(?m)^ *broken +4 +1 +2 +3 +- +- +FAIL$`).MatchString(out) {
-		t.Errorf("no FAIL row:\n%s", out)
 	}
 }

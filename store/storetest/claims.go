@@ -211,33 +211,89 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
-	t.Run("DoCrashedHolderLeaseExpires", func(t *testing.T) {
+	t.Run("DoLeaseKeptAlive", func(t *testing.T) {
 		s := newStore(t)
 		lease := 2 * h.Tick
 		ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
-			// This holder stalls past its lease, as a crashed one would; the
-			// redelivery takes the message over and processes it.
+			l, ok := store.LeaseFromContext(ctx)
+			if !ok || l.ID != "m" || l.Token == "" || l.Fence != 0 {
+				t.Errorf("LeaseFromContext = %+v, %v; want id m, a token, fence 0", l, ok)
+			}
+			// fn runs past its lease; the heartbeat keeps the lease, so a
+			// redelivery meanwhile is still in flight.
 			h.Wait(lease + h.Tick)
-			ran, err := s.Do(ctx, "m", 10*h.Tick, func(context.Context) error { return nil })
+			ran, err := s.Do(ctx, "m", 10*h.Tick, func(context.Context) error {
+				t.Error("a redelivery ran while the first holder was alive")
+				return nil
+			})
+			if ran || !errors.Is(err, store.ErrInFlight) {
+				t.Errorf("redelivery past the lease = %v, %v; want false, ErrInFlight", ran, err)
+			}
+			return ctx.Err()
+		})
+		if !ran || err != nil {
+			t.Errorf("long-running holder's Do = %v, %v; want true, nil", ran, err)
+		}
+		if !must(t)(s.Seen(ctx, "m")) || must(t)(s.Claim(ctx, "m")) {
+			t.Error("the commit did not mark the id processed")
+		}
+		if _, ok := store.LeaseFromContext(ctx); ok {
+			t.Error("LeaseFromContext outside fn = true")
+		}
+	})
+
+	t.Run("DoCommitAfterForget", func(t *testing.T) {
+		s := newStore(t)
+		// The key is gone when the commit runs (forgotten; a lease that
+		// expired is the same) and nobody took the id: the commit writes the
+		// processed mark instead of giving up.
+		ran, err := s.Do(ctx, "m", 10*h.Tick, func(ctx context.Context) error { return s.Forget(ctx, "m") })
+		if !ran || err != nil {
+			t.Errorf("Do = %v, %v; want true, nil", ran, err)
+		}
+		if !must(t)(s.Seen(ctx, "m")) || must(t)(s.Claim(ctx, "m")) {
+			t.Error("the commit on an absent key did not write the processed mark")
+		}
+	})
+
+	t.Run("DoLeaseLostToAnotherConsumer", func(t *testing.T) {
+		s := newStore(t)
+		ran, err := s.Do(ctx, "m", 10*h.Tick, func(ctx context.Context) error {
+			noErr(t, s.Forget(ctx, "m"))
+			// Another consumer processes the message meanwhile.
+			ran, err := s.Do(context.Background(), "m", 10*h.Tick, func(context.Context) error { return nil })
 			if !ran || err != nil {
-				t.Errorf("redelivery after the lease expired = %v, %v; want true, nil", ran, err)
+				t.Errorf("second consumer's Do = %v, %v; want true, nil", ran, err)
 			}
 			return nil
 		})
 		if !ran || !errors.Is(err, store.ErrLeaseLost) {
-			t.Errorf("stalled holder's Do = %v, %v; want true, ErrLeaseLost", ran, err)
+			t.Errorf("first consumer's Do = %v, %v; want true, ErrLeaseLost", ran, err)
 		}
-		if !must(t)(s.Seen(ctx, "m")) || must(t)(s.Claim(ctx, "m")) {
-			t.Error("the takeover's commit was undone by the stalled holder")
+		if !must(t)(s.Seen(ctx, "m")) {
+			t.Error("the id is no longer processed")
 		}
 	})
 
-	t.Run("DoLeaseLostAfterForget", func(t *testing.T) {
+	t.Run("DoCancelsFnWhenLeaseLost", func(t *testing.T) {
 		s := newStore(t)
-		_, err := s.Do(ctx, "m", 10*h.Tick, func(ctx context.Context) error { return s.Forget(ctx, "m") })
-		wantErr(t, err, store.ErrLeaseLost)
+		ran, err := s.Do(ctx, "m", 3*h.Tick, func(ctx context.Context) error {
+			noErr(t, s.Forget(ctx, "m"))
+			// The next heartbeat (every lease/3, in real time) finds the lease
+			// gone and cancels fn.
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				t.Error("fn's context was not cancelled after its lease was lost")
+				return nil
+			}
+		})
+		if !ran || !errors.Is(err, store.ErrLeaseLost) {
+			t.Errorf("Do = %v, %v; want true, an error wrapping ErrLeaseLost", ran, err)
+		}
 		if must(t)(s.Seen(ctx, "m")) {
-			t.Error("a commit without the lease wrote the key")
+			t.Error("a failed fn left a mark")
 		}
 	})
 

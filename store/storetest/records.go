@@ -174,8 +174,16 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustGet(t, s, "other", true)
 	})
 
-	t.Run("NoTTLNeverExpires", func(t *testing.T) {
+	t.Run("DefaultTTLIs24h", func(t *testing.T) {
 		s := newStore(t)
+		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
+		if got := rec.ExpiresAt.Sub(rec.CreatedAt); got != store.DefaultRecordsTTL {
+			t.Errorf("ExpiresAt - CreatedAt = %v, want %v", got, store.DefaultRecordsTTL)
+		}
+	})
+
+	t.Run("ZeroTTLNeverExpires", func(t *testing.T) {
+		s := newStore(t, store.WithTTL(0))
 		rec := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
 		if !rec.ExpiresAt.IsZero() {
 			t.Errorf("ExpiresAt = %v, want zero (never)", rec.ExpiresAt)
@@ -633,28 +641,51 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		}
 	})
 
-	t.Run("DoFailureIsStoredAndReplayed", func(t *testing.T) {
+	t.Run("DoPermanentFailureIsStoredAndReplayed", func(t *testing.T) {
 		s := newStore(t)
 		boom := errors.New("boom: card declined")
-		res, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return nil, boom })
+		res, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return nil, fmt.Errorf("charge: %w", store.Permanent(boom)) })
 		if res != nil || replayed || !errors.Is(err, boom) {
 			t.Fatalf("Do = %q, %v, %v; want nil, false, boom", res, replayed, err)
 		}
 		got := mustGet(t, s, "k", true)
-		if got.Status != store.StatusFailed || string(got.Payload) != boom.Error() || !got.LeaseUntil.IsZero() {
+		if got.Status != store.StatusFailed || string(got.Payload) != "charge: "+boom.Error() || !got.LeaseUntil.IsZero() {
 			t.Errorf("record = %+v; want failed with the error text and no lease", got)
 		}
 		res, replayed, err = s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
 			t.Error("fn ran again for a failed record")
 			return nil, nil
 		})
-		if string(res) != boom.Error() || !replayed || !errors.Is(err, store.ErrFailed) || !strings.HasSuffix(err.Error(), boom.Error()) {
+		if string(res) != "charge: "+boom.Error() || !replayed || !errors.Is(err, store.ErrFailed) || !strings.HasSuffix(err.Error(), boom.Error()) {
 			t.Errorf("retry = %q, %v, %v; want the error text, true, ErrFailed ending with it", res, replayed, err)
 		}
 		// Deleting the failed record lets the next Do run fn.
 		noErr(t, s.Delete(ctx, "k"))
 		if res, replayed, err := s.Do(ctx, "k", doOpts, result("ok")); string(res) != "ok" || replayed || err != nil {
 			t.Errorf("Do after Delete = %q, %v, %v", res, replayed, err)
+		}
+	})
+
+	t.Run("DoErrorDeletes", func(t *testing.T) {
+		for _, fail := range []error{
+			errors.New("provider: 503"),
+			fmt.Errorf("handler: %w", context.Canceled),
+			context.DeadlineExceeded,
+			store.Permanent(context.Canceled), // a context error is never stored
+			store.Retryable(store.Permanent(errors.New("overridden"))),
+		} {
+			s := newStore(t)
+			_, replayed, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) { return nil, fail })
+			if replayed || !errors.Is(err, fail) {
+				t.Fatalf("Do failing with %v = %v, %v; want false, the error", fail, replayed, err)
+			}
+			mustGet(t, s, "k", false)
+			if res, replayed, err := s.Do(ctx, "k", doOpts, result("ok")); string(res) != "ok" || replayed || err != nil {
+				t.Errorf("retry after %v = %q, %v, %v; want ok, false, nil", fail, res, replayed, err)
+			}
+		}
+		if store.Permanent(nil) != nil {
+			t.Error("Permanent(nil) != nil")
 		}
 	})
 
@@ -689,16 +720,41 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustGet(t, s, "k", false)
 	})
 
-	t.Run("DoStalledOwnerCannotOverwrite", func(t *testing.T) {
+	t.Run("DoLeaseKeptAlive", func(t *testing.T) {
 		s := newStore(t)
 		lease := 2 * tick
 		res, replayed, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
-			// This owner stalls past its lease; a retry takes the key over and
-			// completes it first.
+			l, ok := store.LeaseFromContext(ctx)
+			if !ok || l.ID != "k" || l.Token == "" || l.Fence != 1 {
+				t.Errorf("LeaseFromContext = %+v, %v; want key k, a token, fence 1", l, ok)
+			}
+			// fn runs past its lease; the heartbeat keeps it, so a retry
+			// meanwhile is still in flight.
 			h.Wait(lease + tick)
-			res, replayed, err := s.Do(ctx, "k", doOpts, result("B"))
+			_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+				t.Error("a retry ran while the first owner was alive")
+				return nil, nil
+			})
+			wantErr(t, err, store.ErrInFlight)
+			return []byte("A"), ctx.Err()
+		})
+		if string(res) != "A" || replayed || err != nil {
+			t.Errorf("long-running owner's Do = %q, %v, %v; want A, false, nil", res, replayed, err)
+		}
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
+			t.Errorf("record = %+v; want completed A, fence 1", got)
+		}
+	})
+
+	t.Run("DoStalledOwnerCannotOverwrite", func(t *testing.T) {
+		s := newStore(t)
+		res, replayed, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
+			// This owner loses the record (removed, as a lease that ran out
+			// and was taken over would be) and another caller completes it first.
+			noErr(t, s.Delete(ctx, "k"))
+			res, replayed, err := s.Do(context.Background(), "k", doOpts, result("B"))
 			if string(res) != "B" || replayed || err != nil {
-				t.Errorf("takeover Do = %q, %v, %v; want B, false, nil", res, replayed, err)
+				t.Errorf("second owner's Do = %q, %v, %v; want B, false, nil", res, replayed, err)
 			}
 			return []byte("A"), nil
 		})
@@ -706,8 +762,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			t.Errorf("stalled owner's Do = %q, %v, %v; want A, false, ErrStaleOwner", res, replayed, err)
 		}
 		got := mustGet(t, s, "k", true)
-		if got.Status != store.StatusCompleted || string(got.Payload) != "B" || got.Fence != 2 {
-			t.Errorf("record = %+v; want the takeover's result B, fence 2", got)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "B" {
+			t.Errorf("record = %+v; want the second owner's result B", got)
 		}
 		if res, replayed, err := s.Do(ctx, "k", doOpts, result("C")); string(res) != "B" || !replayed || err != nil {
 			t.Errorf("later Do = %q, %v, %v; want B, true, nil", res, replayed, err)
@@ -716,28 +772,54 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 	t.Run("DoStalledOwnerFailureCannotOverwrite", func(t *testing.T) {
 		s := newStore(t)
-		lease := 2 * tick
-		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
-			h.Wait(lease + tick)
-			_, _, err := s.Do(ctx, "k", doOpts, result("B"))
+		_, _, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
+			noErr(t, s.Delete(ctx, "k"))
+			_, _, err := s.Do(context.Background(), "k", doOpts, result("B"))
 			noErr(t, err)
-			return nil, store.Retryable(errors.New("late failure"))
+			return nil, errors.New("late failure")
 		})
 		wantErr(t, err, store.ErrStaleOwner)
 		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "B" {
-			t.Errorf("record = %+v; want the takeover's result B", got)
+			t.Errorf("record = %+v; want the second owner's result B", got)
 		}
 	})
 
-	t.Run("DoLeaseLost", func(t *testing.T) {
+	t.Run("DoRecreatesRemovedRecord", func(t *testing.T) {
 		s := newStore(t)
+		// The record is gone when the final write runs (deleted; one that
+		// expired is the same) and nobody acquired the key since: the final
+		// write stores the outcome instead of giving up.
 		res, _, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
 			return []byte("A"), s.Delete(ctx, "k")
 		})
-		if string(res) != "A" || !errors.Is(err, store.ErrLeaseLost) {
-			t.Errorf("Do = %q, %v; want A, ErrLeaseLost", res, err)
+		if string(res) != "A" || err != nil {
+			t.Errorf("Do = %q, %v; want A, nil", res, err)
 		}
-		mustGet(t, s, "k", false)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" {
+			t.Errorf("record = %+v; want completed A", got)
+		}
+	})
+
+	t.Run("DoCancelsFnWhenRecordLost", func(t *testing.T) {
+		s := newStore(t)
+		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: 3 * tick}, func(ctx context.Context) ([]byte, error) {
+			noErr(t, s.Delete(ctx, "k"))
+			_, ok, err := s.AcquireWith(context.Background(), "k", doOpts) // another owner
+			if !ok || err != nil {
+				t.Errorf("AcquireWith = %v, %v", ok, err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				t.Error("fn's context was not cancelled after its record was taken")
+				return nil, nil
+			}
+		})
+		wantErr(t, err, store.ErrStaleOwner)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
+			t.Errorf("record = %+v; want the other owner's pending record", got)
+		}
 	})
 
 	t.Run("DoFingerprint", func(t *testing.T) {
@@ -770,7 +852,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	t.Run("DoLongErrorTextIsCut", func(t *testing.T) {
 		s := newStore(t)
 		_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
-			return nil, errors.New(strings.Repeat("e", store.MaxRecordPayloadLen+10))
+			return nil, store.Permanent(errors.New(strings.Repeat("e", store.MaxRecordPayloadLen+10)))
 		})
 		if err == nil {
 			t.Fatal("Do = nil error")

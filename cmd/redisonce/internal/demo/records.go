@@ -1,0 +1,456 @@
+package demo
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// The records section: clients send payment requests with an Idempotency-Key
+// to a pool of API servers, and retry: after a lost response (the retry gets
+// the stored result replayed), while the first try is still running (409, try
+// again later), after a transient provider error (Do drops the record of a
+// failed call, so the retry charges). One server's provider call hangs for
+// three leases: Do keeps its lease alive meanwhile, so retries on other
+// servers are told to come back later (409) instead of charging twice; when
+// the call times out, the record is dropped and a retry charges. A request
+// that reuses a key with a different body is refused.
+const (
+	recordsServers   = 3
+	recordsClients   = 8
+	recordsRequests  = 40
+	recordsLease     = 400 * time.Millisecond
+	recordsWork      = 3 * time.Millisecond  // one charge at the provider
+	recordsSlow      = 60 * time.Millisecond // a slow first charge
+	recordsPatience  = 15 * time.Millisecond // a client's timeout
+	recordsBackoff   = 30 * time.Millisecond // a client's wait after a 409
+	recordsMaxTries  = 100
+	recordsStalledOn = 7 // request pay-007 meets the stalled server
+)
+
+// scenario is what happens to one request on its first try.
+type scenario int
+
+const (
+	plain        scenario = iota
+	lostResponse          // the response is lost: the client retries
+	impatient             // the charge is slow: the client retries meanwhile
+	transient             // the provider fails once with a retryable error
+	stalled               // the provider call hangs past the lease, then fails
+)
+
+var (
+	errProvider503     = errors.New("payment provider: 503 try again")
+	errProviderTimeout = errors.New("payment provider: timed out")
+)
+
+// provider is the payment provider: the effect, counted per key.
+type provider struct {
+	mu       sync.Mutex
+	charges  map[string]int
+	attempts map[string]int
+	// The stall: held is closed when the stalled server is inside its call
+	// (it owns the record).
+	held     chan struct{}
+	heldOnce sync.Once
+}
+
+func (p *provider) charge(ctx context.Context, server, key, body string, sc scenario) ([]byte, error) {
+	p.mu.Lock()
+	p.attempts[key]++
+	first := p.attempts[key] == 1
+	p.mu.Unlock()
+	wait := recordsWork
+	switch {
+	case first && sc == transient:
+		return nil, errProvider503 // Do drops the record: a retry charges
+	case first && sc == stalled:
+		// The server hangs on a dead connection to the provider for three
+		// leases (Do keeps the lease alive), then the call fails.
+		p.heldOnce.Do(func() { close(p.held) })
+		if err := sleep(ctx, 3*recordsLease); err != nil {
+			return nil, err
+		}
+		return nil, errProviderTimeout
+	case first && sc == impatient:
+		wait = recordsSlow
+	}
+	if err := sleep(ctx, wait); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.charges[key]++
+	return fmt.Appendf(nil, "receipt: %s charged %s by %s", key, body, server), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// recordsStats counts what the servers saw.
+type recordsStats struct {
+	mu                                           sync.Mutex
+	calls, ran, replays, inFlight, failed, stale int
+	answered                                     int
+}
+
+func (s *recordsStats) add(f func(s *recordsStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+// apiServer is one API process.
+type apiServer struct {
+	name string
+	recs *store.Records
+}
+
+// handle serves one request: an HTTP-like status and body.
+func (a *apiServer) handle(ctx context.Context, p *provider, st *recordsStats, key, body string, sc scenario) (int, []byte, error) {
+	st.add(func(s *recordsStats) { s.calls++ })
+	o := store.AcquireOptions{Lease: recordsLease, Fingerprint: fingerprint(body)}
+	res, replayed, err := a.recs.Do(ctx, key, o, func(ctx context.Context) ([]byte, error) {
+		st.add(func(s *recordsStats) { s.ran++ })
+		return p.charge(ctx, a.name, key, body, sc)
+	})
+	switch {
+	case err == nil && replayed:
+		st.add(func(s *recordsStats) { s.replays++ })
+		return 200, res, nil
+	case err == nil:
+		return 200, res, nil
+	case errors.Is(err, store.ErrInFlight):
+		st.add(func(s *recordsStats) { s.inFlight++ })
+		return 409, nil, nil
+	case errors.Is(err, store.ErrFingerprintMismatch):
+		return 422, nil, nil
+	case errors.Is(err, store.ErrStaleOwner):
+		st.add(func(s *recordsStats) { s.stale++ })
+		return 504, nil, nil
+	case errors.Is(err, errProvider503):
+		st.add(func(s *recordsStats) { s.failed++ })
+		return 503, nil, nil
+	case errors.Is(err, errProviderTimeout):
+		st.add(func(s *recordsStats) { s.failed++ })
+		return 504, nil, nil
+	}
+	return 500, nil, fmt.Errorf("%s: %w", a.name, err)
+}
+
+// fingerprint is the request's digest, stored with its record.
+func fingerprint(body string) string {
+	h := sha256.Sum256([]byte(body))
+	return hex.EncodeToString(h[:8])
+}
+
+func runRecords(ctx context.Context, d *Env) (Tally, error) {
+	r, err := newRecordsRun(d)
+	defer r.close()
+	if err != nil {
+		return Tally{}, err
+	}
+	r.plan()
+	if err := r.serveAll(ctx); err != nil {
+		return Tally{}, err
+	}
+	if err := r.reuseKey(ctx); err != nil {
+		return Tally{}, err
+	}
+	effects, err := r.check(ctx)
+	if err != nil {
+		return Tally{}, err
+	}
+	st := r.st
+	d.say("records", "done: %d calls for %d payments, each charged once", st.calls, recordsRequests)
+	return Tally{
+		Delivered:  st.calls,
+		Duplicates: st.replays + st.inFlight,
+		Unique:     recordsRequests,
+		Effects:    effects,
+		Replays:    st.replays,
+		Stale:      st.stale,
+		Notes: []string{
+			fmt.Sprintf("%s found the first try still running (Do: ErrInFlight, answered 409)", plural(st.inFlight, "retry", "retries")),
+			fmt.Sprintf("%s dropped the record (Do's default for an error), so the retry charged", plural(st.failed, "failed provider call", "failed provider calls")),
+			"1 provider call hung for 3 leases: the lease was kept alive, retries got 409 meanwhile; a reused key with another body refused (ErrFingerprintMismatch)",
+		},
+	}, nil
+}
+
+// recordsRun is the records section's state: the servers, the provider, the
+// requests and their answers.
+type recordsRun struct {
+	d         *Env
+	servers   []*apiServer
+	procs     []*process
+	p         *provider
+	st        *recordsStats
+	keys      []string
+	bodies    map[string]string
+	scenarios map[string]scenario
+
+	background sync.WaitGroup // first tries the client stopped waiting for
+	bgErrs     chan error
+	amu        sync.Mutex // guards answers and stallStart
+	answers    map[string][]byte
+	stallStart time.Time
+}
+
+// newRecordsRun opens one process per API server.
+func newRecordsRun(d *Env) (*recordsRun, error) {
+	r := &recordsRun{d: d, st: &recordsStats{},
+		p: &provider{charges: map[string]int{}, attempts: map[string]int{},
+			held: make(chan struct{})},
+		bodies: map[string]string{}, scenarios: map[string]scenario{},
+		answers: map[string][]byte{}, bgErrs: make(chan error, recordsRequests)}
+	opts := []store.Option{store.WithPrefix(d.prefix + "records:"), store.WithTTL(10 * time.Minute)}
+	for i := range recordsServers {
+		proc, err := d.newProcess()
+		if err != nil {
+			return r, err
+		}
+		r.procs = append(r.procs, proc)
+		r.servers = append(r.servers, &apiServer{name: fmt.Sprintf("s%d", i+1), recs: store.NewRecords(proc.client, opts...)})
+	}
+	return r, nil
+}
+
+func (r *recordsRun) close() {
+	for _, p := range r.procs {
+		p.client.Close()
+	}
+}
+
+// plan draws the requests: a key, a body and what happens on the first try.
+func (r *recordsRun) plan() {
+	rng := rand.New(rand.NewPCG(3, 4))
+	counts := map[scenario]int{}
+	for i := range recordsRequests {
+		key := fmt.Sprintf("pay-%03d", i+1)
+		r.keys = append(r.keys, key)
+		r.bodies[key] = fmt.Sprintf("%d.%02d EUR", 10+rng.IntN(90), rng.IntN(100))
+		sc := plain
+		switch x := rng.IntN(20); {
+		case x < 5:
+			sc = lostResponse
+		case x < 8:
+			sc = impatient
+		case x < 10:
+			sc = transient
+		}
+		if i+1 == recordsStalledOn {
+			sc = stalled
+		}
+		r.scenarios[key] = sc
+		counts[sc]++
+	}
+	r.d.say("records", "%d API servers, %d clients sending %d payments with an Idempotency-Key, lease %v",
+		recordsServers, recordsClients, recordsRequests, recordsLease)
+	r.d.say("records", "on the first try: %d responses lost, %d charges slow (the client retries meanwhile), %d provider 503s, 1 server stall",
+		counts[lostResponse], counts[impatient], counts[transient])
+}
+
+// serveAll runs the clients, each sending its share of the requests, and
+// waits for the first tries they stopped waiting for.
+func (r *recordsRun) serveAll(ctx context.Context) error {
+	errs := make(chan error, recordsClients)
+	for c := range recordsClients {
+		go func() {
+			for i := c; i < len(r.keys); i += recordsClients {
+				if err := r.request(ctx, c, r.keys[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range recordsClients {
+		all = append(all, <-errs)
+	}
+	r.background.Wait()
+	close(r.bgErrs)
+	for err := range r.bgErrs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// rotation picks the server of each try: a client's tries go round the
+// pool, and the stalled request's first try meets the server that stalls.
+type rotation struct {
+	servers []*apiServer
+	client  int
+	try     int
+	stalled bool
+}
+
+func (o *rotation) next() *apiServer {
+	defer func() { o.try++ }()
+	if o.stalled && o.try == 0 {
+		return o.servers[1]
+	}
+	return o.servers[(o.client+o.try)%len(o.servers)]
+}
+
+// request runs one client request to completion: the answer it gets.
+func (r *recordsRun) request(ctx context.Context, client int, key string) error {
+	sc := r.scenarios[key]
+	servers := &rotation{servers: r.servers, client: client, stalled: sc == stalled}
+	switch sc {
+	case impatient, stalled:
+		if err := r.abandonFirstTry(ctx, servers.next(), key); err != nil {
+			return err
+		}
+	case lostResponse:
+		if _, _, err := servers.next().handle(ctx, r.p, r.st, key, r.bodies[key], sc); err != nil {
+			return err
+		}
+	}
+	return r.retryUntilAnswered(ctx, servers, key)
+}
+
+// abandonFirstTry starts the first try on first and stops waiting for it:
+// a slow charge, or the stall.
+func (r *recordsRun) abandonFirstTry(ctx context.Context, first *apiServer, key string) error {
+	sc := r.scenarios[key]
+	if sc == stalled {
+		r.amu.Lock()
+		r.stallStart = time.Now()
+		r.amu.Unlock()
+		r.d.say("records", "%s stalls on %s (its call to the provider hangs); Do keeps its lease alive", first.name, key)
+	}
+	r.background.Add(1)
+	go func() {
+		defer r.background.Done()
+		code, _, err := first.handle(ctx, r.p, r.st, key, r.bodies[key], sc)
+		switch {
+		case err != nil:
+			r.bgErrs <- err
+		case sc == stalled && code != 504:
+			r.bgErrs <- fmt.Errorf("%s's hung call on %s answered %d, want a provider timeout (504)", first.name, key, code)
+		case sc == stalled:
+			r.amu.Lock()
+			began := r.stallStart
+			r.amu.Unlock()
+			r.d.say("records", "%s's provider call on %s timed out after %v: Do dropped the record, so a retry can charge",
+				first.name, key, time.Since(began).Round(10*time.Millisecond))
+		}
+	}()
+	if sc == stalled {
+		// Retry only once the stalled server owns the record.
+		select {
+		case <-r.p.held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return sleep(ctx, recordsPatience)
+}
+
+// retryUntilAnswered retries, backing off after a 409 or a 503, until a
+// server answers 200.
+func (r *recordsRun) retryUntilAnswered(ctx context.Context, servers *rotation, key string) error {
+	sc := r.scenarios[key]
+	for range recordsMaxTries {
+		srv := servers.next()
+		code, res, err := srv.handle(ctx, r.p, r.st, key, r.bodies[key], sc)
+		if err != nil {
+			return err
+		}
+		switch code {
+		case 200:
+			r.answered(srv, key, res)
+			return nil
+		case 409, 503:
+			if err := sleep(ctx, recordsBackoff); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s answered %d for %s", srv.name, code, key)
+		}
+	}
+	return fmt.Errorf("%s: no answer after %d tries", key, recordsMaxTries)
+}
+
+// answered records the answer a client got.
+func (r *recordsRun) answered(srv *apiServer, key string, res []byte) {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	if r.scenarios[key] == stalled {
+		r.d.say("records", "%s charged %s %v after the stall began, once the hung call had failed",
+			srv.name, key, time.Since(r.stallStart).Round(10*time.Millisecond))
+	}
+	r.answers[key] = res
+	r.st.add(func(s *recordsStats) {
+		s.answered++
+		if s.answered%(recordsRequests/4) == 0 {
+			r.d.say("records", "%d/%d requests answered (%d calls so far)", s.answered, recordsRequests, s.calls)
+		}
+	})
+}
+
+// reuseKey is a buggy client that reuses a key with a different body: refused.
+func (r *recordsRun) reuseKey(ctx context.Context) error {
+	reused := r.keys[12]
+	code, _, err := r.servers[0].handle(ctx, r.p, r.st, reused, "999.99 EUR", plain)
+	if err != nil {
+		return err
+	}
+	if code != 422 {
+		return fmt.Errorf("a different body under %s answered %d, want 422 (fingerprint mismatch)", reused, code)
+	}
+	r.st.add(func(s *recordsStats) { s.calls-- }) // not one of the payments' deliveries
+	return nil
+}
+
+// check verifies one charge per key and that every answer is the stored
+// record, and returns the number of charges.
+func (r *recordsRun) check(ctx context.Context) (int, error) {
+	effects := 0
+	for _, key := range r.keys {
+		n := r.p.charges[key]
+		effects += n
+		if n != 1 {
+			return 0, fmt.Errorf("%s charged %d times, want exactly 1", key, n)
+		}
+		rec, ok, err := r.servers[0].recs.Get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || rec.Status != store.StatusCompleted || string(rec.Payload) != string(r.answers[key]) {
+			return 0, fmt.Errorf("%s: record %+v (found %v), but the client was answered %q", key, rec, ok, r.answers[key])
+		}
+		// A failed call drops its record, so every record is the first of
+		// its incarnation: nobody took a live owner's record over.
+		if rec.Fence != 1 {
+			return 0, fmt.Errorf("%s: fence %d, want 1 (no takeover of a live owner)", key, rec.Fence)
+		}
+	}
+	// Every call ended one way: charged, replayed, in flight, failed, stale;
+	// fn ran for the first, the fourth and the fifth only.
+	st := r.st
+	if sum := effects + st.replays + st.inFlight + st.failed + st.stale; sum != st.calls {
+		return 0, fmt.Errorf("%d calls, but charges %d + replays %d + in flight %d + failures %d + stale %d = %d",
+			st.calls, effects, st.replays, st.inFlight, st.failed, st.stale, sum)
+	}
+	if st.ran != effects+st.failed+st.stale {
+		return 0, fmt.Errorf("the handler ran %d times, want charges %d + failures %d + stale %d", st.ran, effects, st.failed, st.stale)
+	}
+	return effects, nil
+}

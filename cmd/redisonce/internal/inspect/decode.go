@@ -1,0 +1,192 @@
+// Package inspect reads the stores' keys with plain read commands (TYPE, GET,
+// PTTL, HGETALL, HMGET, HLEN, TIME; never a script, never a write) and puts
+// their state in words, for `redisonce inspect` and `redisonce stats`.
+//
+// The layouts it decodes are the scripts' (see their headers):
+//
+//	claims   STRING  "1" (or any value not starting with "~") = processed;
+//	                 "~<token>" = in flight, the key's PTTL is the lease left
+//	outbox   HASH    _seq, _gen, _epoch (µs), <msg_id> -> "<seq>:<payload>"
+//	records  HASH    status, payload, created_ms, updated_ms, expires_ms,
+//	                 lease_ms, fence, fp, token
+//
+// A key of another type or shape is reported as Foreign, never a crash.
+package inspect
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Foreign is a key that is not the store's: another type, or a value the
+// store's scripts never write.
+type Foreign struct{ Reason string }
+
+func (f *Foreign) Error() string { return f.Reason }
+
+func foreign(format string, args ...any) error { return &Foreign{Reason: fmt.Sprintf(format, args...)} }
+
+// States of a claim.
+const (
+	Processed = "processed"
+	InFlight  = "in flight"
+)
+
+// Claim is a claims key in words.
+type Claim struct {
+	Key   string `json:"key"`
+	State string `json:"state"`           // Processed or InFlight
+	Value string `json:"value,omitempty"` // a processed value other than "1" (written by something else)
+	Token string `json:"token,omitempty"` // in flight: the lease's token
+	TTLms int64  `json:"ttl_ms"`          // ms until the key expires (in flight: the lease left); -1 never
+}
+
+// DecodeClaim reads a claims key's value and PTTL.
+func DecodeClaim(key, value string, pttl int64) (Claim, error) {
+	c := Claim{Key: key, State: Processed, TTLms: pttl}
+	token, leased := strings.CutPrefix(value, "~")
+	switch {
+	case leased && (token == "" || len(token) > 256):
+		return c, foreign("value %s is not \"~<token>\" with a 1..256-byte token", Preview(value, 40))
+	case leased:
+		c.State, c.Token = InFlight, token
+	case value != "1":
+		c.Value = value // claim.lua counts any value not starting with "~" as processed
+	}
+	return c, nil
+}
+
+// Tail is an outbox connection's hash in words.
+type Tail struct {
+	Key        string    `json:"key"`
+	EpochUs    uint64    `json:"epoch_us"`   // server time in µs when this incarnation was created
+	Generation string    `json:"generation"` // ack-generation floor, decimal uint64
+	Seq        uint64    `json:"seq"`        // last sequence appended
+	TTLms      int64     `json:"ttl_ms"`     // -1 never
+	Messages   []Message `json:"messages"`   // in seq order
+}
+
+// Message is one unacked message of a tail.
+type Message struct {
+	ID      string `json:"id"`
+	Seq     uint64 `json:"seq"`
+	Size    int    `json:"size"`    // payload bytes
+	Preview string `json:"preview"` // the payload's start, quoted
+}
+
+// DecodeTail reads an outbox hash. Fields other than the reserved ones are
+// messages; with only the reserved fields given (stats reads no more), the
+// tail has no Messages.
+func DecodeTail(key string, fields map[string]string, pttl int64) (Tail, error) {
+	t := Tail{Key: key, TTLms: pttl, Messages: []Message{}}
+	var err error
+	if t.EpochUs, err = decimal(fields, "_epoch", true); err != nil {
+		return t, err
+	}
+	if _, err = decimal(fields, "_gen", true); err != nil {
+		return t, err
+	}
+	t.Generation = fields["_gen"]
+	if t.Seq, err = decimal(fields, "_seq", false); err != nil {
+		return t, err
+	}
+	for id, v := range fields {
+		if id == "_epoch" || id == "_gen" || id == "_seq" {
+			continue
+		}
+		seq, payload, ok := strings.Cut(v, ":")
+		n, perr := strconv.ParseUint(seq, 10, 64)
+		if strings.HasPrefix(id, "_") || !ok || perr != nil {
+			return t, foreign("field %s is not a message id with a \"<seq>:<payload>\" value", Preview(id, 40))
+		}
+		t.Messages = append(t.Messages, Message{ID: id, Seq: n, Size: len(payload), Preview: Preview(payload, 40)})
+	}
+	sort.Slice(t.Messages, func(i, j int) bool { return t.Messages[i].Seq < t.Messages[j].Seq })
+	return t, nil
+}
+
+// decimal parses fields[name] as a decimal uint64; a missing field is an
+// error when required, else 0.
+func decimal(fields map[string]string, name string, required bool) (uint64, error) {
+	v, ok := fields[name]
+	if !ok && !required {
+		return 0, nil
+	}
+	if !ok {
+		return 0, foreign("field %s is missing", name)
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, foreign("field %s is %s, want a decimal number", name, Preview(v, 24))
+	}
+	return n, nil
+}
+
+// Statuses of a record the stores write; update.lua accepts others.
+const (
+	Pending   = "pending"
+	Completed = "completed"
+	Failed    = "failed"
+)
+
+// Record is an idempotency record in words. Times are ms since the epoch on
+// the server's clock, 0 = none.
+type Record struct {
+	Key         string `json:"key"`
+	Status      string `json:"status"`
+	CreatedMs   int64  `json:"created_ms"`
+	UpdatedMs   int64  `json:"updated_ms"`
+	ExpiresMs   int64  `json:"expires_ms"`
+	LeaseMs     int64  `json:"lease_ms"` // a pending owner's lease deadline
+	Fence       string `json:"fence"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Token       string `json:"token,omitempty"`
+	Size        int    `json:"payload_size"`
+	Preview     string `json:"payload_preview"`
+}
+
+// recordTimes are the record's time fields, in the order of Record's.
+var recordTimes = []string{"created_ms", "updated_ms", "expires_ms", "lease_ms"}
+
+// DecodeRecord reads a record hash's fields. Only status is required: every
+// other field may be missing (read as empty or 0), so a record written by an
+// older or newer version of the scripts still reads. This is the one place
+// that knows the record's fields.
+func DecodeRecord(key string, f map[string]string) (Record, error) {
+	r := Record{Key: key, Status: f["status"], Fence: f["fence"], Fingerprint: f["fp"], Token: f["token"],
+		Size: len(f["payload"]), Preview: Preview(f["payload"], 40)}
+	if r.Status == "" {
+		return r, foreign("a hash without a status field: not an idempotency record")
+	}
+	times := []*int64{&r.CreatedMs, &r.UpdatedMs, &r.ExpiresMs, &r.LeaseMs}
+	for i, name := range recordTimes {
+		n, err := decimal(f, name, false)
+		if err != nil || n > 1<<53 {
+			return r, foreign("field %s is %s, want decimal ms", name, Preview(f[name], 24))
+		}
+		*times[i] = int64(n)
+	}
+	if _, err := decimal(f, "fence", false); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// RecordFields are the fields stats reads of a record: all but the payload.
+var RecordFields = []string{"status", "created_ms", "updated_ms", "expires_ms", "lease_ms", "fence", "fp", "token"}
+
+// Preview quotes the first n bytes of s (cut at a character boundary) for
+// a terminal: non-printable bytes escaped, "…" when cut.
+func Preview(s string, n int) string {
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	cut := n
+	for cut > n-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}

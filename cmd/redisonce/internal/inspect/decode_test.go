@@ -1,0 +1,108 @@
+package inspect
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDecodeClaim(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		pttl    int64
+		want    Claim
+		foreign bool
+	}{
+		{"1", -1, Claim{Key: "k", State: Processed, TTLms: -1}, false},
+		{"1", 5000, Claim{Key: "k", State: Processed, TTLms: 5000}, false},
+		{"~tok", 300, Claim{Key: "k", State: InFlight, Token: "tok", TTLms: 300}, false},
+		{"done", -1, Claim{Key: "k", State: Processed, Value: "done", TTLms: -1}, false}, // claim.lua: not "~" = processed
+		{"", -1, Claim{Key: "k", State: Processed, TTLms: -1}, false},
+		{"~", 300, Claim{}, true},
+		{"~" + strings.Repeat("x", 257), 300, Claim{}, true},
+	} {
+		got, err := DecodeClaim("k", tc.value, tc.pttl)
+		var f *Foreign
+		if tc.foreign != errors.As(err, &f) {
+			t.Errorf("DecodeClaim(%q): %v, want foreign %v", tc.value, err, tc.foreign)
+			continue
+		}
+		if !tc.foreign {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DecodeClaim(%q) (-want +got):\n%s", tc.value, diff)
+			}
+		}
+	}
+}
+
+func TestDecodeTail(t *testing.T) {
+	fields := map[string]string{"_epoch": "1700000000000000", "_gen": "18446744073709551615", "_seq": "7",
+		"b": "7:second", "a": "6:fi:rst"}
+	got, err := DecodeTail("k", fields, -1)
+	want := Tail{Key: "k", EpochUs: 1700000000000000, Generation: "18446744073709551615", Seq: 7, TTLms: -1,
+		Messages: []Message{{ID: "a", Seq: 6, Size: 6, Preview: `"fi:rst"`}, {ID: "b", Seq: 7, Size: 6, Preview: `"second"`}}}
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("DecodeTail: %v (-want +got):\n%s", err, diff)
+	}
+	for name, f := range map[string]map[string]string{
+		"no _epoch":       {"_gen": "0", "_seq": "1"},
+		"no _gen":         {"_epoch": "1", "_seq": "1"},
+		"_gen not number": {"_epoch": "1", "_gen": "x"},
+		"_seq not number": {"_epoch": "1", "_gen": "0", "_seq": "-1"},
+		"value no colon":  {"_epoch": "1", "_gen": "0", "m": "payload"},
+		"value bad seq":   {"_epoch": "1", "_gen": "0", "m": "x:payload"},
+		"reserved-like":   {"_epoch": "1", "_gen": "0", "_other": "1:p"},
+		"just a hash":     {"field": "value"},
+	} {
+		_, err := DecodeTail("k", f, -1)
+		var fe *Foreign
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: DecodeTail = %v, want a Foreign error", name, err)
+		}
+	}
+}
+
+func TestDecodeRecord(t *testing.T) {
+	full := map[string]string{"status": "completed", "payload": "result", "created_ms": "1000", "updated_ms": "2000",
+		"expires_ms": "0", "lease_ms": "0", "fence": "3", "fp": "f", "token": "t"}
+	got, err := DecodeRecord("k", full)
+	want := Record{Key: "k", Status: "completed", CreatedMs: 1000, UpdatedMs: 2000, Fence: "3", Fingerprint: "f", Token: "t",
+		Size: 6, Preview: `"result"`}
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("DecodeRecord: %v (-want +got):\n%s", err, diff)
+	}
+	// Optional fields may be missing (an older or slimmer record).
+	got, err = DecodeRecord("k", map[string]string{"status": "pending", "lease_ms": "5"})
+	if err != nil || got.Status != "pending" || got.LeaseMs != 5 || got.Fence != "" {
+		t.Errorf("DecodeRecord of a slim record = %+v, %v", got, err)
+	}
+	for name, f := range map[string]map[string]string{
+		"no status":      {"payload": "x"},
+		"empty status":   {"status": ""},
+		"time not ms":    {"status": "pending", "created_ms": "soon"},
+		"time too large": {"status": "pending", "lease_ms": "99999999999999999999"},
+		"fence not num":  {"status": "pending", "fence": "-1"},
+	} {
+		_, err := DecodeRecord("k", f)
+		var fe *Foreign
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: DecodeRecord = %v, want a Foreign error", name, err)
+		}
+	}
+}
+
+func TestPreview(t *testing.T) {
+	for in, want := range map[string]string{
+		"hello":                       `"hello"`,
+		"a\x00b":                      `"a\x00b"`,
+		strings.Repeat("x", 41):       `"` + strings.Repeat("x", 40) + `"…`,
+		strings.Repeat("é", 30):       `"` + strings.Repeat("é", 20) + `"…`,  // 2 bytes each: cut at 40
+		"x" + strings.Repeat("é", 30): `"x` + strings.Repeat("é", 19) + `"…`, // never half a character
+	} {
+		if got := Preview(in, 40); got != want {
+			t.Errorf("Preview(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is the ownership a running Do holds on its id or key. Claims.Do and
+// Records.Do put it in fn's context (LeaseFromContext), so fn can pass the
+// fencing token to a downstream system that checks it.
+type Lease struct {
+	// ID is the message id (Claims) or the record key (Records), without the
+	// store's prefix.
+	ID string
+	// Token is the owner token: the value "~<token>" holds while a claim is in
+	// flight, or the record's token field. It changes when another caller
+	// takes over.
+	Token string
+	// Fence is the record's fence (Records.Do only; 0 for Claims): it grows by
+	// one on every takeover, so a downstream system can refuse a write whose
+	// fence is lower than one it has already seen.
+	Fence uint64
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease of the Do whose fn received ctx (or a
+// context derived from it), and false outside such a fn.
+func LeaseFromContext(ctx context.Context) (Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(Lease)
+	return l, ok
+}
+
+// extendFunc extends the caller's lease by its full length from now: true when
+// the caller still holds it, false when it is lost (taken over, removed,
+// finished by someone else). An error means the extension's fate is unknown (a
+// network error): it is retried.
+type extendFunc func(ctx context.Context) (bool, error)
+
+// heartbeat keeps one Do's lease alive while fn runs. It is also fn's
+// context (the Do's ctx, cancellable, with the Lease as a value), so a Do
+// allocates it once and starts no goroutine until the first beat is due.
+type heartbeat struct {
+	context.Context // fn's context
+	lease           Lease
+	parent          context.Context
+	cancel          context.CancelCauseFunc
+	extend          extendFunc
+	length, period  time.Duration
+	op              string
+	sentinel        error // wrapped by the cause of a lost lease
+
+	mu         sync.Mutex
+	timer      *time.Timer
+	stopped    bool
+	lastOK     time.Time          // the start of the last successful extension
+	beatCancel context.CancelFunc // cancels the extension in flight
+	beats      sync.WaitGroup
+}
+
+// Value gives LeaseFromContext the lease.
+func (h *heartbeat) Value(key any) any {
+	if key == (leaseKey{}) {
+		return h.lease
+	}
+	return h.Context.Value(key)
+}
+
+// keepAlive runs while fn runs: every lease/3 it extends the lease. When an
+// extension finds the lease lost, or no extension has succeeded for a whole
+// lease (the lease may have run out on the server), fn's context is cancelled
+// with a cause "redisonce: <op> <id>: <sentinel>: ...". The heartbeat is fn's
+// context (with the Lease in it); its stop ends the beats, waits for an
+// extension in flight, and releases fn's context.
+//
+// The heartbeat outlives a cancelled ctx (fn's context is cancelled with it,
+// but the effect may still be completing, and Do commits it). A process that
+// dies stops extending, so its lease still expires.
+func keepAlive(ctx context.Context, lease time.Duration, l Lease, op string, sentinel error, extend extendFunc) *heartbeat {
+	h := &heartbeat{lease: l, parent: ctx, extend: extend, length: lease,
+		period: max(lease/3, time.Millisecond), op: op, sentinel: sentinel, lastOK: time.Now()}
+	h.Context, h.cancel = context.WithCancelCause(ctx)
+	h.mu.Lock() // a first beat reads h.timer under mu
+	h.timer = time.AfterFunc(h.period, h.beat)
+	h.mu.Unlock()
+	return h
+}
+
+func (h *heartbeat) beat() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.beats.Add(1)
+	defer h.beats.Done()
+	bctx, bcancel := context.WithTimeout(context.WithoutCancel(h.parent), h.period)
+	h.beatCancel = bcancel
+	h.mu.Unlock()
+
+	start := time.Now()
+	held, err := h.extend(bctx)
+	bcancel()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.beatCancel = nil
+	if h.stopped {
+		return
+	}
+	switch {
+	case err == nil && held:
+		h.lastOK = start
+		h.timer.Reset(h.period)
+	case err == nil:
+		h.cancel(fmt.Errorf("redisonce: %s %q: %w: another caller holds it, or it was removed", h.op, h.lease.ID, h.sentinel))
+	case time.Since(h.lastOK) >= h.length:
+		h.cancel(fmt.Errorf("redisonce: %s %q: %w: no extension succeeded within the lease: %w", h.op, h.lease.ID, h.sentinel, err))
+	default:
+		// A transient error: try again soon, until the lease would actually
+		// have run out.
+		h.timer.Reset(min(h.period, max(h.length/10, time.Millisecond)))
+	}
+}
+
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.timer.Stop()
+	if h.beatCancel != nil {
+		h.beatCancel()
+	}
+	h.mu.Unlock()
+	h.beats.Wait()
+	h.cancel(nil)
+}
