@@ -7,10 +7,17 @@
                      zeros), the caller's ownership generation
     [2..] msg_id     ids to remove, each 1..256 bytes, not starting with "_"
   Returns   number of messages removed (ids not in the tail count 0; 0 when the
-            connection does not exist, and no key is created)
-  Errors    BADARG <what>        before any write; nothing written
+            connection does not exist, and no key is created). A floor raised by
+            advance.lua holds even on a connection with no messages yet: advance
+            creates the hash. An ack carries no epoch: message ids minted at random
+            never repeat across incarnations; a caller who reuses its own ids after
+            DropConn must not let an old owner's acks reach the new incarnation
+  Errors    BADARG <what>        before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             STALE_OWNER <what>   generation below the stored floor _gen; nothing written
-            CORRUPT <what>       _gen missing or not a decimal uint64; nothing written
+            CORRUPT <what>       the key is not a well-formed outbox hash (another type,
+                                 or _seq, _gen, _epoch missing or not canonical
+                                 decimals, as append.lua defines); nothing written
   Writes    HSET _gen generation (only when above the floor); HDEL msg ids.
             The reserved fields stay: without a TTL a drained connection keeps
             its 3 small fields until drop.lua
@@ -42,6 +49,16 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
+-- A well-formed outbox hash (one definition, copied byte for byte into append,
+-- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
+-- Integers up to 2^53-1 are exact as Lua numbers.
+local EXACT = 9007199254740991
+local function outbox_ok(s, g, e)
+  return u64(s) and #s <= 16 and tonumber(s) <= EXACT
+    and u64(g) and cmp(g, MAX) <= 0
+    and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
+end
 
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
@@ -56,22 +73,22 @@ for i = 2, #ARGV do
   end
 end
 
-local floor = redis.call('HGET', key, '_gen')
-if not floor then
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
+end
+if not (r[1] or r[2] or r[3]) then
   if redis.call('EXISTS', key) == 0 then
     return 0
   end
-  return redis.error_reply('CORRUPT reserved field _gen is missing')
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
--- The common case, the owner acking at the floor, needs no comparison (and a
--- floor equal to a valid generation is valid).
-local order = 0
-if floor ~= gen then
-  if not u64(floor) or cmp(floor, MAX) > 0 then
-    return redis.error_reply('CORRUPT reserved field _gen is not a decimal uint64')
-  end
-  order = cmp(gen, floor)
+if not outbox_ok(r[1], r[2], r[3]) then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not canonical decimals')
 end
+local floor = r[2]
+local order = cmp(gen, floor)
 if order < 0 then
   return redis.error_reply('STALE_OWNER generation ' .. gen .. ' is below the floor ' .. floor)
 end

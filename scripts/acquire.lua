@@ -14,11 +14,14 @@
             strings (fence a decimal uint64)
             acquired 1: a new record (pending, fence "1"), or a pending record
                whose lease passed, taken over (new token, fence + 1, new lease,
-               created_ms and expires_ms kept); token is the caller's
+               created_ms and expires_ms kept); token is the caller's. A
+               record at fence 9999999999999999999, the largest, is not taken
+               over (acquired 0)
             acquired 0: the existing record, unchanged; token is '' (an owner's
                token is never shown to a non-owner). A pending record with
                lease_ms 0 has no lease and is never taken over
-  Errors    BADARG <what>     before any write; nothing written
+  Errors    BADARG <what>     before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             MISMATCH <what>   the caller's and the record's fingerprints are both
                               non-empty and differ; nothing written
             CORRUPT <what>    the key holds something other than a record hash;
@@ -52,6 +55,22 @@ if not is_ms(lease) then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 0')
 end
 
+-- A well-formed record's status and numbers (one definition, copied byte for
+-- byte into acquire, get and update): status not empty; the four times decimal
+-- ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now fits); the
+-- fence a canonical decimal 1..9999999999999999999 (no leading zero, at most
+-- 19 digits, so it never leaves uint64; a record at the largest fence is never
+-- taken over).
+local function record_ok(r)
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return false
+    end
+  end
+  return r[1] ~= '' and #r[7] <= 19 and string.find(r[7], '^[1-9]%d*$') ~= nil
+end
+
 local kind = redis.call('TYPE', key)['ok']
 local r -- the stored record, in reply order, when there is one
 if kind == 'hash' then
@@ -62,14 +81,8 @@ if kind == 'hash' then
       return redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
-  for i = 3, 6 do
-    if not is_ms(r[i]) then
-      return redis.error_reply('CORRUPT a time field is not decimal ms')
-    end
-  end
-  -- fence <= 19 digits, so fence + 1 stays below 2^64.
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
-    return redis.error_reply('CORRUPT bad status or fence')
+  if not record_ok(r) then
+    return redis.error_reply('CORRUPT bad status, time field or fence')
   end
 elseif kind ~= 'none' then
   return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
@@ -84,7 +97,7 @@ if r then
     return redis.error_reply('MISMATCH the key was acquired with a different fingerprint')
   end
   local held = tonumber(r[6])
-  if r[1] ~= 'pending' or held == 0 or held > now then
+  if r[1] ~= 'pending' or held == 0 or held > now or r[7] == '9999999999999999999' then
     return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
   end
 end

@@ -6,17 +6,30 @@
     [1] generation   decimal uint64 (0..18446744073709551615, no sign, no leading
                      zeros), the new owner's generation
     [2] ttl_ms       decimal integer ms the hash lives after a raise; 0 = leave the
-                     expiry as it is
-  Returns   1 the floor was raised to generation (and the TTL re-armed)
-            0 generation is not above the floor, or the connection does not exist
-              (no key is created)
-  Errors    BADARG <what>    before any write; nothing written
-            CORRUPT <what>   _gen missing or not a decimal uint64; nothing written
-  Writes    HSET _gen generation and PEXPIRE ttl_ms (only when raised)
+                     expiry as it is (a new hash then never expires)
+  Returns   1 the floor was raised to generation (and the TTL re-armed); on a
+              connection that does not exist, a new incarnation is created with
+              no messages (_seq "0", _gen generation, _epoch now), so the floor
+              holds for the appends and acks that follow, until drop.lua or expiry
+            0 generation is not above the floor (0 on an absent connection:
+              nothing is created)
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            CORRUPT <what>   the key is not a well-formed outbox hash (another type,
+                             or _seq, _gen, _epoch missing or not canonical
+                             decimals, as append.lua defines); nothing written
+  Writes    HSET _gen generation and PEXPIRE ttl_ms (only when raised); on an
+            absent connection HSET _seq "0" _gen generation _epoch <now>
+  Memory    no allow-oom: on an absent connection it creates a hash (3 small
+            fields), so when maxmemory is reached under noeviction Redis refuses
+            it up front (OOM, nothing written) and the caller retries the takeover
   Atomicity every check precedes the first write
   Complexity O(1)
 ]]
 local key = KEYS[1]
+if #ARGV ~= 2 then
+  return redis.error_reply('BADARG want 2 arguments: generation, ttl_ms')
+end
 local gen, ttl = ARGV[1], ARGV[2]
 
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
@@ -38,32 +51,54 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
+-- A well-formed outbox hash (one definition, copied byte for byte into append,
+-- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
+-- Integers up to 2^53-1 are exact as Lua numbers.
+local EXACT = 9007199254740991
+local function outbox_ok(s, g, e)
+  return u64(s) and #s <= 16 and tonumber(s) <= EXACT
+    and u64(g) and cmp(g, MAX) <= 0
+    and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
+end
 
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
 end
-if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
+if not string.find(ttl, '^%d+$') or #ttl > 15 then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 -- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
 ttl = string.format('%d', tonumber(ttl))
 
-local floor = redis.call('HGET', key, '_gen')
-if not floor then
-  if redis.call('EXISTS', key) == 0 then
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch')
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
+end
+local absent = not (r[1] or r[2] or r[3])
+if absent then
+  if redis.call('EXISTS', key) == 1 then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
+  end
+  if gen == '0' then
     return 0
   end
-  return redis.error_reply('CORRUPT reserved field _gen is missing')
-end
-if not u64(floor) or cmp(floor, MAX) > 0 then
-  return redis.error_reply('CORRUPT reserved field _gen is not a decimal uint64')
-end
-if cmp(gen, floor) <= 0 then
+elseif not outbox_ok(r[1], r[2], r[3]) then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not canonical decimals')
+elseif cmp(gen, r[2]) <= 0 then
   return 0
 end
 
-redis.call('HSET', key, '_gen', gen)
-if tonumber(ttl) > 0 then
+if absent then
+  -- A new incarnation that holds only the fence: a raised floor is never lost
+  -- to a connection that has no hash yet.
+  local t = redis.call('TIME')
+  redis.call('HSET', key, '_seq', '0', '_gen', gen, '_epoch', t[1] .. string.format('%06d', tonumber(t[2])))
+else
+  redis.call('HSET', key, '_gen', gen)
+end
+if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)
 end
 return 1

@@ -8,16 +8,21 @@
     [3] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
     [4] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
-  Returns   {seq, epoch, created} (three integers)
+  Returns   {seq, epoch, created} (three integers, all exact: below 2^53)
               seq      the message's sequence number: 1, 2, 3... per incarnation
               epoch    server time in microseconds when this incarnation of the
                        hash was created
               created  1 appended now; 0 msg_id was already in the tail and its
                        existing seq is returned (an idempotent retry; the stored
                        payload is kept)
-  Errors    BADARG <what>    before any write; nothing written
-            FULL <n>         a new msg_id while the tail holds max_unacked; nothing written
-            CORRUPT <what>   the hash was not written by these scripts; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            FULL <what>      a new msg_id while the tail holds max_unacked, or while
+                             _seq is at 2^53-1 (the last exact integer); nothing written
+            CORRUPT <what>   the key is not a well-formed outbox hash (another type,
+                             or reserved fields missing or not canonical decimals:
+                             _seq 0..2^53-1, _gen a uint64, _epoch 1..2^53-1);
+                             nothing written
   Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq 1 and
             HSET msg_id "<seq>:<payload>" (only for a new msg_id);
             PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
@@ -26,10 +31,40 @@
 ]]
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
-if #ARGV < 4 then
+if #ARGV ~= 4 then
   return redis.error_reply('BADARG want 4 arguments: msg_id, payload, ttl_ms, max_unacked')
 end
 local id, payload, ttl, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+-- uint64 as canonical decimal strings: valid, and ordered by length then bytes
+-- (Lua numbers lose precision above 2^53).
+local function u64(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
+    and (#s == 1 or string.byte(s, 1) ~= 48)
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+local MAX = '18446744073709551615'
+-- A well-formed outbox hash (one definition, copied byte for byte into append,
+-- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
+-- Integers up to 2^53-1 are exact as Lua numbers.
+local EXACT = 9007199254740991
+local function outbox_ok(s, g, e)
+  return u64(s) and #s <= 16 and tonumber(s) <= EXACT
+    and u64(g) and cmp(g, MAX) <= 0
+    and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
+end
 
 if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
@@ -52,24 +87,31 @@ end
 
 -- One read on the common path: the reserved fields, which exist together or
 -- not at all (anything else is not ours), and the id's value on a retry.
-local r = redis.call('HMGET', key, '_seq', '_gen', '_epoch', id)
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch', id)
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
+end
 local epoch, oldseq
 if r[1] or r[2] or r[3] then
-  -- (One pattern match over the three, not one each.)
-  if not (r[1] and r[2] and r[3] and #r[3] <= 16
-      and string.find(r[1] .. ',' .. r[2] .. ',' .. r[3], '^%d+,%d+,[1-9]%d*$')) then
-    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not decimal')
+  if not outbox_ok(r[1], r[2], r[3]) then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not canonical decimals')
   end
   epoch = r[3]
   if r[4] then
-    oldseq = string.match(r[4], '^(%d+):')
-    if not oldseq then
+    oldseq = string.match(r[4], '^([1-9]%d*):')
+    if not oldseq or #oldseq > 16 or tonumber(oldseq) > EXACT then
       return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
     end
-  elseif max ~= '0' and tonumber(max) > 0 then
-    local held = redis.call('HLEN', key) - 3
-    if held >= tonumber(max) then
-      return redis.error_reply('FULL the tail holds ' .. held .. ' unacked messages')
+  else
+    if tonumber(r[1]) >= EXACT then
+      return redis.error_reply('FULL _seq is at 2^53-1, the last exact sequence number')
+    end
+    if max ~= '0' and tonumber(max) > 0 then
+      local held = redis.call('HLEN', key) - 3
+      if held >= tonumber(max) then
+        return redis.error_reply('FULL the tail holds ' .. string.format('%d', held) .. ' unacked messages')
+      end
     end
   end
 elseif redis.call('EXISTS', key) == 1 then
@@ -87,9 +129,11 @@ else
     redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
   end
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
-  redis.call('HSET', key, id, seq .. ':' .. payload)
+  redis.call('HSET', key, id, string.format('%d', seq) .. ':' .. payload)
 end
 if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)
 end
+-- The epoch is an integer in every reply (append's and unacked's): exact, as
+-- it is at most 2^53-1.
 return {seq, tonumber(epoch), created}

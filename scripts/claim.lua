@@ -9,13 +9,15 @@
             0  exists and is processed (any value not starting with "~", so keys
                written by `SET key 1 NX PX ttl` count as processed)
             -1 exists and is in flight
-  Errors    BADARG <what>   before any write; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] value NX [PX ttl_ms] (only when absent)
-  Atomicity all checks precede the single SET NX GET
+  Atomicity all checks (a TYPE read among them) precede the single SET NX GET
   Complexity O(1)
 ]]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
-if #ARGV < 2 then
+if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
 end
 local ttl, value = ARGV[1], ARGV[2]
@@ -34,6 +36,12 @@ if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) 
 end
 if value ~= '1' and ttl == '0' then
   return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
+end
+
+-- A key of another type answers CORRUPT, not Redis's WRONGTYPE from SET.
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a claim string')
 end
 
 -- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.

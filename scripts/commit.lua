@@ -11,7 +11,9 @@
             0 the key already holds "1": processed, by another consumer or by
               an earlier attempt of this very commit (nothing changed)
             -1 the key holds another consumer's lease (nothing changed)
-  Errors    BADARG <what>   before any write; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] "1" [PX ttl_ms] (own lease, or NX on an absent key)
   Atomicity all checks precede the single SET
   Memory    flags=allow-oom: the effect has already happened, so its commit is
@@ -19,6 +21,9 @@
             "~<token>" to "1" (or writes one short key where the lease expired)
   Complexity O(1)
 ]]
+if #ARGV ~= 2 then
+  return redis.error_reply('BADARG want 2 arguments: token, ttl_ms')
+end
 local token, ttl = ARGV[1], ARGV[2]
 
 if type(token) ~= 'string' or #token < 1 or #token > 256 then
@@ -30,7 +35,11 @@ end
 -- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
 ttl = string.format('%d', tonumber(ttl))
 
-local v = redis.call('GET', KEYS[1])
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+end
 local reply = 1
 if v == false then
   reply = 2

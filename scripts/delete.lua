@@ -8,7 +8,8 @@
                 caller acquired with (1..256 bytes): delete only if it is the
                 record's current token
   Returns   1 deleted; 0 the key is absent (nothing to fence against)
-  Errors    BADARG <what>        before any write; nothing written
+  Errors    BADARG <what>        before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
             CORRUPT <what>       token given and the key is not a record hash;

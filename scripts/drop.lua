@@ -4,7 +4,8 @@
     [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
   ARGV (n=0)
   Returns   1 the connection existed and is removed; 0 it did not exist
-  Errors    none
+  Errors    BADARG <what>    an argument was given; nothing done (any key type is
+                             accepted: it reads or removes no field)
   Writes    DEL KEYS[1]; the next append.lua starts a new incarnation (seq 1,
             a new epoch, floor 0)
   Atomicity one DEL
@@ -12,4 +13,7 @@
             maxmemory is reached under noeviction
   Complexity O(messages in the tail)
 ]]
+if #ARGV ~= 0 then
+  return redis.error_reply('BADARG want no arguments')
+end
 return redis.call('DEL', KEYS[1])

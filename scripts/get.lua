@@ -8,15 +8,31 @@
              fence, fp, token}: the four times integers (ms since the epoch,
             0 = none), the rest strings (fence a decimal uint64), token always '';
             or nil when the key is absent (never created, deleted, or expired)
-  Errors    CORRUPT <what>   the key holds something other than a record hash
+  Errors    BADARG <what>    an argument was given; nothing done
+            CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
   Atomicity one HMGET (and an EXISTS when fields are missing) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+if #ARGV ~= 0 then
+  return redis.error_reply('BADARG want no arguments')
+end
 local key = KEYS[1]
 
-local function is_ms(s)
-  return #s <= 15 and string.find(s, '^%d+$') ~= nil
+-- A well-formed record's status and numbers (one definition, copied byte for
+-- byte into acquire, get and update): status not empty; the four times decimal
+-- ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now fits); the
+-- fence a canonical decimal 1..9999999999999999999 (no leading zero, at most
+-- 19 digits, so it never leaves uint64; a record at the largest fence is never
+-- taken over).
+local function record_ok(r)
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return false
+    end
+  end
+  return r[1] ~= '' and #r[7] <= 19 and string.find(r[7], '^[1-9]%d*$') ~= nil
 end
 
 -- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
@@ -34,13 +50,8 @@ for i = 1, 9 do
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end
-for i = 3, 6 do
-  if not is_ms(r[i]) then
-    return redis.error_reply('CORRUPT a time field is not decimal ms')
-  end
-end
-if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^%d+$') then
-  return redis.error_reply('CORRUPT bad status or fence')
+if not record_ok(r) then
+  return redis.error_reply('CORRUPT bad status, time field or fence')
 end
 -- Times as integers (exact: at most 15 digits): no string to allocate per
 -- field on the reader's side.

@@ -6,20 +6,30 @@
     [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
   Returns   1 the value was "~<token>" and the key is deleted
             0 the key is absent or held by another value (nothing changed)
-  Errors    BADARG <what>   before any write; nothing written
+  Errors    BADARG <what>    before any write; nothing written (also
+                             for a count of ARGV other than the header's)
+            CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    DEL KEYS[1] (only when the caller holds the lease)
   Atomicity the check precedes the single DEL
   Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
             maxmemory is reached under noeviction
   Complexity O(1)
 ]]
+if #ARGV ~= 1 then
+  return redis.error_reply('BADARG want 1 argument: token')
+end
 local token = ARGV[1]
 
 if type(token) ~= 'string' or #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
 
-if redis.call('GET', KEYS[1]) ~= '~' .. token then
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+end
+if v ~= '~' .. token then
   return 0
 end
 return redis.call('DEL', KEYS[1])

@@ -9,24 +9,32 @@
     [2..] pairs   field, value, ... : at least one pair, each field at most once,
                   from: status      1..64 bytes
                         payload     0..1048576 bytes (1 MiB), binary-safe
-                        expires_ms  decimal ms since the epoch, 0 = never expire
-                        lease_ms    decimal ms since the epoch, 0 = no lease
+                        expires_in_ms  decimal ms from now (the server's TIME)
+                                    until the record expires; 0 = never expire;
+                                    negative ("-1") = already past: delete it
+                        lease_in_ms    decimal ms from now (TIME) until the
+                                    owner's lease passes; 0 = no lease; negative
+                                    = a lease already passed (open to takeover)
+                  (durations, as in acquire.lua, never absolute times: at most
+                  15 digits after an optional "-"; the record stores the
+                  deadlines expires_ms and lease_ms, ms since the epoch)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
              fence, fp, token}: the updated record, the four times integers
             (ms since the epoch, 0 = none), the rest strings (fence a decimal
             uint64); token is the caller's when it gave one, else ''. updated_ms is now (TIME).
             A status other than "pending" clears the lease (lease_ms 0).
-            nil when expires_ms was given at or before now: the record expired
-            at once and the key is deleted
-  Errors    BADARG <what>        before any write; nothing written
+            nil when expires_in_ms was negative: the record expired at once and
+            the key is deleted
+  Errors    BADARG <what>        before any write; nothing written (also
+                             for a count of ARGV other than the header's)
             NOT_FOUND <what>     the key is absent; nothing created
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
             CORRUPT <what>       the key holds something other than a record hash;
                                  nothing written
   Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
-            expires_ms, or PERSIST for 0 (only when expires_ms is given); DEL
-            instead when expires_ms is given and already past
+            expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
+            instead when expires_in_ms is negative
   Atomicity every check precedes the first write
   Complexity O(1) (plus the size of the payload)
 ]]
@@ -55,23 +63,39 @@ for i = 2, n, 2 do
       return redis.error_reply('BADARG payload must be at most 1048576 bytes')
     end
     seen, payload = payload, v
-  elseif f == 'expires_ms' or f == 'lease_ms' then
-    if #v > 15 or not string.find(v, '^%d+$') then
-      return redis.error_reply('BADARG ' .. f .. ' must be a decimal integer >= 0')
+  elseif f == 'expires_in_ms' or f == 'lease_in_ms' then
+    -- A duration from the server's TIME (a sign allowed: already past).
+    if #v > 16 or not string.find(v, '^-?%d+$') or #string.gsub(v, '^-', '') > 15 then
+      return redis.error_reply('BADARG ' .. f .. ' must be a decimal integer of ms (at most 15 digits, "-" = past)')
     end
-    if f == 'expires_ms' then
+    if f == 'expires_in_ms' then
       seen, expires = expires, v
     else
       seen, lease = lease, v
     end
   else
-    return redis.error_reply('BADARG unknown field; want status, payload, expires_ms or lease_ms')
+    return redis.error_reply('BADARG unknown field; want status, payload, expires_in_ms or lease_in_ms')
   end
   if seen then
     return redis.error_reply('BADARG field ' .. f .. ' given twice')
   end
 end
 local set_expires = expires ~= nil
+-- A well-formed record's status and numbers (one definition, copied byte for
+-- byte into acquire, get and update): status not empty; the four times decimal
+-- ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now fits); the
+-- fence a canonical decimal 1..9999999999999999999 (no leading zero, at most
+-- 19 digits, so it never leaves uint64; a record at the largest fence is never
+-- taken over).
+local function record_ok(r)
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return false
+    end
+  end
+  return r[1] ~= '' and #r[7] <= 19 and string.find(r[7], '^[1-9]%d*$') ~= nil
+end
 
 -- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
 -- for a key of another type; EXISTS tells absent from incomplete only then.
@@ -88,14 +112,10 @@ for i = 1, 9 do
     return redis.error_reply('CORRUPT the record hash lacks a field')
   end
 end
--- The four times (1..15 digits) and the fence (1..19 digits), checked with one
--- pattern match over their concatenation.
-local c, u, e, l, fence = r[3], r[4], r[5], r[6], r[7]
-if r[1] == '' or #c < 1 or #c > 15 or #u < 1 or #u > 15 or #e < 1 or #e > 15
-    or #l < 1 or #l > 15 or #fence < 1 or #fence > 19
-    or not string.find(c .. u .. e .. l .. fence, '^%d+$') then
+if not record_ok(r) then
   return redis.error_reply('CORRUPT bad status, time field or fence')
 end
+local c, e, l, fence = r[3], r[5], r[6], r[7]
 if token ~= '' and token ~= r[9] then
   return redis.error_reply('STALE_OWNER the record has another owner')
 end
@@ -106,12 +126,35 @@ local now_s = string.format('%d', now)
 
 status = status or r[1]
 payload = payload or r[2]
-expires = expires or e
-lease = lease or l
+-- Durations become deadlines on the server's clock: 0 = none; a deadline is
+-- at least 1 (0 would read as "none").
+local past = false
+if expires then
+  local d = tonumber(expires)
+  if d < 0 then
+    past = true
+  elseif d == 0 then
+    expires = '0'
+  else
+    expires = string.format('%d', now + d)
+  end
+else
+  expires = e
+end
+if lease then
+  local d = tonumber(lease)
+  if d == 0 then
+    lease = '0'
+  else
+    lease = string.format('%d', math.max(now + d, 1))
+  end
+else
+  lease = l
+end
 if status ~= 'pending' then
   lease = '0'
 end
--- Normalise "007" to "7" so the stored value reads back as written by TIME
+-- Normalise a stored "007" to "7" so the value reads back as written by TIME
 -- (only a leading zero needs it: the values are checked to be digits).
 if #expires > 1 and string.byte(expires, 1) == 48 then
   expires = string.format('%d', tonumber(expires))
@@ -120,7 +163,7 @@ if #lease > 1 and string.byte(lease, 1) == 48 then
   lease = string.format('%d', tonumber(lease))
 end
 
-if set_expires and expires ~= '0' and tonumber(expires) <= now then
+if past then
   redis.call('DEL', key)
   return false
 end

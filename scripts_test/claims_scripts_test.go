@@ -91,7 +91,7 @@ func TestScriptClaim(t *testing.T) {
 		{name: "missing value", args: []string{"0"}, errc: "BADARG"},
 		{name: "no args", args: nil, errc: "BADARG"},
 		{name: "bad arg on existing key", seed: seedLease, args: []string{"x", "1"}, errc: "BADARG"},
-		{name: "wrong type", seed: seedHash, args: []string{"0", "1"}, errc: "WRONGTYPE"},
+		{name: "wrong type", seed: seedHash, args: []string{"0", "1"}, errc: "CORRUPT"},
 	})
 }
 
@@ -127,7 +127,7 @@ func TestScriptCommit(t *testing.T) {
 		{name: "bad token/long", seed: seedLease, args: []string{strings.Repeat("t", 257), "0"}, errc: "BADARG"},
 		{name: "bad ttl", seed: seedLease, args: []string{"tok", "-5"}, errc: "BADARG"},
 		{name: "missing ttl", seed: seedLease, args: []string{"tok"}, errc: "BADARG"},
-		{name: "wrong type", seed: seedHash, args: []string{"tok", "0"}, errc: "WRONGTYPE"},
+		{name: "wrong type", seed: seedHash, args: []string{"tok", "0"}, errc: "CORRUPT"},
 	})
 }
 

@@ -133,7 +133,9 @@ var redisCLICases = map[string][]cliCase{
 					t.Errorf("Outbox.Ack at generation 6 after redis-cli advanced to 7: %v, want ErrStaleOwner", err)
 				}
 			}},
-		{name: "no connection", argv: []string{"7", "0"}, want: "0", check: outboxTail(nil, 0)},
+		// A raised fence is never lost: an advance creates the connection's hash.
+		{name: "no connection", argv: []string{"7", "0"}, want: "1", check: outboxTail(nil, 7)},
+		{name: "no connection, generation 0", argv: []string{"0", "0"}, want: "0", check: outboxTail(nil, 0)},
 	},
 	"unacked": {
 		{name: "tail of a Go connection", seed: goAppend("m1", "a", "m2", "b:c"),
@@ -201,6 +203,21 @@ var redisCLICases = map[string][]cliCase{
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
 		{name: "nothing there", argv: []string{"", "status", "completed"}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
+		// Durations from the server's TIME: 30000 is a lease 30 s from now, 86400000 an expiry in a day.
+		{name: "lease and expiry are durations", seed: goAcquire(""), argv: []string{"$TOKEN", "lease_in_ms", "30000", "expires_in_ms", "86400000"},
+			like: `pending\n\n\d{13}\n\d{13}\n\d{13}\n\d{13}\n1\n\n[0-9a-f]{32}`,
+			check: func(t *testing.T, e *cliEnv, key string) {
+				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				if d := time.Until(r.LeaseUntil); d < 25*time.Second || d > 31*time.Second {
+					t.Errorf("LeaseUntil %v is %v from now, want about 30s", r.LeaseUntil, d)
+				}
+				if d := time.Until(r.ExpiresAt); d < 23*time.Hour || d > 25*time.Hour {
+					t.Errorf("ExpiresAt %v is %v from now, want about 24h", r.ExpiresAt, d)
+				}
+			}},
+		{name: "a negative expiry deletes", seed: goAcquire(""), argv: []string{"$TOKEN", "expires_in_ms", "-1"}, want: "", check: recordAbsent},
+		{name: "absolute lease_ms is refused", seed: goAcquire(""), argv: []string{"$TOKEN", "lease_ms", "30000"}, want: "BADARG", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
 	},
 	"renew": {
 		{name: "owner renews", seed: goAcquire(""), argv: []string{"$TOKEN", "60000"}, want: "1",

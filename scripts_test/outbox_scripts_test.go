@@ -28,6 +28,9 @@ const outboxEpochMark = "<epoch>"
 // outboxOldEpoch is the _epoch of the seeded hashes.
 const outboxOldEpoch = "1700000000000000"
 
+// outboxOldEpochInt is outboxOldEpoch as replies carry it: an integer.
+const outboxOldEpochInt = int64(1700000000000000)
+
 // outboxNoKey as a case's after means: the key must not exist.
 var outboxNoKey map[string]string
 
@@ -412,8 +415,13 @@ func TestOutboxScriptAdvance(t *testing.T) {
 	h := outboxHash("2", "3", "a", "1:x", "b", "2:y")
 	gen := func(g string) map[string]string { return outboxHash("1", g, "a", "1:x") }
 	runOutboxCases(t, "advance", []outboxCase{
-		{name: "no such connection", args: []string{"5", "0"}, want: int64(0), after: outboxNoKey},
-		{name: "no such connection, ttl", args: []string{"5", "60000"}, want: int64(0), after: outboxNoKey},
+		// A raised fence is never lost: on no connection, a fence-only incarnation.
+		{name: "no such connection", args: []string{"5", "0"}, want: int64(1),
+			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark}, afterTTL: -1},
+		{name: "no such connection, ttl", args: []string{"5", "60000"}, want: int64(1),
+			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark}, afterTTL: 60000},
+		{name: "no such connection, generation 0", args: []string{"0", "60000"}, want: int64(0), after: outboxNoKey},
+		{name: "extra argument", seed: h, args: []string{"9", "0", "x"}, want: outboxErr("BADARG")},
 		{name: "raise", seed: h, args: []string{"4", "0"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: -1},
 		{name: "raise re-arms the ttl", seed: h, ttl: 1000, args: []string{"4", "60000"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: 60000},
 		{name: "raise, ttl 0 keeps the expiry", seed: h, ttl: 100000, args: []string{"4", "0"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: 100000},
@@ -443,23 +451,23 @@ func TestOutboxScriptUnacked(t *testing.T) {
 	runOutboxCases(t, "unacked", []outboxCase{
 		{name: "no such connection", args: nil, want: []any{}, after: outboxNoKey},
 		{name: "tail", seed: h, args: nil,
-			want: []any{outboxOldEpoch, "7", "a", "1:x", "b", "2:y", "e", "5::\x00:"}, after: h, afterTTL: -1},
+			want: []any{outboxOldEpochInt, "7", "a", "1:x", "b", "2:y", "e", "5::\x00:"}, after: h, afterTTL: -1},
 		{name: "drained", seed: outboxHash("5", outboxU64m1), ttl: 100000, args: nil,
-			want: []any{outboxOldEpoch, outboxU64m1}, after: outboxHash("5", outboxU64m1), afterTTL: 100000},
+			want: []any{outboxOldEpochInt, outboxU64m1}, after: outboxHash("5", outboxU64m1), afterTTL: 100000},
 		// Values are passed through unchecked (the reader rejects them: see
 		// TestOutboxCorruptState); a per-value check would cost 10-25% more
 		// server time on a long tail.
 		{name: "foreign value passed through", seed: outboxWith(h, "c", "x:1"), args: nil,
-			want:  []any{outboxOldEpoch, "7", "a", "1:x", "b", "2:y", "c", "x:1", "e", "5::\x00:"},
+			want:  []any{outboxOldEpochInt, "7", "a", "1:x", "b", "2:y", "c", "x:1", "e", "5::\x00:"},
 			after: outboxWith(h, "c", "x:1"), afterTTL: -1},
 		{name: "value without a colon passed through", seed: outboxWith(h, "c", "3"), args: nil,
-			want:  []any{outboxOldEpoch, "7", "a", "1:x", "b", "2:y", "c", "3", "e", "5::\x00:"},
+			want:  []any{outboxOldEpochInt, "7", "a", "1:x", "b", "2:y", "c", "3", "e", "5::\x00:"},
 			after: outboxWith(h, "c", "3"), afterTTL: -1},
 		{name: "foreign underscore field passed through", seed: outboxWith(h, "_x", "9:z"), args: nil,
-			want:  []any{outboxOldEpoch, "7", "_x", "9:z", "a", "1:x", "b", "2:y", "e", "5::\x00:"},
+			want:  []any{outboxOldEpochInt, "7", "_x", "9:z", "a", "1:x", "b", "2:y", "e", "5::\x00:"},
 			after: outboxWith(h, "_x", "9:z"), afterTTL: -1},
 		{name: "one message", seed: outboxHash("5", "7", "a", "1:x"), args: nil,
-			want: []any{outboxOldEpoch, "7", "a", "1:x"}, after: outboxHash("5", "7", "a", "1:x"), afterTTL: -1},
+			want: []any{outboxOldEpochInt, "7", "a", "1:x"}, after: outboxHash("5", "7", "a", "1:x"), afterTTL: -1},
 		{name: "bad _epoch", seed: outboxWith(h, "_epoch", "0"), args: nil, want: outboxErr("CORRUPT")},
 		{name: "bad _gen", seed: outboxWith(h, "_gen", "x"), args: nil, want: outboxErr("CORRUPT")},
 		{name: "no _epoch", seed: outboxWith(h, "_epoch", "-"), args: nil, want: outboxErr("CORRUPT")},

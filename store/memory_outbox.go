@@ -87,19 +87,33 @@ func (s *MemoryOutbox) AppendWithID(ctx context.Context, conn, msgID string, pay
 		if s.max > 0 && len(c.msgs) >= s.max {
 			return Appended{}, errorf("append", conn, ErrOutboxFull, "the tail holds %d unacked messages", len(c.msgs))
 		}
-	} else {
-		epoch := uint64(max(now.UnixMicro(), 1))
-		if epoch <= s.lastEpoch {
-			epoch = s.lastEpoch + 1
+		if c.seq >= maxExactSeq {
+			return Appended{}, errorf("append", conn, ErrOutboxFull, "_seq is at 2^53-1, the last exact sequence number")
 		}
-		s.lastEpoch = epoch
-		c = &memConn{epoch: epoch, msgs: map[string]memMessage{}}
-		s.conns[conn] = c
+	} else {
+		c = s.create(conn, now)
 	}
 	c.seq++
 	c.msgs[msgID] = memMessage{seq: c.seq, payload: append([]byte{}, payload...)}
 	s.rearm(c, now)
 	return Appended{ID: msgID, Seq: c.seq, Epoch: c.epoch, Created: true}, nil
+}
+
+// maxExactSeq is 2^53-1, the last sequence number append.lua hands out (the
+// last integer a Lua number holds exactly).
+const maxExactSeq = 1<<53 - 1
+
+// create starts a new incarnation of conn: seq 0, floor 0, a new epoch.
+// Callers hold mu.
+func (s *MemoryOutbox) create(conn string, now time.Time) *memConn {
+	epoch := uint64(max(now.UnixMicro(), 1))
+	if epoch <= s.lastEpoch {
+		epoch = s.lastEpoch + 1
+	}
+	s.lastEpoch = epoch
+	c := &memConn{epoch: epoch, msgs: map[string]memMessage{}}
+	s.conns[conn] = c
+	return c
 }
 
 // Unacked is Outbox.Unacked.
@@ -169,7 +183,12 @@ func (s *MemoryOutbox) AdvanceGeneration(ctx context.Context, conn string, gener
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if c := s.get(conn, now); c != nil && generation > c.gen {
+	c := s.get(conn, now)
+	if c == nil && generation > 0 {
+		// advance.lua creates a fence-only incarnation: the floor is never lost.
+		c = s.create(conn, now)
+	}
+	if c != nil && generation > c.gen {
 		c.gen = generation
 		s.rearm(c, now)
 	}

@@ -112,7 +112,8 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 		if o.Fingerprint != "" && r.fp != "" && o.Fingerprint != r.fp {
 			return Record{}, false, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 		}
-		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token {
+		// acquire.lua: a record at the largest fence (19 nines) is never taken over.
+		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token || r.fence >= MaxFence {
 			return r.record(key, false), false, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now

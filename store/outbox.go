@@ -233,8 +233,11 @@ func (s *Outbox) AckMany(ctx context.Context, conn string, msgIDs []string, gene
 // AdvanceGeneration raises conn's ack-generation floor to generation without
 // acking anything, fencing out every owner with a lower generation; a node
 // calls it as it takes a connection over. It does nothing when generation is not
-// above the floor or the connection does not exist (it creates nothing). A raise
-// re-arms the store's TTL.
+// above the floor. On a connection that does not exist yet (a takeover before
+// the first Append, or after DropConn or expiry) it creates a new incarnation
+// holding only the floor (3 small fields, with the store's TTL), so no Ack below
+// generation succeeds until the connection is dropped or expires. A raise
+// re-arms the store's TTL. Appends are not fenced: they carry no generation.
 func (s *Outbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
 	if err := s.check(ctx, "advance", conn); err != nil {
 		return err

@@ -110,10 +110,13 @@ type Update struct {
 	Payload *[]byte
 	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
 	// it (the record never expires), a time at or before now expires the record
-	// at once (it is deleted and Update returns nil). Rounded up to the ms.
+	// at once (it is deleted and Update returns nil). The Redis store sends
+	// update.lua a duration, time.Until(ExpiresAt) rounded up to the ms, which
+	// the script adds to the server's TIME: the expiry follows the server's
+	// clock, as every lease and TTL does.
 	ExpiresAt *time.Time
 	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
-	// time removes the lease. Rounded up to the ms.
+	// time removes the lease. Sent as a duration from now, like ExpiresAt.
 	LeaseUntil *time.Time
 	// Token fences the update: when set, it applies only if Token is the
 	// record's current owner token, else ErrStaleOwner and nothing changes.
@@ -672,13 +675,42 @@ func (u Update) args(op, key string) ([]string, error) {
 	if f.payload != nil {
 		args = append(args, "payload", rueidis.BinaryString(*f.payload))
 	}
+	// update.lua takes durations from the server's TIME: the absolute times
+	// become time.Until, rounded up (a past time stays past: negative).
 	if f.setExp {
-		args = append(args, "expires_ms", strconv.FormatInt(f.expires, 10))
+		args = append(args, "expires_in_ms", untilMS(*u.ExpiresAt))
 	}
 	if f.setLease {
-		args = append(args, "lease_ms", strconv.FormatInt(f.lease, 10))
+		args = append(args, "lease_in_ms", untilMS(*u.LeaseUntil))
 	}
 	return args, nil
+}
+
+// MaxFence is the largest fence a record holds: 9999999999999999999, the
+// largest decimal of 19 digits (the scripts keep fences canonical and within
+// uint64). A pending record at MaxFence whose lease passed is not taken over.
+const MaxFence uint64 = 9999999999999999999
+
+// untilMS is t as update.lua's duration from now in ms: "0" for the zero time
+// (none); else time.Until(t) rounded up to a ms, at least 1 for a time still
+// ahead and at most -1 for one at or before now (past: a past ExpiresAt
+// deletes the record, a past LeaseUntil leaves it open to takeover), capped at
+// 15 digits either way.
+func untilMS(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	d := time.Until(t)
+	ms := int64(d / time.Millisecond) // toward zero: up for a negative d
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	if d <= 0 && ms == 0 {
+		ms = -1
+	}
+	const limit = 999999999999999
+	ms = max(min(ms, limit), -limit)
+	return strconv.FormatInt(ms, 10)
 }
 
 // atMS converts an instant to ms since the epoch, rounded up; the zero time is

@@ -214,9 +214,9 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 
 	t.Run("AdvanceGeneration", func(t *testing.T) {
 		s := newStore(t)
-		noErr(t, s.AdvanceGeneration(ctx, "c", 3)) // no such connection: no-op
+		noErr(t, s.AdvanceGeneration(ctx, "c", 0)) // no such connection, not above 0: no-op
 		if diff := cmp.Diff(store.Tail{}, tail(t, s, "c")); diff != "" {
-			t.Errorf("AdvanceGeneration created state (-want +got):\n%s", diff)
+			t.Errorf("AdvanceGeneration(0) created state (-want +got):\n%s", diff)
 		}
 		appendAll(t, s, "c", "a", "b")
 		if g := tail(t, s, "c").Generation; g != 0 {
@@ -232,6 +232,39 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 		wantErr(t, s.Ack(ctx, "c", "m1", 2), store.ErrStaleOwner)
 		noErr(t, s.Ack(ctx, "c", "m1", 3))
 		wantTail(t, s, "c", "m2=b@2")
+	})
+
+	// A raised fence is never lost: an advance on a connection with no hash yet
+	// (before the first append, after DropConn, after expiry) creates one that
+	// holds the floor, so a stale owner's ack fails on the connection the next
+	// append creates.
+	t.Run("AdvanceBeforeFirstAppend", func(t *testing.T) {
+		for _, ttl := range []time.Duration{0, 100 * h.Tick} {
+			s := newStore(t, store.WithTTL(ttl))
+			noErr(t, s.AdvanceGeneration(ctx, "c", 2))
+			tl := tail(t, s, "c")
+			if tl.Generation != 2 || tl.Epoch == 0 || len(tl.Messages) != 0 {
+				t.Errorf("ttl %v: Tail after AdvanceGeneration on no connection = %+v, want floor 2, an epoch, no messages", ttl, tl)
+			}
+			as := appendAll(t, s, "c", "a", "b")
+			if as[0].Seq != 1 || as[1].Seq != 2 || as[0].Epoch != tl.Epoch {
+				t.Errorf("ttl %v: appends after the advance = %+v, want seqs 1, 2 in epoch %d", ttl, as, tl.Epoch)
+			}
+			wantErr(t, s.Ack(ctx, "c", "m1", 1), store.ErrStaleOwner)
+			wantTail(t, s, "c", "m1=a@1", "m2=b@2")
+			noErr(t, s.Ack(ctx, "c", "m1", 2))
+			wantTail(t, s, "c", "m2=b@2")
+
+			// After DropConn: a new owner's advance holds for the next incarnation.
+			noErr(t, s.DropConn(ctx, "c"))
+			noErr(t, s.AdvanceGeneration(ctx, "c", 5))
+			appendAll(t, s, "c", "x")
+			wantErr(t, s.Ack(ctx, "c", "m1", 4), store.ErrStaleOwner)
+			if _, err := s.AckMany(ctx, "c", []string{"m1"}, 3); !errors.Is(err, store.ErrStaleOwner) {
+				t.Errorf("ttl %v: AckMany below the floor = %v, want ErrStaleOwner", ttl, err)
+			}
+			wantTail(t, s, "c", "m1=x@1")
+		}
 	})
 
 	t.Run("GenerationsFullUint64", func(t *testing.T) {

@@ -2,14 +2,18 @@ package demo
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -22,6 +26,12 @@ import (
 // servers are told to come back later (409) instead of charging twice; when
 // the call times out, the record is dropped and a retry charges. A request
 // that reuses a key with a different body is refused.
+//
+// Each API server is an http.Handler: POST /payments behind the httpidem
+// middleware on that server's records store. The handler only charges and
+// answers 200 (or 503/504 when the provider fails); the middleware turns the
+// Idempotency-Key into a stored response replayed with Idempotent-Replayed:
+// true, a 409 with Retry-After, a 422, and drops the record of a 5xx.
 const (
 	recordsServers   = 3
 	recordsClients   = 8
@@ -102,9 +112,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // recordsStats counts what the servers saw.
 type recordsStats struct {
-	mu                                           sync.Mutex
-	calls, ran, replays, inFlight, failed, stale int
-	answered                                     int
+	mu                                    sync.Mutex
+	calls, ran, replays, inFlight, failed int
+	answered                              int
 }
 
 func (s *recordsStats) add(f func(s *recordsStats)) {
@@ -113,48 +123,97 @@ func (s *recordsStats) add(f func(s *recordsStats)) {
 	f(s)
 }
 
-// apiServer is one API process.
+// apiServer is one API process: its records store and its HTTP API.
 type apiServer struct {
 	name string
 	recs *store.Records
+	api  http.Handler
 }
 
-// handle serves one request: an HTTP-like status and body.
-func (a *apiServer) handle(ctx context.Context, p *provider, st *recordsStats, key, body string, sc scenario) (int, []byte, error) {
-	st.add(func(s *recordsStats) { s.calls++ })
-	o := store.AcquireOptions{Lease: recordsLease, Fingerprint: fingerprint(body)}
-	res, replayed, err := a.recs.Do(ctx, key, o, func(ctx context.Context) ([]byte, error) {
+// scenarioKey carries a request's scenario to the provider, in its context.
+type scenarioKey struct{}
+
+// newAPI is a server's HTTP API: POST /payments charges the body's amount
+// under the request's Idempotency-Key, behind httpidem. What the middleware
+// logs (a store error after the handler ran) goes to logged.
+func newAPI(name string, recs *store.Records, p *provider, st *recordsStats, logged *storeErrors) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /payments", func(w http.ResponseWriter, r *http.Request) {
 		st.add(func(s *recordsStats) { s.ran++ })
-		return p.charge(ctx, a.name, key, body, sc)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		sc, _ := r.Context().Value(scenarioKey{}).(scenario)
+		res, err := p.charge(r.Context(), name, r.Header.Get(httpidem.HeaderKey), string(body), sc)
+		switch {
+		case err == nil:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Served-By", name)
+			_, _ = w.Write(res)
+		case errors.Is(err, errProviderTimeout):
+			http.Error(w, err.Error(), http.StatusGatewayTimeout)
+		default: // the provider's 503, or the request's context ended
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
 	})
-	switch {
-	case err == nil && replayed:
-		st.add(func(s *recordsStats) { s.replays++ })
-		return 200, res, nil
-	case err == nil:
-		return 200, res, nil
-	case errors.Is(err, store.ErrInFlight):
-		st.add(func(s *recordsStats) { s.inFlight++ })
-		return 409, nil, nil
-	case errors.Is(err, store.ErrFingerprintMismatch):
-		return 422, nil, nil
-	case errors.Is(err, store.ErrStaleOwner):
-		st.add(func(s *recordsStats) { s.stale++ })
-		return 504, nil, nil
-	case errors.Is(err, errProvider503):
-		st.add(func(s *recordsStats) { s.failed++ })
-		return 503, nil, nil
-	case errors.Is(err, errProviderTimeout):
-		st.add(func(s *recordsStats) { s.failed++ })
-		return 504, nil, nil
-	}
-	return 500, nil, fmt.Errorf("%s: %w", a.name, err)
+	return httpidem.Middleware(recs, httpidem.WithLease(recordsLease), httpidem.WithLogger(slog.New(logged)))(mux)
 }
 
-// fingerprint is the request's digest, stored with its record.
-func fingerprint(body string) string {
-	h := sha256.Sum256([]byte(body))
-	return hex.EncodeToString(h[:8])
+// handle sends one request to the server's API, in process: the status and
+// the body the client gets.
+func (a *apiServer) handle(ctx context.Context, st *recordsStats, key, body string, sc scenario) (int, []byte, error) {
+	st.add(func(s *recordsStats) { s.calls++ })
+	req := httptest.NewRequestWithContext(context.WithValue(ctx, scenarioKey{}, sc), "POST", "/payments", strings.NewReader(body))
+	req.Header.Set(httpidem.HeaderKey, key)
+	rec := httptest.NewRecorder()
+	a.api.ServeHTTP(rec, req)
+	res := rec.Body.Bytes()
+	switch rec.Code {
+	case http.StatusOK:
+		if rec.Header().Get(httpidem.HeaderReplayed) == "true" {
+			st.add(func(s *recordsStats) { s.replays++ })
+		}
+		return rec.Code, res, nil
+	case http.StatusConflict:
+		if rec.Header().Get("Retry-After") == "" {
+			return 0, nil, fmt.Errorf("%s answered 409 for %s without Retry-After", a.name, key)
+		}
+		st.add(func(s *recordsStats) { s.inFlight++ })
+		return rec.Code, nil, nil
+	case http.StatusUnprocessableEntity:
+		return rec.Code, nil, nil
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		st.add(func(s *recordsStats) { s.failed++ })
+		return rec.Code, nil, nil
+	}
+	return 0, nil, fmt.Errorf("%s answered %d for %s: %s", a.name, rec.Code, key, res)
+}
+
+// storeErrors is the slog.Handler the middleware logs to: every record is a
+// store error under a request, which fails the demo.
+type storeErrors struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (h *storeErrors) Enabled(context.Context, slog.Level) bool { return true }
+func (h *storeErrors) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *storeErrors) WithGroup(string) slog.Handler            { return h }
+
+func (h *storeErrors) Handle(_ context.Context, r slog.Record) error {
+	err := errors.New(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		if e, ok := a.Value.Any().(error); ok {
+			err = fmt.Errorf("%s: %w", r.Message, e)
+		}
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.errs = append(h.errs, err)
+	return nil
 }
 
 func runRecords(ctx context.Context, d *Env) (Tally, error) {
@@ -182,11 +241,12 @@ func runRecords(ctx context.Context, d *Env) (Tally, error) {
 		Unique:     recordsRequests,
 		Effects:    effects,
 		Replays:    st.replays,
-		Stale:      st.stale,
+		Stale:      0, // the lease is kept alive while the handler runs: nobody is superseded
 		Notes: []string{
-			fmt.Sprintf("%s found the first try still running (Do: ErrInFlight, answered 409)", plural(st.inFlight, "retry", "retries")),
-			fmt.Sprintf("%s dropped the record (Do's default for an error), so the retry charged", plural(st.failed, "failed provider call", "failed provider calls")),
-			"1 provider call hung for 3 leases: the lease was kept alive, retries got 409 meanwhile; a reused key with another body refused (ErrFingerprintMismatch)",
+			"each server is POST /payments behind httpidem.Middleware; a retry gets the stored response with Idempotent-Replayed: true",
+			fmt.Sprintf("%s found the first try still running (409 with Retry-After)", plural(st.inFlight, "retry", "retries")),
+			fmt.Sprintf("%s not stored (a 5xx drops the record), so the retry charged", plural(st.failed, "failed provider call", "failed provider calls")),
+			"1 provider call hung for 3 leases: the lease was kept alive, retries got 409 meanwhile; a reused key with another body answered 422",
 		},
 	}, nil
 }
@@ -199,6 +259,7 @@ type recordsRun struct {
 	procs     []*process
 	p         *provider
 	st        *recordsStats
+	logged    *storeErrors
 	keys      []string
 	bodies    map[string]string
 	scenarios map[string]scenario
@@ -212,7 +273,7 @@ type recordsRun struct {
 
 // newRecordsRun opens one process per API server.
 func newRecordsRun(d *Env) (*recordsRun, error) {
-	r := &recordsRun{d: d, st: &recordsStats{},
+	r := &recordsRun{d: d, st: &recordsStats{}, logged: &storeErrors{},
 		p: &provider{charges: map[string]int{}, attempts: map[string]int{},
 			held: make(chan struct{})},
 		bodies: map[string]string{}, scenarios: map[string]scenario{},
@@ -224,7 +285,8 @@ func newRecordsRun(d *Env) (*recordsRun, error) {
 			return r, err
 		}
 		r.procs = append(r.procs, proc)
-		r.servers = append(r.servers, &apiServer{name: fmt.Sprintf("s%d", i+1), recs: store.NewRecords(proc.client, opts...)})
+		name, recs := fmt.Sprintf("s%d", i+1), store.NewRecords(proc.client, opts...)
+		r.servers = append(r.servers, &apiServer{name: name, recs: recs, api: newAPI(name, recs, r.p, r.st, r.logged)})
 	}
 	return r, nil
 }
@@ -318,7 +380,7 @@ func (r *recordsRun) request(ctx context.Context, client int, key string) error 
 			return err
 		}
 	case lostResponse:
-		if _, _, err := servers.next().handle(ctx, r.p, r.st, key, r.bodies[key], sc); err != nil {
+		if _, _, err := servers.next().handle(ctx, r.st, key, r.bodies[key], sc); err != nil {
 			return err
 		}
 	}
@@ -333,12 +395,12 @@ func (r *recordsRun) abandonFirstTry(ctx context.Context, first *apiServer, key 
 		r.amu.Lock()
 		r.stallStart = time.Now()
 		r.amu.Unlock()
-		r.d.say("records", "%s stalls on %s (its call to the provider hangs); Do keeps its lease alive", first.name, key)
+		r.d.say("records", "%s stalls on %s (its call to the provider hangs); the middleware's Do keeps its lease alive", first.name, key)
 	}
 	r.background.Add(1)
 	go func() {
 		defer r.background.Done()
-		code, _, err := first.handle(ctx, r.p, r.st, key, r.bodies[key], sc)
+		code, _, err := first.handle(ctx, r.st, key, r.bodies[key], sc)
 		switch {
 		case err != nil:
 			r.bgErrs <- err
@@ -348,7 +410,7 @@ func (r *recordsRun) abandonFirstTry(ctx context.Context, first *apiServer, key 
 			r.amu.Lock()
 			began := r.stallStart
 			r.amu.Unlock()
-			r.d.say("records", "%s's provider call on %s timed out after %v: Do dropped the record, so a retry can charge",
+			r.d.say("records", "%s's provider call on %s timed out after %v: its 504 was not stored, so a retry can charge",
 				first.name, key, time.Since(began).Round(10*time.Millisecond))
 		}
 	}()
@@ -369,7 +431,7 @@ func (r *recordsRun) retryUntilAnswered(ctx context.Context, servers *rotation, 
 	sc := r.scenarios[key]
 	for range recordsMaxTries {
 		srv := servers.next()
-		code, res, err := srv.handle(ctx, r.p, r.st, key, r.bodies[key], sc)
+		code, res, err := srv.handle(ctx, r.st, key, r.bodies[key], sc)
 		if err != nil {
 			return err
 		}
@@ -408,7 +470,7 @@ func (r *recordsRun) answered(srv *apiServer, key string, res []byte) {
 // reuseKey is a buggy client that reuses a key with a different body: refused.
 func (r *recordsRun) reuseKey(ctx context.Context) error {
 	reused := r.keys[12]
-	code, _, err := r.servers[0].handle(ctx, r.p, r.st, reused, "999.99 EUR", plain)
+	code, _, err := r.servers[0].handle(ctx, r.st, reused, "999.99 EUR", plain)
 	if err != nil {
 		return err
 	}
@@ -419,11 +481,18 @@ func (r *recordsRun) reuseKey(ctx context.Context) error {
 	return nil
 }
 
-// check verifies one charge per key and that every answer is the stored
-// record, and returns the number of charges.
+// check verifies one charge per key, that every key has a completed record
+// and that a retry on any server replays the answer the client got; it
+// returns the number of charges.
 func (r *recordsRun) check(ctx context.Context) (int, error) {
+	r.logged.mu.Lock()
+	logged := errors.Join(r.logged.errs...)
+	r.logged.mu.Unlock()
+	if logged != nil {
+		return 0, fmt.Errorf("the middleware logged store errors: %w", logged)
+	}
 	effects := 0
-	for _, key := range r.keys {
+	for i, key := range r.keys {
 		n := r.p.charges[key]
 		effects += n
 		if n != 1 {
@@ -433,24 +502,29 @@ func (r *recordsRun) check(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if !ok || rec.Status != store.StatusCompleted || string(rec.Payload) != string(r.answers[key]) {
-			return 0, fmt.Errorf("%s: record %+v (found %v), but the client was answered %q", key, rec, ok, r.answers[key])
-		}
 		// A failed call drops its record, so every record is the first of
 		// its incarnation: nobody took a live owner's record over.
-		if rec.Fence != 1 {
-			return 0, fmt.Errorf("%s: fence %d, want 1 (no takeover of a live owner)", key, rec.Fence)
+		if !ok || rec.Status != store.StatusCompleted || rec.Fence != 1 {
+			return 0, fmt.Errorf("%s: record %+v (found %v), want completed with fence 1", key, rec, ok)
+		}
+		// One more retry, outside the counts: the stored response, replayed.
+		req := httptest.NewRequestWithContext(ctx, "POST", "/payments", strings.NewReader(r.bodies[key]))
+		req.Header.Set(httpidem.HeaderKey, key)
+		again := httptest.NewRecorder()
+		r.servers[i%len(r.servers)].api.ServeHTTP(again, req)
+		if again.Code != http.StatusOK || again.Header().Get(httpidem.HeaderReplayed) != "true" || again.Body.String() != string(r.answers[key]) {
+			return 0, fmt.Errorf("%s: a retry got %d %v %q, but the client was answered %q", key, again.Code, again.Header(), again.Body, r.answers[key])
 		}
 	}
-	// Every call ended one way: charged, replayed, in flight, failed, stale;
-	// fn ran for the first, the fourth and the fifth only.
+	// Every call ended one way: charged, replayed, in flight, failed; the
+	// handler ran for the first and the last only.
 	st := r.st
-	if sum := effects + st.replays + st.inFlight + st.failed + st.stale; sum != st.calls {
-		return 0, fmt.Errorf("%d calls, but charges %d + replays %d + in flight %d + failures %d + stale %d = %d",
-			st.calls, effects, st.replays, st.inFlight, st.failed, st.stale, sum)
+	if sum := effects + st.replays + st.inFlight + st.failed; sum != st.calls {
+		return 0, fmt.Errorf("%d calls, but charges %d + replays %d + in flight %d + failures %d = %d",
+			st.calls, effects, st.replays, st.inFlight, st.failed, sum)
 	}
-	if st.ran != effects+st.failed+st.stale {
-		return 0, fmt.Errorf("the handler ran %d times, want charges %d + failures %d + stale %d", st.ran, effects, st.failed, st.stale)
+	if st.ran != effects+st.failed {
+		return 0, fmt.Errorf("the handler ran %d times, want charges %d + failures %d", st.ran, effects, st.failed)
 	}
 	return effects, nil
 }

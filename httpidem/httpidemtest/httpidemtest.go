@@ -1,0 +1,548 @@
+// Package httpidemtest checks httpidem's middleware, with its default
+// options, over a store.RecordStore: the same suite runs on the in-memory
+// store (package httpidem's tests) and on Redis (scripts_test), and a user can
+// run it on a RecordStore of their own, as store/storetest does for the store.
+package httpidemtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/store"
+)
+
+// Harness tells TestMiddleware how to make a store under test.
+type Harness struct {
+	// New returns an empty store, isolated from every other store New
+	// returns (a fresh prefix, say). The suite closes it.
+	New func(t *testing.T) store.RecordStore
+}
+
+// reply is one response as a client saw it.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r reply) String() string {
+	return fmt.Sprintf("%d %v %q", r.status, r.header, r.body)
+}
+
+// server runs handler behind the middleware on a real net/http server.
+type server struct {
+	t    *testing.T
+	url  string
+	runs atomic.Int64
+	rs   store.RecordStore
+}
+
+func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpidem.Option) *server {
+	t.Helper()
+	rs := h.New(t)
+	t.Cleanup(func() { rs.Close() })
+	s := &server{t: t, rs: rs}
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.runs.Add(1)
+		handler(w, r)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/", httpidem.Middleware(rs, opts...)(counted))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// do sends one request; key "" sends no Idempotency-Key.
+func (s *server) do(method, path, key, body string) reply {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set(httpidem.HeaderKey, key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func (s *server) wantRuns(n int64) {
+	s.t.Helper()
+	if got := s.runs.Load(); got != n {
+		s.t.Errorf("the handler ran %d times, want %d", got, n)
+	}
+}
+
+func wantReplayed(t *testing.T, r reply, replayed bool) {
+	t.Helper()
+	got := r.header.Get(httpidem.HeaderReplayed)
+	if replayed && got != "true" {
+		t.Errorf("%s: %s = %q, want \"true\"", r, httpidem.HeaderReplayed, got)
+	}
+	if !replayed && len(r.header.Values(httpidem.HeaderReplayed)) != 0 {
+		t.Errorf("%s: has %s, want none", r, httpidem.HeaderReplayed)
+	}
+}
+
+// wantProblem checks an RFC 9457 problem+json answer.
+func wantProblem(t *testing.T, r reply, status int) httpidem.Problem {
+	t.Helper()
+	if r.status != status {
+		t.Errorf("status %d, want %d (%s)", r.status, status, r)
+	}
+	if ct := r.header.Get("Content-Type"); ct != httpidem.ProblemContentType {
+		t.Errorf("Content-Type %q, want %q", ct, httpidem.ProblemContentType)
+	}
+	var p httpidem.Problem
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.body, err)
+	}
+	if p.Status != status || p.Type == "" || p.Title == "" || p.Detail == "" {
+		t.Errorf("problem %+v, want status %d, a type, a title and a detail", p, status)
+	}
+	return p
+}
+
+// created is a handler answering 201 with headers and a body.
+func created(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Order", "o-1")
+	w.Header().Add("Link", "</a>; rel=a")
+	w.Header().Add("Link", "</b>; rel=b")
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"order":"o-1","request":%q}`, body)
+}
+
+// TestMiddleware runs the suite.
+func TestMiddleware(t *testing.T, h Harness) {
+	t.Run("ReplaysStatusHeadersBody", func(t *testing.T) {
+		s := newServer(t, h, created)
+		first := s.do("POST", "/orders", "k1", `{"amount":10}`)
+		if first.status != http.StatusCreated || first.body != `{"order":"o-1","request":"{\"amount\":10}"}` {
+			t.Fatalf("first response %s", first)
+		}
+		wantReplayed(t, first, false)
+		if first.header.Get("Set-Cookie") == "" {
+			t.Error("the first response lost its Set-Cookie")
+		}
+		for i := range 2 {
+			again := s.do("POST", "/orders", "k1", `{"amount":10}`)
+			if again.status != first.status || again.body != first.body {
+				t.Errorf("retry %d: %s, want %s", i, again, first)
+			}
+			for _, name := range []string{"Content-Type", "X-Order", "Link", "Content-Length"} {
+				if got, want := again.header.Values(name), first.header.Values(name); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("retry %d: %s = %q, want %q", i, name, got, want)
+				}
+			}
+			if again.header.Get("Set-Cookie") != "" {
+				t.Errorf("retry %d: Set-Cookie was replayed", i)
+			}
+			wantReplayed(t, again, true)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("BodyReachesHandlerIntact", func(t *testing.T) {
+		var got []string
+		var mu sync.Mutex
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("reading the body in the handler: %v", err)
+			}
+			mu.Lock()
+			got = append(got, string(b))
+			mu.Unlock()
+			w.Write(b)
+		})
+		big := strings.Repeat("0123456789", 100_000) // 1 MB, more than one read
+		r := s.do("POST", "/echo", "k", big)
+		if r.body != big || len(got) != 1 || got[0] != big {
+			t.Errorf("the handler got %d bodies (lengths %v) and answered %d bytes, want the %d-byte body once", len(got), lens(got), len(r.body), len(big))
+		}
+	})
+
+	t.Run("OtherRequestSameKey422", func(t *testing.T) {
+		s := newServer(t, h, created)
+		if r := s.do("POST", "/orders", "k", "a"); r.status != http.StatusCreated {
+			t.Fatalf("first %s", r)
+		}
+		p := wantProblem(t, s.do("POST", "/orders", "k", "b"), http.StatusUnprocessableEntity)
+		if p.Header != httpidem.HeaderKey {
+			t.Errorf("problem names header %q, want %q", p.Header, httpidem.HeaderKey)
+		}
+		wantProblem(t, s.do("POST", "/other", "k", "a"), http.StatusUnprocessableEntity)
+		wantProblem(t, s.do("PATCH", "/orders", "k", "a"), http.StatusUnprocessableEntity)
+		s.wantRuns(1)
+		if r := s.do("POST", "/orders", "k", "a"); r.status != http.StatusCreated {
+			t.Errorf("the original request after a mismatch: %s", r)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("ConcurrentRetry409", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+			w.WriteHeader(http.StatusAccepted)
+			io.WriteString(w, "done")
+		}, httpidem.WithLease(5*time.Second))
+		firstDone := make(chan reply, 1)
+		go func() { firstDone <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		r := s.do("POST", "/slow", "k", "x")
+		wantProblem(t, r, http.StatusConflict)
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 5 {
+			t.Errorf("Retry-After %q, want whole seconds in 1..5 (the lease)", r.header.Get("Retry-After"))
+		}
+		close(release)
+		if first := <-firstDone; first.status != http.StatusAccepted || first.body != "done" {
+			t.Errorf("first %s", first)
+		}
+		again := s.do("POST", "/slow", "k", "x")
+		if again.status != http.StatusAccepted || again.body != "done" {
+			t.Errorf("retry after the first finished: %s", again)
+		}
+		wantReplayed(t, again, true)
+		s.wantRuns(1)
+	})
+
+	t.Run("5xxNotStored", func(t *testing.T) {
+		var n atomic.Int64
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.Header().Set("Retry-After", "3")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, "provider down")
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "paid")
+		})
+		first := s.do("POST", "/pay", "k", "x")
+		if first.status != http.StatusServiceUnavailable || first.body != "provider down" || first.header.Get("Retry-After") != "3" {
+			t.Errorf("the 503 did not reach the client as written: %s", first)
+		}
+		wantReplayed(t, first, false)
+		second := s.do("POST", "/pay", "k", "x")
+		if second.status != http.StatusOK || second.body != "paid" {
+			t.Errorf("retry after a 503: %s, want the handler to run again", second)
+		}
+		wantReplayed(t, second, false)
+		third := s.do("POST", "/pay", "k", "x")
+		if third.status != http.StatusOK || third.body != "paid" {
+			t.Errorf("third %s", third)
+		}
+		wantReplayed(t, third, true)
+		s.wantRuns(2)
+	})
+
+	t.Run("4xxReplayed", func(t *testing.T) {
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, "amount missing")
+		})
+		first := s.do("POST", "/pay", "k", "")
+		again := s.do("POST", "/pay", "k", "")
+		if first.status != http.StatusBadRequest || again.status != http.StatusBadRequest || again.body != "amount missing" || again.header.Get("Content-Type") != "text/plain" {
+			t.Errorf("first %s, retry %s", first, again)
+		}
+		wantReplayed(t, first, false)
+		wantReplayed(t, again, true)
+		s.wantRuns(1)
+	})
+
+	t.Run("EmptyResponseReplayed", func(t *testing.T) {
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
+		first := s.do("POST", "/noop", "k", "")
+		again := s.do("POST", "/noop", "k", "")
+		if first.status != http.StatusOK || again.status != http.StatusOK || again.body != "" {
+			t.Errorf("first %s, retry %s", first, again)
+		}
+		wantReplayed(t, again, true)
+		s.wantRuns(1)
+	})
+
+	t.Run("NoKeyAndGETPassThrough", func(t *testing.T) {
+		s := newServer(t, h, created)
+		for i, req := range []struct{ method, key string }{
+			{"POST", ""}, {"POST", ""}, {"GET", "k"}, {"GET", "k"}, {"PUT", "k"}, {"DELETE", "k"},
+		} {
+			r := s.do(req.method, "/orders", req.key, "")
+			if r.status != http.StatusCreated {
+				t.Errorf("request %d (%s, key %q): %s", i, req.method, req.key, r)
+			}
+			wantReplayed(t, r, false)
+		}
+		s.wantRuns(6)
+		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
+			t.Errorf("a GET with a key left a record (found %v, err %v)", ok, err)
+		}
+	})
+
+	t.Run("RequiredKey", func(t *testing.T) {
+		s := newServer(t, h, created, httpidem.WithRequireKey(true))
+		p := wantProblem(t, s.do("POST", "/orders", "", "x"), http.StatusBadRequest)
+		if p.Header != httpidem.HeaderKey || !strings.Contains(p.Detail, httpidem.HeaderKey) {
+			t.Errorf("problem %+v does not name the header %s", p, httpidem.HeaderKey)
+		}
+		if r := s.do("GET", "/orders", "", ""); r.status != http.StatusCreated {
+			t.Errorf("a GET without a key: %s", r)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("BadKey400", func(t *testing.T) {
+		s := newServer(t, h, created)
+		for _, key := range []string{strings.Repeat("k", 256), "tab\there", "caf\u00e9"} {
+			req, _ := http.NewRequest("POST", s.url+"/orders", nil)
+			req.Header[httpidem.HeaderKey] = []string{key}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			wantProblem(t, reply{resp.StatusCode, resp.Header, string(b)}, http.StatusBadRequest)
+		}
+		if r := s.do("POST", "/orders", strings.Repeat("k", 255), "x"); r.status != http.StatusCreated {
+			t.Errorf("a 255-byte key: %s", r)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("BodyCap413", func(t *testing.T) {
+		s := newServer(t, h, created, httpidem.WithMaxBody(10))
+		wantProblem(t, s.do("POST", "/orders", "k", "01234567890"), http.StatusRequestEntityTooLarge)
+		if r := s.do("POST", "/orders", "k", "0123456789"); r.status != http.StatusCreated {
+			t.Errorf("a body at the cap: %s", r)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("ScopedKeys", func(t *testing.T) {
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "hello "+r.Header.Get("X-User"))
+		}, httpidem.WithScope(func(r *http.Request) string { return r.Header.Get("X-User") }))
+		ask := func(user string) reply {
+			req, _ := http.NewRequest("POST", s.url+"/", strings.NewReader("x"))
+			req.Header.Set(httpidem.HeaderKey, "same")
+			req.Header.Set("X-User", user)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		for range 2 {
+			for _, u := range []string{"ann", "bob", "a:b"} {
+				if r := ask(u); r.body != "hello "+u {
+					t.Errorf("user %s: %s", u, r)
+				}
+			}
+		}
+		s.wantRuns(3)
+	})
+
+	t.Run("TooLargeSentNotStored", func(t *testing.T) {
+		big := bytes.Repeat([]byte("x"), store.MaxRecordPayloadLen+1)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			w.Write(big[:1000])
+			w.Write(big[1000:])
+		})
+		for range 2 {
+			r := s.do("POST", "/big", "k", "")
+			if r.status != http.StatusOK || r.body != string(big) {
+				t.Errorf("status %d, %d bytes, want 200 and %d bytes", r.status, len(r.body), len(big))
+			}
+			wantReplayed(t, r, false)
+		}
+		s.wantRuns(2)
+		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
+			t.Errorf("a record is left (found %v, err %v), want it released", ok, err)
+		}
+	})
+
+	t.Run("FlushPassesThroughUnstored", func(t *testing.T) {
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "part 1,")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "part 2")
+		})
+		for range 2 {
+			if r := s.do("POST", "/stream", "k", ""); r.status != http.StatusOK || r.body != "part 1,part 2" {
+				t.Errorf("stream %s", r)
+			}
+		}
+		s.wantRuns(2)
+	})
+
+	t.Run("PanicNotStored", func(t *testing.T) {
+		var n atomic.Int64
+		rs := h.New(t)
+		t.Cleanup(func() { rs.Close() })
+		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.WriteHeader(http.StatusCreated)
+				panic("boom")
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		serve := func() (rec *httptest.ResponseRecorder, recovered any) {
+			defer func() { recovered = recover() }()
+			rec = httptest.NewRecorder()
+			req := httptest.NewRequest("POST", "/p", strings.NewReader("x"))
+			req.Header.Set(httpidem.HeaderKey, "k")
+			mw.ServeHTTP(rec, req)
+			return rec, nil
+		}
+		if _, p := serve(); p != "boom" {
+			t.Fatalf("the panic became %v, want it to go on as \"boom\"", p)
+		}
+		if _, ok, err := rs.Get(context.Background(), "k"); ok || err != nil {
+			t.Errorf("after the panic a record is left (found %v, err %v)", ok, err)
+		}
+		rec, p := serve()
+		if p != nil || rec.Code != http.StatusCreated || rec.Header().Get(httpidem.HeaderReplayed) != "" {
+			t.Errorf("retry after a panic: %d %v (panic %v), want the handler to run again", rec.Code, rec.Header(), p)
+		}
+		if n.Load() != 2 {
+			t.Errorf("the handler ran %d times, want 2", n.Load())
+		}
+	})
+
+	t.Run("ClientGoneNotStored", func(t *testing.T) {
+		var n atomic.Int64
+		rs := h.New(t)
+		t.Cleanup(func() { rs.Close() })
+		inside := make(chan struct{})
+		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				close(inside)
+				<-r.Context().Done() // the client hangs up; the handler ends anyway
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "made")
+		}))
+		serve := func(ctx context.Context) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest("POST", "/p", strings.NewReader("x")).WithContext(ctx)
+			req.Header.Set(httpidem.HeaderKey, "k")
+			mw.ServeHTTP(rec, req)
+			return rec
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-inside; cancel() }()
+		serve(ctx)
+		if _, ok, err := rs.Get(context.Background(), "k"); ok || err != nil {
+			t.Errorf("after the client went away a record is left (found %v, err %v)", ok, err)
+		}
+		rec := serve(context.Background())
+		if rec.Code != http.StatusCreated || rec.Body.String() != "made" || rec.Header().Get(httpidem.HeaderReplayed) != "" {
+			t.Errorf("retry: %d %q %v, want the handler to run again", rec.Code, rec.Body, rec.Header())
+		}
+		if n.Load() != 2 {
+			t.Errorf("the handler ran %d times, want 2", n.Load())
+		}
+	})
+
+	t.Run("LongHandlerKeepsLease", func(t *testing.T) {
+		// The handler runs for 3.5 leases: the store's Do renews the lease,
+		// so a retry after 2.5 leases is still told 409, never taken over.
+		const lease = 200 * time.Millisecond
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(lease * 7 / 2)
+			io.WriteString(w, "slow")
+		}, httpidem.WithLease(lease))
+		first := make(chan reply, 1)
+		go func() { first <- s.do("POST", "/", "k", "") }()
+		time.Sleep(lease * 5 / 2)
+		r := s.do("POST", "/", "k", "")
+		wantProblem(t, r, http.StatusConflict)
+		if r.header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q, want 1 (a 200 ms lease, rounded up)", r.header.Get("Retry-After"))
+		}
+		if f := <-first; f.status != http.StatusOK || f.body != "slow" {
+			t.Errorf("first %s", f)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("LeaseInHandlerContext", func(t *testing.T) {
+		var leases []store.Lease
+		var mu sync.Mutex
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			l, ok := store.LeaseFromContext(r.Context())
+			if !ok {
+				t.Error("the handler's context carries no lease")
+			}
+			mu.Lock()
+			leases = append(leases, l)
+			mu.Unlock()
+		})
+		s.do("POST", "/", "k", "")
+		s.do("POST", "/", "k", "")
+		if len(leases) != 1 || leases[0].ID != "k" || leases[0].Token == "" || leases[0].Fence != 1 {
+			t.Errorf("leases seen by the handler: %+v, want one for key k with a token and fence 1", leases)
+		}
+	})
+
+	t.Run("CorruptStoredResponse500", func(t *testing.T) {
+		s := newServer(t, h, created, httpidem.WithFingerprint(nil))
+		ctx := context.Background()
+		for i, payload := range [][]byte{nil, []byte("garbage"), {1, 0xff}, {1, 200, 1, 5, 'a'}, {2, 200, 1, 0}} {
+			key := fmt.Sprint("corrupt-", i)
+			if _, _, err := s.rs.AcquireWith(ctx, key, store.AcquireOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			done := store.StatusCompleted
+			if err := s.rs.Update(ctx, key, store.Update{Status: &done, Payload: &payload}); err != nil {
+				t.Fatal(err)
+			}
+			wantProblem(t, s.do("POST", "/orders", key, ""), http.StatusInternalServerError)
+		}
+		s.wantRuns(0)
+	})
+}
+
+func lens(ss []string) []int {
+	n := make([]int, len(ss))
+	for i, s := range ss {
+		n[i] = len(s)
+	}
+	return n
+}
