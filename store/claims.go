@@ -49,6 +49,7 @@ type Claims struct {
 	err    error
 	// leaseMS remembers the last lease Do rendered: callers pass the same one.
 	leaseMS msCache
+	ev      events
 }
 
 var _ ClaimStore = (*Claims)(nil)
@@ -64,7 +65,7 @@ var _ ClaimStore = (*Claims)(nil)
 // the store never uses client-side caching.
 func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &Claims{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err}
+	return &Claims{c: c, prefix: cfg.prefix, ttl: ms(cfg.ttl), err: cfg.err, ev: newEvents("claims", cfg)}
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
@@ -112,10 +113,23 @@ func openClient(url string) (rueidis.Client, error) {
 // window: a retry of Do after a network error finds the lease and answers
 // ErrInFlight until it expires).
 func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "claim", id); err != nil {
-		return false, err
+	return s.claim(ctx, "claim", id)
+}
+
+// claim is Claim, reported as op.
+func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	n, err := replyInt("claim", id, scriptClaim.exec(ctx, s.c, s.prefix+id, s.ttl, "1"))
+	var n int64
+	err := s.check(ctx, "claim", id)
+	if err == nil {
+		n, err = replyInt("claim", id, scriptClaim.exec(ctx, s.c, s.prefix+id, s.ttl, "1"))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, op, "claim", id, 1, outcome(err, claimOutcome(n)), start, err)
+	}
 	return n == 1, err
 }
 
@@ -126,8 +140,14 @@ func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
 // fail (a connection error), the error names the first and the others' results
 // are still filled in.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
+	var tally *claimTally
+	if s.ev.obs != nil {
+		tally = &claimTally{start: time.Now()}
+		defer func() { tally.report(ctx, &s.ev, "claim_many", "claim", len(ids)) }()
+	}
 	for _, id := range ids {
 		if err := s.check(ctx, "claim", id); err != nil {
+			tally.fail(err)
 			return nil, err
 		}
 	}
@@ -147,6 +167,7 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 		if err != nil && first == nil {
 			first = err
 		}
+		tally.add(n, err)
 		out[i] = n == 1
 	}
 	return out, first
@@ -154,27 +175,43 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 
 // Seen reports whether id is claimed, processed or in flight.
 func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "seen", id); err != nil {
-		return false, err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	n, err := replyInt("seen", id, scriptSeen.exec(ctx, s.c, s.prefix+id))
+	var n int64
+	err := s.check(ctx, "seen", id)
+	if err == nil {
+		n, err = replyInt("seen", id, scriptSeen.exec(ctx, s.c, s.prefix+id))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "seen", "seen", id, 1, outcome(err, seenOutcome(n == 1)), start, err)
+	}
 	return n == 1, err
 }
 
 // Remember marks id processed; it is Claim without the answer (and, like
 // Claim, a mark taken whatever the effect does).
 func (s *Claims) Remember(ctx context.Context, id string) error {
-	_, err := s.Claim(ctx, id)
+	_, err := s.claim(ctx, "remember", id)
 	return err
 }
 
 // Forget removes id's claim, processed or in flight, so it can be claimed again.
 // Forgetting an unknown id is not an error.
 func (s *Claims) Forget(ctx context.Context, id string) error {
-	if err := s.check(ctx, "forget", id); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	_, err := replyInt("forget", id, scriptForget.exec(ctx, s.c, s.prefix+id))
+	var n int64
+	err := s.check(ctx, "forget", id)
+	if err == nil {
+		n, err = replyInt("forget", id, scriptForget.exec(ctx, s.c, s.prefix+id))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "forget", "forget", id, 1, outcome(err, found(n == 1, OutcomeForgotten)), start, err)
+	}
 	return err
 }
 
@@ -214,11 +251,23 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 // longest pause you accept before a redelivery takes over (seconds, not the
 // length of fn). lease must be > 0.
 func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s.ev.obs == nil {
+		ran, _, err = s.do(ctx, id, lease, fn)
+		return ran, err
+	}
+	start, out := time.Now(), OutcomeReleased // a panic in fn releases the id
+	defer func() { s.ev.report(ctx, "do", "", id, 1, out, start, err) }()
+	ran, out, err = s.do(ctx, id, lease, fn)
+	return ran, err
+}
+
+// do is Do, with its outcome.
+func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
 	if err := s.check(ctx, "do", id); err != nil {
-		return false, err
+		return false, outcome(err, OutcomeError), err
 	}
 	if lease <= 0 {
-		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
 	value := newLeaseValue()
 	token := value[1:] // the token shares the value's string
@@ -226,19 +275,22 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	leaseMS := s.leaseMS.ms(lease)
 	n, err := replyInt("do", id, scriptClaim.exec(ctx, s.c, key, leaseMS, value))
 	if err != nil {
-		return false, err
+		return false, outcome(err, OutcomeError), err
 	}
 	switch n {
 	case 0:
-		return false, nil
+		return false, OutcomeDuplicate, nil
 	case -1:
-		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	return true, runLeased(ctx, id, token, lease, fn,
-		func(ctx context.Context) (bool, error) {
-			n, err := replyInt("extend", id, scriptExtend.exec(ctx, s.c, key, token, leaseMS))
-			return n == 1, err
-		},
+	extend := func(ctx context.Context) (bool, error) {
+		n, err := replyInt("extend", id, scriptExtend.exec(ctx, s.c, key, token, leaseMS))
+		return n == 1, err
+	}
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
+	}
+	out, err := runLeased(ctx, id, token, lease, fn, extend,
 		func(ctx context.Context) (int64, error) {
 			return replyInt("commit", id, scriptCommit.exec(ctx, s.c, key, token, s.ttl))
 		},
@@ -246,6 +298,7 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 			_, err := replyInt("release", id, scriptRelease.exec(ctx, s.c, key, token))
 			return err
 		})
+	return true, out, err
 }
 
 // runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
@@ -254,7 +307,7 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 // cancelled, bounded by a short timeout, and are retried when their
 // connection is lost (retryLost). commit returns commit.lua's reply.
 func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
-	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
+	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
 	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
 	done := false
 	defer func() {
@@ -275,9 +328,9 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 		defer cancel()
 		if rerr := retryLost(rctx, release); rerr != nil {
 			// The lease will expire on its own; report both.
-			return errors.Join(fnErr, rerr)
+			return OutcomeError, errors.Join(fnErr, rerr)
 		}
-		return fnErr
+		return OutcomeReleased, fnErr
 	}
 	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
 	// redelivery does not run it again.
@@ -291,18 +344,18 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 		return err
 	})
 	if err != nil {
-		return err
+		return outcome(err, OutcomeError), err
 	}
 	switch {
 	case n == 1 || n == 2:
-		return nil
+		return OutcomeCommitted, nil
 	case n == 0 && attempts > 1:
 		// A retry after a lost connection found the mark: the first attempt landed.
-		return nil
+		return OutcomeCommitted, nil
 	case n == 0:
-		return errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
 	default:
-		return errorf("do", id, ErrLeaseLost, "another consumer holds the id")
+		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
 }
 

@@ -177,7 +177,7 @@ type RecordStore interface {
 type recordOps interface {
 	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
-	deleteFenced(ctx context.Context, op, key, token string) error
+	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
 }
@@ -201,6 +201,7 @@ type Records struct {
 	// ttlMS and leaseMS remember the last TTL and lease rendered for acquire,
 	// so a caller passing the same options every time allocates no string.
 	ttlMS, leaseMS msCache
+	ev             events
 }
 
 var (
@@ -219,7 +220,7 @@ var (
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.recordsTTL(), err: cfg.err}
+	return &Records{c: c, prefix: cfg.prefix, ttl: cfg.recordsTTL(), err: cfg.err, ev: newEvents("records", cfg)}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
@@ -243,7 +244,7 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // record is returned with false. It is AcquireWith(ctx, key,
 // AcquireOptions{TTL: ttl}), without a lease.
 func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
 }
 
 // AcquireWith acquires key's record in one script:
@@ -259,7 +260,13 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 // The returned Record's Token (set only with true) fences the caller's Update
 // and DeleteFenced.
 func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, o)
+	if s.ev.obs == nil {
+		return s.acquire(ctx, "acquire", key, o)
+	}
+	start := time.Now()
+	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
+	return rec, ok, err
 }
 
 func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
@@ -298,6 +305,16 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 // nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
 // replica may serve it.
 func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s.ev.obs == nil {
+		return s.get(ctx, key)
+	}
+	start := time.Now()
+	rec, ok, err := s.get(ctx, key)
+	s.ev.report(ctx, "get", "get", key, 1, outcome(err, found(ok, OutcomeRead)), start, err)
+	return rec, ok, err
+}
+
+func (s *Records) get(ctx context.Context, key string) (Record, bool, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return Record{}, false, err
 	}
@@ -322,7 +339,13 @@ func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
 // status other than pending clears the lease. An owner whose lease passed
 // keeps the record, and may still update it, until another caller takes it over.
 func (s *Records) Update(ctx context.Context, key string, u Update) error {
-	return s.update(ctx, "update", key, u)
+	if s.ev.obs == nil {
+		return s.update(ctx, "update", key, u)
+	}
+	start := time.Now()
+	err := s.update(ctx, "update", key, u)
+	s.ev.report(ctx, "update", "update", key, 1, outcome(err, OutcomeUpdated), start, err)
+	return err
 }
 
 func (s *Records) update(ctx context.Context, op, key string, u Update) error {
@@ -349,10 +372,18 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 // Delete removes key's record, whoever owns it; a missing
 // key is not an error. It also removes a key that does not hold a record.
 func (s *Records) Delete(ctx context.Context, key string) error {
-	if err := s.check(ctx, "delete", key); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	_, err := replyInt("delete", key, scriptDelete.exec(ctx, s.c, s.prefix+key, ""))
+	var n int64
+	err := s.check(ctx, "delete", key)
+	if err == nil {
+		n, err = replyInt("delete", key, scriptDelete.exec(ctx, s.c, s.prefix+key, ""))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "delete", "delete", key, 1, outcome(err, found(n == 1, OutcomeDeleted)), start, err)
+	}
 	return err
 }
 
@@ -361,18 +392,26 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 // caller took the record over, and nothing is deleted. A missing key is not an
 // error. token must be 1..MaxTokenLen bytes.
 func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
-	return s.deleteFenced(ctx, "delete", key, token)
+	if s.ev.obs == nil {
+		_, err := s.deleteFenced(ctx, "delete", key, token)
+		return err
+	}
+	start := time.Now()
+	ok, err := s.deleteFenced(ctx, "delete", key, token)
+	s.ev.report(ctx, "delete", "delete", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
+	return err
 }
 
-func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error {
+// deleteFenced is DeleteFenced; true when it removed the record.
+func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return err
+		return false, err
 	}
 	if err := checkToken(op, key, token); err != nil {
-		return err
+		return false, err
 	}
-	_, err := replyInt(op, key, scriptDelete.exec(ctx, s.c, s.prefix+key, token))
-	return err
+	n, err := replyInt(op, key, scriptDelete.exec(ctx, s.c, s.prefix+key, token))
+	return n == 1, err
 }
 
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
@@ -428,11 +467,23 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
 // the payload, is refused; Do returns that error and the next Do runs fn again
 // after the lease.
-func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
-	if err := s.check(ctx, "do", key); err != nil {
-		return nil, false, err
+func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s.ev.obs == nil {
+		result, replayed, _, err = s.do(ctx, key, o, fn)
+		return result, replayed, err
 	}
-	return doRecord(ctx, s, key, o, fn)
+	start, out := time.Now(), OutcomeReleased // a panic in fn deletes the record
+	defer func() { s.ev.report(ctx, "do", "", key, 1, out, start, err) }()
+	result, replayed, out, err = s.do(ctx, key, o, fn)
+	return result, replayed, err
+}
+
+// do is Do, with its outcome.
+func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, Outcome, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	return doRecord(ctx, s, &s.ev, "acquire", "renew", key, o, fn)
 }
 
 // Close closes the client if the store opened it (OpenRecords); for a store
@@ -499,30 +550,45 @@ func storeFailure(err error) bool {
 
 // doRecord is Do after the key and ctx were checked, shared by Records and
 // MemoryRecords.
-func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renewScript, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
 	if o.Lease <= 0 {
-		return nil, false, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+	}
+	var start time.Time
+	if ev.obs != nil {
+		start = time.Now()
 	}
 	rec, acquired, err := s.acquire(ctx, "do", key, o)
 	if err != nil {
-		return nil, false, err
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	if ev.obs != nil && acquired && rec.Fence > 1 {
+		// a takeover is worth an alert of its own: report it apart
+		ev.report(ctx, "acquire", acquireScript, key, 1, OutcomeTakenOver, start, nil)
 	}
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+			return nil, false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
 		case StatusFailed:
-			return rec.Payload, true, errorf("do", key, ErrFailed, "%s", rec.Payload)
+			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:
-			return rec.Payload, true, nil
+			return rec.Payload, true, OutcomeReplayed, nil
 		}
 	}
 	token := rec.Token
-	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
-		func(ctx context.Context) (bool, error) {
-			n, err := s.renew(ctx, key, token, o.Lease)
-			return n == 1, err
-		})
+	renew := extendFunc(func(ctx context.Context) (bool, error) {
+		n, err := s.renew(ctx, key, token, o.Lease)
+		return n == 1, err
+	})
+	if ev.obs != nil {
+		renew = ev.observeExtend(key, renewScript, OutcomeStaleOwner, renew)
+	}
+	del := func(ctx context.Context) error {
+		_, err := s.deleteFenced(ctx, "do", key, token)
+		return err
+	}
+	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner, renew)
 	finished := false
 	defer func() {
 		if finished {
@@ -532,7 +598,7 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		hb.stop()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
+		_ = retryLost(dctx, del)
 	}()
 	result, fnErr := fn(hb)
 	finished = true
@@ -565,31 +631,31 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 	}
 	if fnErr != nil {
 		if !storeFailure(fnErr) {
-			if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
-				return nil, false, errors.Join(fnErr, err)
+			if err := retryLost(wctx, del); err != nil {
+				return nil, false, outcome(err, OutcomeError), errors.Join(fnErr, err)
 			}
-			return nil, false, fnErr
+			return nil, false, OutcomeReleased, fnErr
 		}
 		text := []byte(fnErr.Error())
 		if len(text) > MaxRecordPayloadLen {
 			text = text[:MaxRecordPayloadLen]
 		}
 		if err := final(StatusFailed, text); err != nil {
-			return nil, false, errors.Join(fnErr, err)
+			return nil, false, outcome(err, OutcomeError), errors.Join(fnErr, err)
 		}
-		return nil, false, fnErr
+		return nil, false, OutcomeFailed, fnErr
 	}
 	if len(result) > MaxRecordPayloadLen {
 		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
 		if err := final(StatusFailed, []byte(tooLong.Error())); err != nil {
-			return result, false, errors.Join(tooLong, err)
+			return result, false, outcome(err, OutcomeError), errors.Join(tooLong, err)
 		}
-		return result, false, tooLong
+		return result, false, OutcomeFailed, tooLong
 	}
 	if err := final(StatusCompleted, result); err != nil {
-		return result, false, err
+		return result, false, outcome(err, OutcomeError), err
 	}
-	return result, false, nil
+	return result, false, OutcomeCompleted, nil
 }
 
 // check validates acquire options before anything is sent.
