@@ -2,11 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"sync"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -143,58 +139,4 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 func isNoScript(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
 	return ok && re.IsNoScript()
-}
-
-// replyInt reads an integer reply, mapping script errors to sentinels.
-func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
-	if err := r.Error(); err != nil {
-		return 0, opError(op, id, err)
-	}
-	m, err := r.ToMessage()
-	if err != nil {
-		return 0, opError(op, id, err)
-	}
-	if !m.IsInt64() {
-		return 0, errorf(op, id, ErrUnexpectedReply, "want an integer reply, got %s", m.String())
-	}
-	n, err := m.AsInt64()
-	if err != nil {
-		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
-	}
-	return n, nil
-}
-
-// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
-// while it fails because its connection was lost. Only for writes that are
-// safe to repeat: Do's final commit, release, fenced update or fenced delete.
-// A lost connection leaves such a write done or not done; without the retry
-// a Do whose callback ran would leave its lease in place, and the message or
-// request would run again once the lease expired.
-func retryLost(ctx context.Context, write func(context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = write(ctx)
-		if err == nil || attempt == 3 || !connLost(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
-		}
-	}
-}
-
-// connLost reports whether err means a connection broke under a command (it
-// may or may not have run), as opposed to a reply, a closed client or a
-// cancelled context.
-func connLost(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
-		return false
-	}
-	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

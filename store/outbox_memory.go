@@ -61,7 +61,7 @@ func (s *MemoryOutbox) get(conn string, now time.Time) *memConn {
 // rearm is PEXPIRE ttl_ms when the store has a TTL. Callers hold mu.
 func (s *MemoryOutbox) rearm(c *memConn, now time.Time) {
 	if s.ttl > 0 {
-		c.expires = now.Add(s.ttl)
+		c.expires = expiryAt(now, s.ttl)
 	}
 }
 

@@ -47,13 +47,6 @@ func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
 	return e, ok
 }
 
-func (s *MemoryClaims) expiry(now time.Time, d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return now.Add(d)
-}
-
 // claim is claim.lua: 1 created, 0 processed, -1 in flight.
 func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int {
 	s.mu.Lock()
@@ -65,7 +58,7 @@ func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) 
 		}
 		return 0
 	}
-	s.m[id] = memClaim{value: value, expires: s.expiry(now, ttl), running: running}
+	s.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: running}
 	return 1
 }
 
@@ -195,7 +188,7 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 		if !ok || e.value != held {
 			return false, nil
 		}
-		e.expires = now.Add(lease)
+		e.expires = expiryAt(now, lease)
 		s.m[id] = e
 		return true, nil
 	})
@@ -217,7 +210,7 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 			case e.value != held:
 				return -1, nil
 			}
-			s.m[id] = memClaim{value: "1", expires: s.expiry(now, s.ttl)}
+			s.m[id] = memClaim{value: "1", expires: expiryAt(now, s.ttl)}
 			return reply, nil
 		},
 		func(context.Context) error { // release.lua
