@@ -127,5 +127,12 @@ func TestObserverAllocs(t *testing.T) {
 				t.Errorf("%s with observer %v: %v allocs/op, want 0", name, obs != nil, n)
 			}
 		}
+		if obs == nil {
+			// A batch without an observer allocates its result only (no tally).
+			ids := []string{"m", "x", "y"}
+			if n := testing.AllocsPerRun(100, func() { _, _ = claims.SeenMany(ctx, ids) }); n != 1 {
+				t.Errorf("claims.SeenMany without an observer: %v allocs/op, want 1 (the result)", n)
+			}
+		}
 	}
 }
