@@ -3,6 +3,8 @@
 
 GO      ?= go
 MODULES := . scripts_test
+# the observer adapters: modules of their own (OpenTelemetry, Prometheus)
+OBSERVE_MODULES := observe/otel observe/prometheus
 export GOFLAGS ?= -count=1
 
 .PHONY: all test test-failover fuzz demo bench sums lint tidy redis-server luacheck
@@ -31,12 +33,13 @@ test: redis-server
 	$(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
 	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
 	$(MAKE) test-failover
 
 # test-failover: real failovers (scripts_test/failover_test.go, ~25 s): a
 # primary, a replica and three sentinels, the primary SIGKILLed mid-load three
-# times, with and without WithWaitReplicas; prints what each store acknowledged,
-# lost and surfaced. It runs alone, after the other tests, because the
+# times, with and without WithWaitReplicas; prints what each operation
+# acknowledged, lost and surfaced. It runs alone, after the other tests, because the
 # sentinels' timing (down-after 1.5 s) wants a machine that is not busy with
 # them; `go test` without REDISONCE_FAILOVER=1 skips it.
 test-failover: redis-server
@@ -90,6 +93,7 @@ lint: luacheck
 	$(GO) vet ./...
 	cd scripts_test && $(GO) vet ./...
 	cd adapters/gojob && $(GO) vet ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
 
@@ -97,3 +101,4 @@ tidy:
 	$(GO) mod tidy
 	cd scripts_test && $(GO) mod tidy
 	cd adapters/gojob && $(GO) mod tidy
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
