@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -499,5 +500,88 @@ func connOn(t *testing.T, n *redisproc.Server, prefix string) string {
 		if owns(slot) {
 			return conn
 		}
+	}
+}
+
+// TestWaitReplicasObserved: a write its replicas did not confirm is reported
+// to the store's Observer with outcome error and ErrNotReplicated, never as a
+// success: single writes and batches alike (a ClaimMany or AppendMany whose
+// group was not confirmed: one error event for all its items). Reads do not
+// wait and report their result.
+func TestWaitReplicasObserved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, replica := newReplicated(t)
+	var mu sync.Mutex
+	var events []store.Event
+	obs := store.WithObserver(store.ObserverFunc(func(_ context.Context, e store.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	take := func() []store.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		out := events
+		events = nil
+		return out
+	}
+	wait := store.WithWaitReplicas(1, 300*time.Millisecond)
+	claims := store.NewClaims(newClient(t, primary.URL()), wait, obs)
+	outbox := store.NewOutbox(newClient(t, primary.URL()), wait, obs)
+	records := store.NewRecords(newClient(t, primary.URL()), wait, obs)
+	if _, err := outbox.AppendWithID(ctx, "c", "m0", nil); err != nil {
+		t.Fatal(err)
+	}
+	take()
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := replica.Resume(); err != nil {
+			t.Error(err)
+		}
+	}()
+	type want struct {
+		op string
+		n  int
+	}
+	for _, tc := range []struct {
+		name string
+		run  func() error
+		want want
+	}{
+		{"Claim", func() error { _, err := claims.Claim(ctx, "o1"); return err }, want{"claim", 1}},
+		{"ClaimMany", func() error { _, err := claims.ClaimMany(ctx, []string{"o2", "o3", "o4"}); return err }, want{"claim_many", 3}},
+		{"ClaimMany, a duplicate", func() error { _, err := claims.ClaimMany(ctx, []string{"o1", "o5"}); return err }, want{"claim_many", 2}},
+		{"AppendWithID", func() error { _, err := outbox.AppendWithID(ctx, "c", "m1", nil); return err }, want{"append", 1}},
+		{"AppendMany", func() error {
+			_, err := outbox.AppendMany(ctx, "c", []store.Outgoing{{ID: "m2"}, {ID: "m1"}})
+			return err
+		}, want{"append_many", 2}},
+		{"Ack", func() error { return outbox.Ack(ctx, "c", "m0", 1) }, want{"ack", 1}},
+		{"Acquire", func() error { _, _, err := records.Acquire(ctx, "r1", 0); return err }, want{"acquire", 1}},
+	} {
+		err := tc.run()
+		got := take()
+		if !errors.Is(err, store.ErrNotReplicated) {
+			t.Errorf("%s = %v, want ErrNotReplicated", tc.name, err)
+		}
+		if len(got) != 1 {
+			t.Errorf("%s: %d events %+v, want one error event", tc.name, len(got), got)
+			continue
+		}
+		e := got[0]
+		if e.Op != tc.want.op || e.N != tc.want.n || e.Outcome != store.OutcomeError || !errors.Is(e.Err, store.ErrNotReplicated) {
+			t.Errorf("%s: event op %q n %d outcome %q err %v; want op %q n %d, outcome error with ErrNotReplicated",
+				tc.name, e.Op, e.N, e.Outcome, e.Err, tc.want.op, tc.want.n)
+		}
+	}
+	// A read does not wait, and reports what it read.
+	if _, err := claims.SeenMany(ctx, []string{"o1", "o2"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); len(got) != 1 || got[0].Outcome != store.OutcomeSeen || got[0].N != 2 || got[0].Err != nil {
+		t.Errorf("SeenMany's events %+v, want seen N=2", got)
 	}
 }
