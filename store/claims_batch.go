@@ -33,10 +33,10 @@ import (
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	if s.ev.obs == nil {
-		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim)
+		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil)
 	}
 	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
-	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome))
+	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome), t)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
 	return out, err
@@ -46,10 +46,10 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 // ClaimMany (seen_many.lua: one consistent read per group).
 func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s.ev.obs == nil {
-		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen)
+		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil)
 	}
 	t := newTally(OutcomeSeen, OutcomeNotSeen)
-	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }))
+	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "seen_many", "seen_many", "", len(ids))
 	return out, err
@@ -62,22 +62,23 @@ func readClaim(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 }
 func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 
 // many validates every id (nothing is sent when one is invalid: a nil
-// result) and runs the batch.
+// result) and runs the batch. t is the observer's tally of read's counts, or nil.
 func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool)) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
 	for _, id := range ids {
 		if err := s.check(ctx, op, id); err != nil {
 			return nil, err
 		}
 	}
-	return s.batch(ctx, op, ids, one, many, args, read)
+	return s.batch(ctx, op, ids, one, many, args, read, t)
 }
 
 // batch runs one (single-key script) or many (batch script) per slot group of
 // ids in one DoMulti and reads one integer per id; valid reports whether an
-// integer is a reply the script can give.
+// integer is a reply the script can give. The items of a group its replicas
+// did not confirm move, in t, from their verdicts to the errors.
 func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool)) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
 	out := make([]bool, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -87,7 +88,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		// One group of every id in order (a standalone or Sentinel server, or
 		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
-		return out, readBatch(op, ids, nil, r, out, read)
+		return out, readGroup(op, ids, nil, r, out, read, t)
 	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
@@ -104,7 +105,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 	}
 	var first, unrepl error
 	for g, r := range execMulti(ctx, s.c, calls) {
-		err := readBatch(op, ids, groups[g], r, out, read)
+		err := readGroup(op, ids, groups[g], r, out, read, t)
 		if first == nil {
 			first = err
 		}
@@ -117,6 +118,16 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		first = errors.Join(first, unrepl)
 	}
 	return out, first
+}
+
+// readGroup is readBatch, telling t when the group was not confirmed.
+func readGroup(op string, ids []string, idx []int, r reply, out []bool, read func(int64) (bool, bool), t *tally) error {
+	mark := t.mark()
+	err := readBatch(op, ids, idx, r, out, read)
+	if r.unreplicated != nil {
+		t.unconfirmed(mark, err)
+	}
+	return err
 }
 
 // readBatch reads one group's reply into out: an integer for a single-key
