@@ -12,6 +12,7 @@
 //                              mode "evalsha": fn is {sha, ro}; mode "fcall":
 //                              fn is {name, ro}; buffers: bulk strings as Buffers
 //   isReplyError(e)            e is the client's error reply
+//   bigintArgs                 true when a BigInt argument is sent as its digits
 //   send(args)                 any other command (checks and seeding only)
 //   close()
 //
@@ -259,6 +260,9 @@ async function flowOutbox(c, p, client, goPrefix) {
   await c.err('STALE_OWNER', 'ack', k, String(U64_MAX - 2n), 'x');
   assert.equal(await c.call('ack', k, String(U64_MAX), 'x'), 0, 'ack at 2^64-1');
   assert.equal(tail(await c.callB('unacked', k), 'unacked').gen, '18446744073709551615', 'generation 2^64-1 exact');
+  if (client.bigintArgs) {
+    assert.equal(await c.call('ack', k, U64_MAX, 'x'), 0, 'ack at 2^64-1 given as a BigInt');
+  }
   await c.err('BADARG', 'ack', k, String(U64_MAX + 1n), 'x');
   // A JS number above 2^53 loses digits: String(Number(2^64-2)) is "18446744073709552000".
   await c.err('BADARG', 'ack', k, String(Number(U64_MAX - 1n)), 'x');

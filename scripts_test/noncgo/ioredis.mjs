@@ -12,9 +12,14 @@ await runAll({
   loadScript: (src) => redis.script('LOAD', src),
   loadFunctions: (code) => redis.function('LOAD', 'REPLACE', code),
   run(mode, fn, key, args, buffers) {
+    if (mode === 'fcall' && buffers) {
+      // The generic form, for any command: callBuffer.
+      return redis.callBuffer(fn.ro ? 'FCALL_RO' : 'FCALL', fn.name, 1, key, ...args);
+    }
     const method = (mode === 'evalsha' ? 'evalsha' : 'fcall') + (fn.ro ? '_ro' : '') + (buffers ? 'Buffer' : '');
     return redis[method](mode === 'evalsha' ? fn.sha : fn.name, 1, key, ...args);
   },
+  bigintArgs: true, // ioredis sends String(arg): a BigInt goes as is
   isReplyError: (e) => e instanceof Redis.ReplyError,
   send: ([cmd, ...args]) => redis.call(cmd, ...args),
   close: () => redis.quit(),
