@@ -39,8 +39,13 @@ type Script struct {
 	// SHA1 is the lower-case hex SHA1 of Source, as listed in scripts/SHA1SUMS; it is
 	// the name EVALSHA uses and the script's version.
 	SHA1 string
-	// NumKeys is the number of keys the script takes (always 1 in this bundle).
+	// NumKeys is the number of keys the script takes: 1, or for a batch
+	// script (Batch) the fewest it takes.
 	NumKeys int
+	// Batch is true for a script that takes NumKeys or more keys, all in one
+	// hash slot (header "KEYS (n>=1)"), such as claim_many: callers group a
+	// batch by slot and send one call per group.
+	Batch bool
 	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
 	// be run with EVALSHA_RO / FCALL_RO and on replicas.
 	ReadOnly bool
@@ -175,7 +180,10 @@ func parseScript(name, src string) (Script, error) {
 	s.Doc = strings.TrimSpace(doc)
 	_, keys, ok := strings.Cut(s.Doc, "KEYS (n=")
 	if !ok {
-		return s, fmt.Errorf("header has no \"KEYS (n=\" line")
+		if _, keys, ok = strings.Cut(s.Doc, "KEYS (n>="); !ok {
+			return s, fmt.Errorf("header has no \"KEYS (n=\" or \"KEYS (n>=\" line")
+		}
+		s.Batch = true
 	}
 	n, _, _ := strings.Cut(keys, ")")
 	nk, err := strconv.Atoi(n)

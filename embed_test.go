@@ -94,6 +94,14 @@ var (
 	errDoc    = regexp.MustCompile(`^\s*(?:Errors\s+)?([A-Z][A-Z_]+)\b`)
 	callUse   = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
 	argsCount = regexp.MustCompile(`ARGV \(n(>=|=)(\d+)\)`)
+	// failedWrite is the error reply answering a failed first write
+	// (redis.pcall returned an error table).
+	failedWrite = regexp.MustCompile(`if type\((\w+)\) == 'table' then\s+return redis\.error_reply\(`)
+	// errElement is an error element of a batch script's array reply.
+	errElement = regexp.MustCompile(`out\[i\] = redis\.error_reply\(`)
+	// writeCall is a call and the rest of its line: redis.call('SET', k, v, 'NX'...
+	writeCall  = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'([^\n]*)`)
+	optionWord = regexp.MustCompile(`'[A-Z]{2,}'`)
 )
 
 // section returns the header lines from the line starting with title up to the
@@ -119,7 +127,7 @@ func TestHeadersMatchCode(t *testing.T) {
 	for _, s := range All() {
 		t.Run(s.Name, func(t *testing.T) {
 			_, code, _ := strings.Cut(s.Source, "]]")
-			for _, word := range []string{"KEYS (n=", "ARGV (n", "Returns", "Errors", "Writes", "Atomicity", "Complexity"} {
+			for _, word := range []string{"KEYS (n", "ARGV (n", "Returns", "Errors", "Writes", "Atomicity", "Complexity"} {
 				if !strings.Contains(s.Doc, word) {
 					t.Errorf("header has no %q entry", word)
 				}
@@ -134,8 +142,24 @@ func TestHeadersMatchCode(t *testing.T) {
 				i, _ := strconv.Atoi(m[1])
 				maxKey = max(maxKey, i)
 			}
-			if maxKey != s.NumKeys || s.NumKeys != 1 {
-				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every script takes exactly one key", s.NumKeys, maxKey)
+			switch {
+			case s.Batch:
+				// A batch script: KEYS (n>=1), read through #KEYS, never by a
+				// fixed index, and its header says the keys share one slot and
+				// what a CROSSSLOT does.
+				if s.NumKeys != 1 || maxKey != 0 || !regexp.MustCompile(`#KEYS\b`).MatchString(code) {
+					t.Errorf("batch script: want KEYS (n>=1) read through #KEYS, got n>=%d and KEYS[%d]", s.NumKeys, maxKey)
+				}
+				for _, word := range []string{"ONE hash slot", "CROSSSLOT", "[1..]"} {
+					if !strings.Contains(section(s.Doc, "KEYS")[0]+strings.Join(section(s.Doc, "KEYS"), "\n"), word) {
+						t.Errorf("batch script's KEYS entry does not say %q", word)
+					}
+				}
+				if !strings.Contains(strings.Join(section(s.Doc, "Atomicity"), "\n"), "one script call") {
+					t.Errorf("batch script's Atomicity entry does not say the group is one script call")
+				}
+			case maxKey != s.NumKeys || s.NumKeys != 1:
+				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every single-item script takes exactly one key", s.NumKeys, maxKey)
 			}
 
 			// ARGV: every used index is documented and every documented one is used.
@@ -174,7 +198,9 @@ func TestHeadersMatchCode(t *testing.T) {
 				t.Fatalf("header has no ARGV (n=N) or (n>=N)")
 			}
 			n, _ := strconv.Atoi(m[2])
-			if want := len(documented); (m[1] == "=" && n != want) || (m[1] == ">=" && (variadic == 0 || n != variadic)) {
+			// (n>=N): at least the fixed arguments before the variadic tail
+			// (more when the tail needs several, as update.lua's pairs do).
+			if want := len(documented); (m[1] == "=" && n != want) || (m[1] == ">=" && (variadic == 0 || n < variadic)) {
 				t.Errorf("header says ARGV (n%s%d), documents %d fixed and variadic from %d", m[1], n, want, variadic)
 			}
 
@@ -209,23 +235,60 @@ func TestHeadersMatchCode(t *testing.T) {
 				}
 			}
 			// allow-oom: Redis runs the script when memory is full, so it may only
-			// remove data, with these exceptions, each a write that cannot grow
-			// memory by more than a few bytes: ack.lua overwrites the existing
-			// _gen field (at most 20 bytes) when it raises the floor; commit.lua
-			// shrinks "~<token>" to "1" (a write that completes an effect must
-			// never be refused); extend.lua moves an existing expiry; renew.lua
-			// overwrites lease_ms with a time of the same length.
-			oomWrites := map[string]string{"ack": "HSET", "commit": "SET", "extend": "PEXPIRE", "renew": "HSET"}
+			// remove data, or make a write its header's Memory entry names and
+			// explains (a write that cannot grow memory by more than a few
+			// bytes, or one that completes an effect and must never be refused).
 			if s.AllowOOM {
-				for _, m := range callUse.FindAllStringSubmatch(code, -1) {
-					cmd := strings.ToUpper(m[1])
-					if writeCommands[cmd] && !removeCommands[cmd] && oomWrites[s.Name] != cmd {
-						t.Errorf("flags=allow-oom script calls %s, which can grow memory", cmd)
-					}
-				}
-				if !strings.Contains(s.Doc, "allow-oom") {
+				memory := strings.Join(section(s.Doc, "Memory"), "\n")
+				if !strings.Contains(memory, "allow-oom") {
 					t.Errorf("flags=allow-oom script's header does not say why (a Memory entry)")
 				}
+				for _, m := range callUse.FindAllStringSubmatch(code, -1) {
+					cmd := strings.ToUpper(m[1])
+					if writeCommands[cmd] && !removeCommands[cmd] && !regexp.MustCompile(`\b`+cmd+`\b`).MatchString(memory) {
+						t.Errorf("flags=allow-oom script calls %s, which can grow memory, and its Memory entry does not name it", cmd)
+					}
+				}
+			}
+			// Writes: every write command, with every option word it is called
+			// with ('NX', 'GET', 'PX'...), is in the Writes entry.
+			writesDoc := strings.Join(section(s.Doc, "Writes"), "\n")
+			for _, m := range writeCall.FindAllStringSubmatch(code, -1) {
+				cmd := strings.ToUpper(m[1])
+				if !writeCommands[cmd] {
+					continue
+				}
+				for _, w := range append([]string{cmd}, optionWord.FindAllString(m[2], -1)...) {
+					w = strings.Trim(w, "'")
+					if !regexp.MustCompile(`\b` + w + `\b`).MatchString(writesDoc) {
+						t.Errorf("the code calls %s with %s; the Writes entry does not say %s", cmd, w, w)
+					}
+				}
+			}
+			// Length: a write script reads in a minute: about 60 lines of code
+			// besides its snippets (each read once for the whole bundle), or its
+			// header's Length entry says why not.
+			_, own, _ := findSnippets(s.Name, code)
+			lines := 0
+			for _, l := range strings.Split(luaComment.ReplaceAllString(own, ""), "\n") {
+				if strings.TrimSpace(l) != "" {
+					lines++
+				}
+			}
+			if !s.ReadOnly && lines > 65 && len(section(s.Doc, "Length")) == 0 {
+				t.Errorf("%d lines of code besides its snippets; cut it to about 60 or say why in a Length entry", lines)
+			}
+			if ls := section(s.Doc, "Length"); len(ls) > 0 && !strings.Contains(ls[0], strconv.Itoa(lines)+" lines") {
+				t.Errorf("the Length entry does not say %q: %q", strconv.Itoa(lines)+" lines", ls[0])
+			}
+			// ARGV count: the header's (n=N) is the code's `#ARGV ~= N`, and
+			// (n>=N) its `#ARGV < N`.
+			wantCheck := "#ARGV ~= " + m[2]
+			if m[1] == ">=" {
+				wantCheck = "#ARGV < " + m[2]
+			}
+			if !strings.Contains(code, wantCheck) {
+				t.Errorf("header says ARGV (n%s%s), the code has no %q check", m[1], m[2], wantCheck)
 			}
 			if s.ReadOnly && writes > 0 {
 				t.Errorf("flags=no-writes script calls %d write commands", writes)
@@ -234,7 +297,21 @@ func TestHeadersMatchCode(t *testing.T) {
 				t.Errorf("write script (#!lua) calls no write command; use #!lua flags=no-writes")
 			}
 			if firstWrite >= 0 {
-				if loc := errUse.FindAllStringIndex(code[firstWrite:], -1); len(loc) > 0 {
+				after := code[firstWrite:]
+				if strings.HasPrefix(after, "redis.pcall(") {
+					// The first write is run with pcall: when it fails it has
+					// written nothing (claim.lua's SET NX GET on a key of
+					// another type), so the error that answers that failure,
+					// right behind its check, follows no write.
+					after = failedWrite.ReplaceAllString(after, "")
+				}
+				if s.Batch {
+					// A batch script may answer one key with an error
+					// ELEMENT of its array reply (out[i] = error_reply),
+					// never with an error reply for the whole call.
+					after = errElement.ReplaceAllString(after, "")
+				}
+				if loc := errUse.FindAllStringIndex(after, -1); len(loc) > 0 {
 					t.Errorf("an error reply follows the first write: Redis does not roll back")
 				}
 			}

@@ -22,7 +22,7 @@
             The reserved fields stay: without a TTL a drained connection keeps
             its 3 small fields until drop.lua
   Atomicity every check precedes the first write
-  Memory    flags=allow-oom: it removes messages (its one other write overwrites the
+  Memory    flags=allow-oom: it removes messages (its one other write, HSET, overwrites the
             existing _gen field with at most 20 bytes), so a gateway can drain its
             tails when maxmemory is reached under noeviction
   Complexity O(number of ids)
@@ -30,6 +30,7 @@
 local key = KEYS[1]
 local gen = ARGV[1]
 
+-- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
@@ -49,8 +50,9 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
--- A well-formed outbox hash (one definition, copied byte for byte into append,
--- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
 -- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
 -- Integers up to 2^53-1 are exact as Lua numbers.
 local EXACT = 9007199254740991
@@ -59,6 +61,7 @@ local function outbox_ok(s, g, e)
     and u64(g) and cmp(g, MAX) <= 0
     and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
 end
+-- </snippet>
 
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')

@@ -30,19 +30,79 @@
             takeover: HSET token, lease_ms, updated_ms, fence, fp (the record's
             first non-empty fingerprint sticks)
   Atomicity every check precedes the first write
+  Length    72 lines of code besides its snippets: creating, taking over (fence + 1
+            on a decimal string, exact past 2^53) and reporting a record must be
+            one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
-local ttl, token, fp, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local key = KEYS[1]
-
-local function is_ms(s)
-  return type(s) == 'string' and #s <= 15 and string.find(s, '^%d+$') ~= nil
-end
-
 if #ARGV ~= 4 then
   return redis.error_reply('BADARG want 4 arguments: ttl_ms, token, fingerprint, lease_ms')
 end
-if not is_ms(ttl) then
+local token, fp = ARGV[2], ARGV[3]
+local key = KEYS[1]
+
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:now_ms>
+-- Now in ms since the epoch, from the server's clock: the one that expires keys.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- </snippet>
+-- <snippet:record_hash>
+-- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- is absent; an error reply (CORRUPT) for a key of another type, a missing
+-- field or a malformed one. Well-formed: status not empty; the four times
+-- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
+-- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
+-- zero, at most 19 digits, so it never leaves uint64; a record at the largest
+-- fence is never taken over).
+local function load_record(k)
+  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+  if r.err then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+  end
+  for i = 1, 9 do
+    if not r[i] then
+      if redis.call('EXISTS', k) == 0 then
+        return nil
+      end
+      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
+    end
+  end
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+    end
+  end
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+  end
+  return r
+end
+-- </snippet>
+
+local ttl, lease = int_arg(ARGV[1]), int_arg(ARGV[4])
+if not ttl then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
 if #token < 1 or #token > 256 then
@@ -51,59 +111,40 @@ end
 if #fp > 256 then
   return redis.error_reply('BADARG fingerprint must be 0..256 bytes')
 end
-if not is_ms(lease) then
+if not lease then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 0')
 end
 
--- A well-formed record's status and numbers (one definition, copied byte for
--- byte into acquire, get and update): status not empty; the four times decimal
--- ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now fits); the
--- fence a canonical decimal 1..9999999999999999999 (no leading zero, at most
--- 19 digits, so it never leaves uint64; a record at the largest fence is never
--- taken over).
-local function record_ok(r)
-  for i = 3, 6 do
-    local v = r[i]
-    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return false
-    end
+-- (EXISTS first: an absent key, acquire's common case, then costs one
+-- command instead of load_record's two. Measured with bin/benchcmp
+-- -server-time-only: 1.20x -> 0.97x the minimal script's server time, 19% less.)
+local r, bad
+if redis.call('EXISTS', key) == 1 then
+  r, bad = load_record(key)
+  if bad then
+    return bad
   end
-  return r[1] ~= '' and #r[7] <= 19 and string.find(r[7], '^[1-9]%d*$') ~= nil
 end
-
-local kind = redis.call('TYPE', key)['ok']
-local r -- the stored record, in reply order, when there is one
-if kind == 'hash' then
-  r = redis.call('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
-  for i = 1, 9 do
-    if not r[i] then
-      return redis.error_reply('CORRUPT the record hash lacks a field')
-    end
-  end
-  if not record_ok(r) then
-    return redis.error_reply('CORRUPT bad status, time field or fence')
-  end
-elseif kind ~= 'none' then
-  return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = string.format('%d', now)
-
 if r then
   if fp ~= '' and r[8] ~= '' and fp ~= r[8] then
     return redis.error_reply('MISMATCH the key was acquired with a different fingerprint')
   end
-  local held = tonumber(r[6])
-  if r[1] ~= 'pending' or held == 0 or held > now or r[7] == '9999999999999999999' then
+  -- A record that can never be taken over is answered without reading the
+  -- clock (the duplicate of a finished job, the common case; one call fewer:
+  -- 28.4 vs 24.7 µs of server CPU per call, median of 7 interleaved rounds).
+  if r[1] ~= 'pending' or tonumber(r[6]) == 0 or r[7] == '9999999999999999999' then
     return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
   end
 end
+local now = now_ms()
+local now_s = string.format('%d', now)
+if r and tonumber(r[6]) > now then
+  -- A pending record whose lease still runs.
+  return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
+end
 
 local lease_until = '0'
-if tonumber(lease) > 0 then
+if lease ~= '0' then
   lease_until = string.format('%d', now + tonumber(lease))
 end
 
@@ -129,7 +170,7 @@ if r then
 end
 
 local expires = '0'
-if tonumber(ttl) > 0 then
+if ttl ~= '0' then
   expires = string.format('%d', now + tonumber(ttl))
 end
 redis.call('HSET', key, 'status', 'pending', 'payload', '', 'created_ms', now_s,

@@ -32,6 +32,7 @@ if #ARGV ~= 2 then
 end
 local gen, ttl = ARGV[1], ARGV[2]
 
+-- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
@@ -51,8 +52,9 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
--- A well-formed outbox hash (one definition, copied byte for byte into append,
--- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
 -- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
 -- Integers up to 2^53-1 are exact as Lua numbers.
 local EXACT = 9007199254740991
@@ -61,15 +63,41 @@ local function outbox_ok(s, g, e)
     and u64(g) and cmp(g, MAX) <= 0
     and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
 end
+-- </snippet>
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:now_us>
+-- Now in microseconds since the epoch, from the server's clock, as a decimal
+-- string: the _epoch of a new outbox incarnation.
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+-- </snippet>
 
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
 end
-if not string.find(ttl, '^%d+$') or #ttl > 15 then
+ttl = int_arg(ttl)
+if not ttl then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
--- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
-ttl = string.format('%d', tonumber(ttl))
 
 -- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
 local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch')
@@ -93,8 +121,7 @@ end
 if absent then
   -- A new incarnation that holds only the fence: a raised floor is never lost
   -- to a connection that has no hash yet.
-  local t = redis.call('TIME')
-  redis.call('HSET', key, '_seq', '0', '_gen', gen, '_epoch', t[1] .. string.format('%06d', tonumber(t[2])))
+  redis.call('HSET', key, '_seq', '0', '_gen', gen, '_epoch', now_us())
 else
   redis.call('HSET', key, '_gen', gen)
 end

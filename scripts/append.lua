@@ -36,6 +36,7 @@ if #ARGV ~= 4 then
 end
 local id, payload, ttl, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
+-- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
@@ -55,8 +56,9 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
--- A well-formed outbox hash (one definition, copied byte for byte into append,
--- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
 -- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
 -- Integers up to 2^53-1 are exact as Lua numbers.
 local EXACT = 9007199254740991
@@ -65,6 +67,33 @@ local function outbox_ok(s, g, e)
     and u64(g) and cmp(g, MAX) <= 0
     and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
 end
+-- </snippet>
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:now_us>
+-- Now in microseconds since the epoch, from the server's clock, as a decimal
+-- string: the _epoch of a new outbox incarnation.
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+-- </snippet>
 
 if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
@@ -72,16 +101,11 @@ end
 if #payload > 4194304 then
   return redis.error_reply('BADARG payload must be at most 4194304 bytes')
 end
--- ttl in canonical form ("0", or digits without a leading zero) takes one
--- pattern match; anything else is checked and normalised on a slower path
--- (Redis refuses "007" as a PEXPIRE argument, an error after a write: read it as 7).
-if #ttl > 15 or (ttl ~= '0' and not string.find(ttl, '^[1-9]%d*$')) then
-  if #ttl > 15 or not string.find(ttl, '^%d+$') then
-    return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
-  end
-  ttl = string.format('%d', tonumber(ttl))
+ttl, max = int_arg(ttl), int_arg(max)
+if not ttl then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
-if #max > 15 or not string.find(max, '^%d+$') then
+if not max then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 
@@ -107,7 +131,7 @@ if r[1] or r[2] or r[3] then
     if tonumber(r[1]) >= EXACT then
       return redis.error_reply('FULL _seq is at 2^53-1, the last exact sequence number')
     end
-    if max ~= '0' and tonumber(max) > 0 then
+    if max ~= '0' then
       local held = redis.call('HLEN', key) - 3
       if held >= tonumber(max) then
         return redis.error_reply('FULL the tail holds ' .. string.format('%d', held) .. ' unacked messages')
@@ -123,9 +147,8 @@ if oldseq then
   seq, created = tonumber(oldseq), 0
 else
   if not epoch then
-    -- A new incarnation: stamp it with the server's clock in microseconds.
-    local t = redis.call('TIME')
-    epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+    -- A new incarnation, stamped with the server's clock.
+    epoch = now_us()
     redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
   end
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1

@@ -17,28 +17,56 @@
   Writes    SET KEYS[1] "1" [PX ttl_ms] (own lease, or NX on an absent key)
   Atomicity all checks precede the single SET
   Memory    flags=allow-oom: the effect has already happened, so its commit is
-            never refused when maxmemory is reached under noeviction; it shrinks
+            never refused when maxmemory is reached under noeviction; its SET shrinks
             "~<token>" to "1" (or writes one short key where the lease expired)
   Complexity O(1)
 ]]
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, ttl_ms')
 end
-local token, ttl = ARGV[1], ARGV[2]
+local token = ARGV[1]
 
-if type(token) ~= 'string' or #token < 1 or #token > 256 then
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:claim_value>
+-- A claim's value: false when the key is absent, and an error reply when it
+-- holds another type (CORRUPT, not Redis's WRONGTYPE).
+local function load_claim(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a claim string')
+  end
+  return v
+end
+-- </snippet>
+
+if #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
-if type(ttl) ~= 'string' or not string.find(ttl, '^%d+$') or #ttl > 15 then
+local ttl = int_arg(ARGV[2])
+if not ttl then
   return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
 end
--- Redis refuses "007" as a PX/PEXPIRE argument (an error after a write): read it as 7.
-ttl = string.format('%d', tonumber(ttl))
 
--- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+local v, bad = load_claim(KEYS[1])
+if bad then
+  return bad
 end
 local reply = 1
 if v == false then
@@ -49,7 +77,7 @@ elseif v ~= '~' .. token then
   return -1
 end
 -- A plain SET drops the lease's expiry; PX sets the dedupe window instead.
-if tonumber(ttl) > 0 then
+if ttl ~= '0' then
   redis.call('SET', KEYS[1], '1', 'PX', ttl)
 else
   redis.call('SET', KEYS[1], '1')

@@ -12,37 +12,68 @@
                              for a count of ARGV other than the header's)
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
-            CORRUPT <what>       token given and the key is not a record hash;
-                                 nothing written
+            CORRUPT <what>       token given and the key is not a well-formed
+                                 record hash (as acquire.lua defines it); nothing written
   Writes    DEL KEYS[1]
   Atomicity the checks precede the single DEL
   Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
             maxmemory is reached under noeviction
   Complexity O(1)
 ]]
-local token = ARGV[1]
-local key = KEYS[1]
-
 if #ARGV ~= 1 then
   return redis.error_reply('BADARG want 1 argument: token')
 end
+local token = ARGV[1]
+local key = KEYS[1]
+
+-- <snippet:record_hash>
+-- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- is absent; an error reply (CORRUPT) for a key of another type, a missing
+-- field or a malformed one. Well-formed: status not empty; the four times
+-- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
+-- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
+-- zero, at most 19 digits, so it never leaves uint64; a record at the largest
+-- fence is never taken over).
+local function load_record(k)
+  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+  if r.err then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+  end
+  for i = 1, 9 do
+    if not r[i] then
+      if redis.call('EXISTS', k) == 0 then
+        return nil
+      end
+      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
+    end
+  end
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+    end
+  end
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+  end
+  return r
+end
+-- </snippet>
+
 if #token > 256 then
   return redis.error_reply('BADARG token must be 0..256 bytes')
 end
 
 if token ~= '' then
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then
+  local r, bad = load_record(key)
+  if bad then
+    return bad
+  end
+  if not r then
     return 0
   end
-  if kind ~= 'hash' then
-    return redis.error_reply('CORRUPT the key holds a ' .. kind .. ', not a record hash')
-  end
-  local held = redis.call('HGET', key, 'token')
-  if not held then
-    return redis.error_reply('CORRUPT the record hash lacks a field')
-  end
-  if held ~= token then
+  if r[9] ~= token then
     return redis.error_reply('STALE_OWNER the record has another owner')
   end
 end

@@ -13,29 +13,58 @@
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    PEXPIRE KEYS[1] lease_ms (only when the caller holds the lease)
   Atomicity the check precedes the single PEXPIRE
-  Memory    flags=allow-oom: it only moves an existing expiry, so a live
+  Memory    flags=allow-oom: its PEXPIRE only moves an existing expiry, so a live
             owner keeps its lease when maxmemory is reached under noeviction
   Complexity O(1)
 ]]
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end
-local token, lease = ARGV[1], ARGV[2]
+local token = ARGV[1]
 
-if type(token) ~= 'string' or #token < 1 or #token > 256 then
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:claim_value>
+-- A claim's value: false when the key is absent, and an error reply when it
+-- holds another type (CORRUPT, not Redis's WRONGTYPE).
+local function load_claim(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a claim string')
+  end
+  return v
+end
+-- </snippet>
+
+if #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
-if type(lease) ~= 'string' or not string.find(lease, '^%d+$') or #lease > 15
-    or tonumber(lease) < 1 then
+local lease = int_arg(ARGV[2])
+if not lease or lease == '0' then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 1')
 end
 
--- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+local v, bad = load_claim(KEYS[1])
+if bad then
+  return bad
 end
 if v ~= '~' .. token then
   return 0
 end
-return redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(lease)))
+return redis.call('PEXPIRE', KEYS[1], lease)

@@ -19,39 +19,47 @@ if #ARGV ~= 0 then
 end
 local key = KEYS[1]
 
--- A well-formed record's status and numbers (one definition, copied byte for
--- byte into acquire, get and update): status not empty; the four times decimal
--- ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now fits); the
--- fence a canonical decimal 1..9999999999999999999 (no leading zero, at most
--- 19 digits, so it never leaves uint64; a record at the largest fence is never
--- taken over).
-local function record_ok(r)
+-- <snippet:record_hash>
+-- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- is absent; an error reply (CORRUPT) for a key of another type, a missing
+-- field or a malformed one. Well-formed: status not empty; the four times
+-- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
+-- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
+-- zero, at most 19 digits, so it never leaves uint64; a record at the largest
+-- fence is never taken over).
+local function load_record(k)
+  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+  if r.err then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+  end
+  for i = 1, 9 do
+    if not r[i] then
+      if redis.call('EXISTS', k) == 0 then
+        return nil
+      end
+      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
+    end
+  end
   for i = 3, 6 do
     local v = r[i]
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return false
+      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
   end
-  return r[1] ~= '' and #r[7] <= 19 and string.find(r[7], '^[1-9]%d*$') ~= nil
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+  end
+  return r
 end
+-- </snippet>
 
--- One read: HMGET answers all nil for an absent key and WRONGTYPE (caught)
--- for a key of another type; EXISTS tells absent from incomplete only then.
-local r = redis.pcall('HMGET', key, 'status', 'payload', 'created_ms', 'updated_ms',
-  'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
-if r.err then
-  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+local r, bad = load_record(key)
+if bad then
+  return bad
 end
-for i = 1, 9 do
-  if not r[i] then
-    if redis.call('EXISTS', key) == 0 then
-      return false
-    end
-    return redis.error_reply('CORRUPT the record hash lacks a field')
-  end
-end
-if not record_ok(r) then
-  return redis.error_reply('CORRUPT bad status, time field or fence')
+if not r then
+  return false
 end
 -- Times as integers (exact: at most 15 digits): no string to allocate per
 -- field on the reader's side.

@@ -20,14 +20,25 @@ if #ARGV ~= 1 then
 end
 local token = ARGV[1]
 
-if type(token) ~= 'string' or #token < 1 or #token > 256 then
+-- <snippet:claim_value>
+-- A claim's value: false when the key is absent, and an error reply when it
+-- holds another type (CORRUPT, not Redis's WRONGTYPE).
+local function load_claim(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a claim string')
+  end
+  return v
+end
+-- </snippet>
+
+if #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
 
--- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  return redis.error_reply('CORRUPT the key holds something other than a claim string')
+local v, bad = load_claim(KEYS[1])
+if bad then
+  return bad
 end
 if v ~= '~' .. token then
   return 0

@@ -12,43 +12,98 @@
             -1 the record has another owner, or is no longer pending
               (nothing changed)
   Errors    BADARG <what>    before any write; nothing written
-            CORRUPT <what>   the key holds something other than a record hash;
-                             nothing written
+            CORRUPT <what>   the key is not a well-formed record hash (as
+                             acquire.lua defines it); nothing written
   Writes    HSET lease_ms (only when the caller owns the pending record)
   Atomicity the checks precede the single HSET
-  Memory    flags=allow-oom: it overwrites lease_ms with a time of the same
+  Memory    flags=allow-oom: its HSET overwrites lease_ms with a time of the same
             length (13 digits from 2001 to 2286), so a live owner keeps its
             lease when maxmemory is reached under noeviction
   Complexity O(1)
 ]]
-local token, lease = ARGV[1], ARGV[2]
-local key = KEYS[1]
-
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end
+local token = ARGV[1]
+local key = KEYS[1]
+
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:now_ms>
+-- Now in ms since the epoch, from the server's clock: the one that expires keys.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- </snippet>
+-- <snippet:record_hash>
+-- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- is absent; an error reply (CORRUPT) for a key of another type, a missing
+-- field or a malformed one. Well-formed: status not empty; the four times
+-- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
+-- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
+-- zero, at most 19 digits, so it never leaves uint64; a record at the largest
+-- fence is never taken over).
+local function load_record(k)
+  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+  if r.err then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+  end
+  for i = 1, 9 do
+    if not r[i] then
+      if redis.call('EXISTS', k) == 0 then
+        return nil
+      end
+      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
+    end
+  end
+  for i = 3, 6 do
+    local v = r[i]
+    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
+      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+    end
+  end
+  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
+  end
+  return r
+end
+-- </snippet>
+
 if #token < 1 or #token > 256 then
   return redis.error_reply('BADARG token must be 1..256 bytes')
 end
-if #lease > 15 or not string.find(lease, '^%d+$') or tonumber(lease) < 1 then
+local lease = int_arg(ARGV[2])
+if not lease or lease == '0' then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 1')
 end
 
-local r = redis.pcall('HMGET', key, 'status', 'token')
-if r.err then
-  return redis.error_reply('CORRUPT the key holds something other than a record hash')
+local r, bad = load_record(key)
+if bad then
+  return bad
 end
-if not r[1] or not r[2] then
-  if redis.call('EXISTS', key) == 0 then
-    return 0
-  end
-  return redis.error_reply('CORRUPT the record hash lacks a field')
+if not r then
+  return 0
 end
-if r[1] ~= 'pending' or r[2] ~= token then
+if r[1] ~= 'pending' or r[9] ~= token then
   return -1
 end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', key, 'lease_ms', string.format('%d', now + tonumber(lease)))
+redis.call('HSET', key, 'lease_ms', string.format('%d', now_ms() + tonumber(lease)))
 return 1

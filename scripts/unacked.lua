@@ -28,6 +28,7 @@
 if #ARGV ~= 0 then
   return redis.error_reply('BADARG want no arguments')
 end
+-- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
 local function u64(s)
@@ -47,8 +48,9 @@ local function cmp(a, b)
   return 0
 end
 local MAX = '18446744073709551615'
--- A well-formed outbox hash (one definition, copied byte for byte into append,
--- ack, advance and unacked): _seq a canonical decimal 0..2^53-1, _gen a
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
 -- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
 -- Integers up to 2^53-1 are exact as Lua numbers.
 local EXACT = 9007199254740991
@@ -57,6 +59,7 @@ local function outbox_ok(s, g, e)
     and u64(g) and cmp(g, MAX) <= 0
     and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
 end
+-- </snippet>
 -- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
 local all = redis.pcall('HGETALL', KEYS[1])
 if all.err then
@@ -68,6 +71,9 @@ if n == 0 then
 end
 local seq, epoch, gen
 -- Move the reserved pairs to the end: the message pairs end up in 1..last.
+-- (In place, no second table: measured with bin/benchcmp -server-time-only,
+-- 1.05x the minimal script's server time against 1.17x for copying the
+-- messages into a new reply table, 10% less.)
 -- (Comparing interned strings is a VM instruction: no C call per field.)
 local i, last = 1, n
 while i < last do

@@ -91,3 +91,22 @@ func BenchmarkClaimsDo(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkSeenMany asks about 100 ids in one call, every other one claimed.
+func BenchmarkSeenMany(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ctx := context.Background()
+		ids := benchIDs(100)
+		if _, err := s.ClaimMany(ctx, ids[:50]); err != nil {
+			b.Fatal(err)
+		}
+		benchParallel(b, g, func(int) error {
+			got, err := s.SeenMany(ctx, ids)
+			if err == nil && (!got[0] || got[99]) {
+				err = errBenchUnexpected
+			}
+			return err
+		})
+	})
+}

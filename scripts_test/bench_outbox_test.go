@@ -139,3 +139,25 @@ func BenchmarkDropConn(b *testing.B) {
 		benchParallel(b, g, func(i int) error { return ob.DropConn(ctx, conns[i]) })
 	})
 }
+
+// BenchmarkAppendMany appends bursts of 100 messages (ids from a pool, the
+// benchmark's payload) to one of 1024 connections.
+func BenchmarkAppendMany(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		ob := store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour))
+		ctx := context.Background()
+		conns := benchConns(1024)
+		ids := benchIDs(b.N * 100)
+		msgs := make([]store.Outgoing, len(ids))
+		for i, id := range ids {
+			msgs[i] = store.Outgoing{ID: id, Payload: benchPayload}
+		}
+		benchParallel(b, g, func(i int) error {
+			out, err := ob.AppendMany(ctx, conns[i%len(conns)], msgs[i*100:i*100+100])
+			if err == nil && !out[99].Created {
+				err = errBenchUnexpected
+			}
+			return err
+		})
+	})
+}

@@ -36,10 +36,11 @@ var outboxModel = opModel{
 	},
 	decode: func(r *opReader, valid bool) op {
 		ids, msgIDs, gens := fuzzIDs, outboxFuzzIDs, outboxGens
-		names := []string{"AppendWithID", "AppendWithID", "Append", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Tail", "DropConn"}
+		names := []string{"AppendWithID", "AppendWithID", "Append", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Tail", "DropConn", "AppendMany"}
 		if valid {
 			ids, msgIDs, gens = linIDs, outboxMsgIDs, outboxGens[1:4]
-			names = []string{"AppendWithID", "AppendWithID", "AppendWithID", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Unacked", "DropConn"}
+			names = []string{"AppendWithID", "AppendWithID", "AppendWithID", "Ack", "AckMany", "AdvanceGeneration", "Unacked", "Unacked", "DropConn",
+				"AppendMany", "Ack"} // a second Ack: a history with no Ack that mattered proves nothing
 		}
 		o := op{Name: pick(r, names), ID: pick(r, ids), Ref: -1}
 		switch o.Name {
@@ -48,6 +49,11 @@ var outboxModel = opModel{
 			o.IDs = []string{r.bytes(8)} // the payload
 		case "Append":
 			o.IDs = []string{r.bytes(8)}
+		case "AppendMany":
+			// id, payload pairs; an empty id is minted.
+			for range 1 + int(r.byte()%3) {
+				o.IDs = append(o.IDs, pick(r, append([]string{""}, msgIDs...)), r.bytes(8))
+			}
 		case "Ack":
 			o.Arg = pick(r, msgIDs)
 			o.N = pick(r, gens)
@@ -75,6 +81,22 @@ var outboxModel = opModel{
 			var seq uint64
 			id, seq, err = ob.Append(ctx, o.ID, []byte(o.IDs[0]))
 			v = fmt.Sprintf("minted=%v seq=%d", mintedID.MatchString(id), seq)
+		case "AppendMany":
+			msgs := make([]store.Outgoing, 0, len(o.IDs)/2)
+			for i := 0; i+1 < len(o.IDs); i += 2 {
+				msgs = append(msgs, store.Outgoing{ID: o.IDs[i], Payload: []byte(o.IDs[i+1])})
+			}
+			var out []store.Appended
+			out, err = ob.AppendMany(ctx, o.ID, msgs)
+			var b strings.Builder
+			for i, a := range out {
+				id := fmt.Sprintf("%q", a.ID)
+				if msgs[i].ID == "" && mintedID.MatchString(a.ID) {
+					id = "<minted>"
+				}
+				fmt.Fprintf(&b, "id=%s seq=%d created=%v epoch=%v same=%v;", id, a.Seq, a.Created, a.Epoch > 0, a.Epoch == out[0].Epoch)
+			}
+			v = b.String()
 		case "Ack":
 			err = ob.Ack(ctx, o.ID, o.Arg, o.N)
 		case "AckMany":

@@ -212,14 +212,14 @@ var claimsModel = opModel{
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {
 		ids := fuzzIDs
-		names := []string{"Claim", "ClaimMany", "Seen", "Remember", "Forget", "Do"}
+		names := []string{"Claim", "ClaimMany", "Seen", "Remember", "Forget", "SeenMany", "Do"}
 		if valid {
 			ids = linIDs
-			names = names[:5]
+			names = names[:6]
 		}
 		o := op{Name: pick(r, names), ID: pick(r, ids), Ref: -1}
 		switch o.Name {
-		case "ClaimMany":
+		case "ClaimMany", "SeenMany":
 			o.IDs = []string{o.ID}
 			for range int(r.byte() % 4) {
 				o.IDs = append(o.IDs, pick(r, ids))
@@ -238,6 +238,8 @@ var claimsModel = opModel{
 			v, err = cs.Claim(ctx, o.ID)
 		case "ClaimMany":
 			v, err = cs.ClaimMany(ctx, o.IDs)
+		case "SeenMany":
+			v, err = cs.SeenMany(ctx, o.IDs)
 		case "Seen":
 			v, err = cs.Seen(ctx, o.ID)
 		case "Remember":
@@ -260,8 +262,12 @@ var claimsModel = opModel{
 		return result{Val: fmt.Sprint(v), Err: errName(err)}
 	},
 	split: func(o op, r result) []opResult {
-		if o.Name != "ClaimMany" {
+		if o.Name != "ClaimMany" && o.Name != "SeenMany" {
 			return nil
+		}
+		single := "Claim"
+		if o.Name == "SeenMany" {
+			single = "Seen"
 		}
 		var won []bool
 		if r.Err == "" {
@@ -271,7 +277,7 @@ var claimsModel = opModel{
 		}
 		out := make([]opResult, len(o.IDs))
 		for i, id := range o.IDs {
-			one := op{Name: "Claim", ID: id, Ref: -1, Seq: o.Seq}
+			one := op{Name: single, ID: id, Ref: -1, Seq: o.Seq}
 			res := result{Err: r.Err, Val: "<nil>"}
 			if r.Err == "" {
 				res.Val = fmt.Sprint(won[i])

@@ -32,7 +32,8 @@ func FuzzScriptArgs(f *testing.F) {
 	// Durations with leading zeros: Redis refuses "01000" as PX or PEXPIRE,
 	// so the scripts must read it as 1000 (append.lua and advance.lua used
 	// to fail after their first write).
-	zeros := map[string]string{"claim": "01000\xff~tok", "commit": "tok\xff01000", "append": "m9\xffp\xff01000\xff0", "advance": "9\xff01000"}
+	zeros := map[string]string{"claim": "01000\xff~tok", "commit": "tok\xff01000", "append": "m9\xffp\xff01000\xff0", "advance": "9\xff01000",
+		"claim_many": "01000\xff1", "append_many": "01000\xff2\xffm9\xffp\xffm9\xffq"}
 	for i, s := range scripts {
 		if argv, ok := zeros[s.Name]; ok {
 			for state := range scriptStates {
@@ -45,6 +46,7 @@ func FuzzScriptArgs(f *testing.F) {
 		[]byte("0\xfftok\xff\xff60000"), []byte("tok\xffstatus\xffcompleted\xffpayload\xffx"), []byte(""),
 		[]byte("18446744073709551616\xffm1"), []byte("-1\xff1"), []byte("1e3\xff1"), []byte("\xff\xff\xff"),
 		[]byte("\xfflease_ms\xff99999999999999999"), []byte("0\xff\x00\xff0\xff0"),
+		[]byte("0\xff1\xffm1\xffp\xffm2\xffq\xffm1\xffr"), []byte("60000\xff~tok"),
 		// Issue 10's argument forms: update's durations (signed, 15 digits),
 		// the absolute names it refuses, extra arguments.
 		[]byte("\xffexpires_in_ms\xff-1"), []byte("tok\xfflease_in_ms\xff-999999999999999\xffexpires_in_ms\xff999999999999999"),
@@ -60,7 +62,19 @@ func FuzzScriptArgs(f *testing.F) {
 		st := scriptStates[int(state)%len(scriptStates)]
 		prefix := fmt.Sprintf("fuzz:argv:%d:", fuzzSeq.Add(1))
 		key := prefix + "k"
-		defer cleanKeys(t, c, prefix, []string{"k"})
+		ids := []string{"k"}
+		keys := []string{key}
+		if s.Batch {
+			// A batch script gets a second key of the same slot in the next
+			// state, and the first key twice: {k, k2, k}.
+			ids = append(ids, "k2")
+			keys = append(keys, prefix+"k2", key)
+			st2 := scriptStates[(int(state)+1)%len(scriptStates)]
+			if err := st2.seed(ctx, c, prefix, "k2"); err != nil {
+				t.Fatalf("seed %s: %v", st2.name, err)
+			}
+		}
+		defer cleanKeys(t, c, prefix, ids)
 		if err := st.seed(ctx, c, prefix, "k"); err != nil {
 			t.Fatalf("seed %s: %v", st.name, err)
 		}
@@ -70,20 +84,43 @@ func FuzzScriptArgs(f *testing.F) {
 				args = append(args, string(a))
 			}
 		}
-		before := raw(t, c, key)
-		cmd := c.B().Eval().Script(s.Source).Numkeys(1).Key(key).Arg(args...).Build()
-		if s.ReadOnly {
-			cmd = c.B().EvalRo().Script(s.Source).Numkeys(1).Key(key).Arg(args...).Build()
+		rawAll := func() []rawKey {
+			out := make([]rawKey, len(ids))
+			for i, id := range ids {
+				out[i] = raw(t, c, prefix+id)
+			}
+			return out
 		}
-		err := c.Do(ctx, cmd).Error()
-		after := raw(t, c, key)
+		before := rawAll()
+		nk := int64(len(keys))
+		cmd := c.B().Eval().Script(s.Source).Numkeys(nk).Key(keys...).Arg(args...).Build()
+		if s.ReadOnly {
+			cmd = c.B().EvalRo().Script(s.Source).Numkeys(nk).Key(keys...).Arg(args...).Build()
+		}
+		res := c.Do(ctx, cmd)
+		err := res.Error()
+		after := rawAll()
+		codes := []string{"BADARG", "STALE_OWNER", "NOT_FOUND", "FULL", "MISMATCH", "CORRUPT"}
 		if err != nil && !rueidis.IsRedisNil(err) {
 			if diff := cmp.Diff(before, after, approxTTL); diff != "" {
 				t.Fatalf("%s on %s with %q failed (%v) after writing (-before +after):\n%s", s.Name, st.name, args, err, diff)
 			}
 			code := errCode(err)
-			if !slices.Contains([]string{"BADARG", "STALE_OWNER", "NOT_FOUND", "FULL", "MISMATCH", "CORRUPT"}, code) {
+			if !slices.Contains(codes, code) {
 				t.Fatalf("%s on %s with %q: error %v is not one of the scripts' codes", s.Name, st.name, args, err)
+			}
+		}
+		if s.Batch && err == nil {
+			// A batch reply: one element per key, an error element only from
+			// the closed list.
+			arr, aerr := res.ToArray()
+			if aerr != nil || len(arr) != len(keys) {
+				t.Fatalf("%s on %s with %q: reply %v (%v), want %d elements", s.Name, st.name, args, arr, aerr, len(keys))
+			}
+			for _, e := range arr {
+				if eerr := e.Error(); eerr != nil && !slices.Contains(codes, errCode(eerr)) {
+					t.Fatalf("%s on %s with %q: element error %v is not one of the scripts' codes", s.Name, st.name, args, eerr)
+				}
 			}
 		}
 		if s.ReadOnly {

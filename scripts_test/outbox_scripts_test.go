@@ -25,6 +25,10 @@ import (
 // it is near now and that the reply carries the same value as the hash.
 const outboxEpochMark = "<epoch>"
 
+// outboxEpochInt is outboxEpochMark where the reply carries it as an integer
+// (append_many.lua's first element).
+const outboxEpochInt = "<epoch as an integer>"
+
 // outboxOldEpoch is the _epoch of the seeded hashes.
 const outboxOldEpoch = "1700000000000000"
 
@@ -264,6 +268,10 @@ func outboxReplaceEpoch(want any, e string) any {
 	}
 	out := append([]any(nil), arr...)
 	for i, v := range out {
+		if v == outboxEpochInt {
+			n, _ := strconv.ParseInt(e, 10, 64)
+			out[i] = n
+		}
 		if v == outboxEpochMark {
 			if i == 1 && len(out) == 3 { // append.lua: {seq, epoch, created}
 				n, _ := strconv.ParseInt(e, 10, 64)

@@ -190,7 +190,10 @@ func TestRecordsUnexpectedReplies(t *testing.T) {
 		want  error
 	}{
 		{"status reply", "+OK\r\n", []call{acquire, get, update, del, do}, store.ErrUnexpectedReply},
-		{"integer for a record", ":1\r\n", []call{acquire, get, update, do}, store.ErrUnexpectedReply},
+		{"integer for a record", ":1\r\n", []call{acquire, get, do}, store.ErrUnexpectedReply},
+		{"update answers 0 or 1", ":2\r\n", []call{update}, store.ErrUnexpectedReply},
+		{"a record for update", recResp(rec...), []call{update}, store.ErrUnexpectedReply},
+		{"nil for update", "$-1\r\n", []call{update}, store.ErrUnexpectedReply},
 		{"empty array", recResp(), []call{acquire, get, update, del, do}, store.ErrUnexpectedReply},
 		{"record one short", recResp(rec[:8]...), []call{get, update}, store.ErrUnexpectedReply},
 		{"record one long", recResp(append(rec, "x")...), []call{get, update}, store.ErrUnexpectedReply},
@@ -251,5 +254,12 @@ func TestRecordsUnexpectedReplies(t *testing.T) {
 	f.set(acquired(1, with(8, "tok")))
 	if got, ok, err := s.Acquire(ctx, "k", 0); err != nil || !ok || got.Token != "tok" {
 		t.Errorf("Acquire of a good reply = %+v, %v, %v", got, ok, err)
+	}
+	st := store.StatusCompleted
+	for _, r := range []string{":1\r\n", ":0\r\n"} {
+		f.set(r)
+		if err := s.Update(ctx, "k", store.Update{Status: &st}); err != nil {
+			t.Errorf("Update of the reply %q: %v", r, err)
+		}
 	}
 }

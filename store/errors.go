@@ -54,8 +54,13 @@ var codeErrors = map[string]error{
 // opError wraps err with the operation and id. A script error reply is mapped
 // to its sentinel by its first word and keeps the script's detail text. A
 // WRONGTYPE reply — the key holds a type no store writes there — is
-// ErrUnexpectedReply, as the stores' own CORRUPT checks are, with Redis's text.
+// ErrUnexpectedReply, as the stores' own CORRUPT checks are, with Redis's text;
+// so is a nil reply where a script never answers nil (callers that accept nil
+// test rueidis.IsRedisNil first).
 func opError(op, id string, err error) error {
+	if rueidis.IsRedisNil(err) {
+		return errorf(op, id, ErrUnexpectedReply, "nil reply")
+	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
 		code, detail, _ := strings.Cut(msg, " ")

@@ -2,9 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Lease is the ownership a running Do holds on its id or key. Claims.Do and
@@ -135,4 +140,46 @@ func (h *heartbeat) stop() {
 	h.mu.Unlock()
 	h.beats.Wait()
 	h.cancel(nil)
+}
+
+// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
+// while it fails because its connection was lost. Only for writes that are
+// safe to repeat: Do's final commit, release, fenced update or fenced delete.
+// A lost connection leaves such a write done or not done; without the retry
+// a Do whose callback ran would leave its lease in place, and the message or
+// request would run again once the lease expired.
+//
+// Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
+// that its commit was retried (a retry finding the processed mark is its own
+// first attempt having landed), and a retried command would have to be pinned
+// against the rueidis race in docs/upstream-rueidis-race.md. Unlike rueidis's
+// retry it ignores ClientOption.DisableRetry, which a rueidis.Client does not
+// expose.
+func retryLost(ctx context.Context, write func(context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = write(ctx)
+		if err == nil || attempt == 3 || !connLost(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// connLost reports whether err means a connection broke under a command (it
+// may or may not have run), as opposed to a reply, a closed client or a
+// cancelled context.
+func connLost(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

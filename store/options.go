@@ -77,11 +77,3 @@ func newConfig(defaultPrefix string, opts []Option) config {
 	}
 	return c
 }
-
-// recordsTTL is the Records' TTL: WithTTL's when given, else DefaultRecordsTTL.
-func (c config) recordsTTL() time.Duration {
-	if c.ttlSet {
-		return c.ttl
-	}
-	return DefaultRecordsTTL
-}

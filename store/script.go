@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"sync"
 	"time"
 
@@ -75,22 +72,102 @@ func (s *script) exec(ctx context.Context, c rueidis.Client, key string, args ..
 	return r
 }
 
-// call is one entry of a batch.
+// call is one entry of a batch: the script on key, or, for a batch script
+// (claim_many.lua...), on keys, all of one hash slot.
 type call struct {
 	s    *script
 	key  string
+	keys []string
 	args []string
 }
 
-// execMulti runs a batch in one round trip: a DoMulti of EVALSHA (auto-pipelined,
+// evalshaKeys is evalsha with several keys, all in one hash slot.
+func (s *script) evalshaKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
+	if s.ro {
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
+	}
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// evalKeys is eval with several keys, all in one hash slot.
+func (s *script) evalKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
+	if s.ro {
+		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
+	}
+	return c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+func (k call) evalsha(c rueidis.Client) rueidis.Completed {
+	if k.keys != nil {
+		return k.s.evalshaKeys(c, k.keys, k.args)
+	}
+	return k.s.evalsha(c, k.key, k.args)
+}
+
+func (k call) eval(c rueidis.Client) rueidis.Completed {
+	if k.keys != nil {
+		return k.s.evalKeys(c, k.keys, k.args)
+	}
+	return k.s.eval(c, k.key, k.args)
+}
+
+// execMulti is execMultiOnce, retried for the entries a cluster answers
+// TRYAGAIN: a script on several keys of a slot being migrated, when some of
+// its keys have moved and others not yet. Redis refuses such a call before
+// running it, so a retry cannot apply it twice; it is retried after 5, 10,
+// 20... ms (at most 100 ms apart) for up to tryAgainFor, within ctx, by which
+// time the migration of those keys has usually ended; then the TRYAGAIN
+// error is returned. Single-key scripts never get TRYAGAIN.
+func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
+	res := execMultiOnce(ctx, c, calls)
+	delay := 5 * time.Millisecond
+	for deadline := time.Now().Add(tryAgainFor); time.Now().Before(deadline); {
+		var again []int
+		for i := range res {
+			if isTryAgain(res[i].Error()) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return res
+		}
+		select {
+		case <-ctx.Done():
+			return res
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+		sub := make([]call, len(again))
+		for j, i := range again {
+			sub[j] = calls[i]
+		}
+		for j, r := range execMultiOnce(ctx, c, sub) {
+			res[again[j]] = r
+		}
+	}
+	return res
+}
+
+// tryAgainFor bounds the TRYAGAIN retries of one batch: a slot migration
+// moves a slot's keys in a few round trips (redis-cli --cluster reshard), but
+// one stuck half-way (an operator's manual MIGRATING) must not hang a caller
+// without a deadline.
+const tryAgainFor = 3 * time.Second
+
+func isTryAgain(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsTryAgain()
+}
+
+// execMultiOnce runs a batch in one round trip: a DoMulti of EVALSHA (auto-pipelined,
 // split per node on a cluster). Entries answered NOSCRIPT did not run; for those
 // only, the scripts are SCRIPT LOADed on every node and the entries retried with
 // EVALSHA, and anything still NOSCRIPT (a flush in between) with EVAL. This never
 // re-sends SCRIPT LOAD on the happy path, unlike rueidis Lua.ExecMulti.
-func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
+func execMultiOnce(ctx context.Context, c rueidis.Client, calls []call) []rueidis.RedisResult {
 	cmds := make(rueidis.Commands, len(calls))
 	for i, k := range calls {
-		cmds[i] = k.s.evalsha(c, k.key, k.args)
+		cmds[i] = k.evalsha(c)
 	}
 	res := c.DoMulti(ctx, cmds...)
 	var retry []int
@@ -119,9 +196,9 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 		for _, i := range retry {
 			k := calls[i]
 			if useEval {
-				cmds = append(cmds, k.s.eval(c, k.key, k.args))
+				cmds = append(cmds, k.eval(c))
 			} else {
-				cmds = append(cmds, k.s.evalsha(c, k.key, k.args))
+				cmds = append(cmds, k.evalsha(c))
 			}
 		}
 		again := c.DoMulti(ctx, cmds...)
@@ -143,58 +220,4 @@ func execMulti(ctx context.Context, c rueidis.Client, calls []call) []rueidis.Re
 func isNoScript(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
 	return ok && re.IsNoScript()
-}
-
-// replyInt reads an integer reply, mapping script errors to sentinels.
-func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
-	if err := r.Error(); err != nil {
-		return 0, opError(op, id, err)
-	}
-	m, err := r.ToMessage()
-	if err != nil {
-		return 0, opError(op, id, err)
-	}
-	if !m.IsInt64() {
-		return 0, errorf(op, id, ErrUnexpectedReply, "want an integer reply, got %s", m.String())
-	}
-	n, err := m.AsInt64()
-	if err != nil {
-		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
-	}
-	return n, nil
-}
-
-// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
-// while it fails because its connection was lost. Only for writes that are
-// safe to repeat: Do's final commit, release, fenced update or fenced delete.
-// A lost connection leaves such a write done or not done; without the retry
-// a Do whose callback ran would leave its lease in place, and the message or
-// request would run again once the lease expired.
-func retryLost(ctx context.Context, write func(context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = write(ctx)
-		if err == nil || attempt == 3 || !connLost(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
-		}
-	}
-}
-
-// connLost reports whether err means a connection broke under a command (it
-// may or may not have run), as opposed to a reply, a closed client or a
-// cancelled context.
-func connLost(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
-		return false
-	}
-	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }

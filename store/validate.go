@@ -2,9 +2,8 @@ package store
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
-	"time"
+	"crypto/rand"
+	"encoding/hex"
 )
 
 // MaxIDLen is the longest message id, connection id or record key accepted, in
@@ -26,36 +25,9 @@ func checkID(ctx context.Context, op, id string) error {
 	return nil
 }
 
-// ms renders a duration as the decimal milliseconds the scripts take; a positive
-// sub-millisecond duration rounds up to 1 so it never reads as "no expiry".
-func ms(d time.Duration) string {
-	if d <= 0 {
-		return "0"
-	}
-	m := d.Milliseconds()
-	if time.Duration(m)*time.Millisecond < d {
-		m++
-	}
-	return strconv.FormatInt(m, 10)
-}
-
-// msCache is ms with a memory of the last duration it rendered: a store called
-// with the same lease or TTL every time allocates no string for it. The zero
-// value is ready; it is safe for concurrent use.
-type msCache struct {
-	last atomic.Pointer[msEntry]
-}
-
-type msEntry struct {
-	d time.Duration
-	s string
-}
-
-func (c *msCache) ms(d time.Duration) string {
-	if e := c.last.Load(); e != nil && e.d == d {
-		return e.s
-	}
-	s := ms(d)
-	c.last.Store(&msEntry{d: d, s: s})
-	return s
+// newToken returns 32 lower-case hex characters from crypto/rand.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
 }

@@ -28,22 +28,36 @@ that says to run 'redisonce load' (or 'redisonce functions --load').
 Integers and strings print as they are, a nil reply as (nil), an array one
 element per line. Put -- before arguments that start with "-".
 
+A batch script (claim_many, seen_many) takes several keys, all in one hash
+slot: --keys N says how many of the arguments are keys.
+
   redisonce call claim bq:idemp:m1 86400000 1      1 = first delivery
   redisonce call seen bq:idemp:m1                  1 = claimed
-  redisonce call --fcall forget bq:idemp:m1`,
+  redisonce call --fcall forget bq:idemp:m1
+  redisonce call --keys 2 claim_many bq:idemp:{o7}a bq:idemp:{o7}b 86400000 1`,
 		nargs: atLeast(2),
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			fcall := fs.Bool("fcall", false, "run the Functions library's redisonce_NAME with FCALL instead of EVALSHA")
+			nkeys := fs.Int("keys", 0, "how many arguments are keys, for a batch script (default: the script's own count)")
 			u := urlFlag(fs, defaultURL)
 			return func(ctx context.Context, e *env, args []string) error {
 				s, err := scriptNamed(args[0])
 				if err != nil {
 					return err
 				}
-				if len(args)-1 < s.NumKeys {
-					return usageError{fmt.Sprintf("%s takes %d key(s), then its ARGV", s.Name, s.NumKeys)}
+				n := s.NumKeys
+				switch {
+				case *nkeys != 0 && !s.Batch:
+					return usageError{fmt.Sprintf("%s takes %d key(s); --keys is for batch scripts", s.Name, s.NumKeys)}
+				case *nkeys < 0:
+					return usageError{"--keys must be at least 1"}
+				case *nkeys > 0:
+					n = *nkeys
 				}
-				keys, argv := args[1:1+s.NumKeys], args[1+s.NumKeys:]
+				if len(args)-1 < n {
+					return usageError{fmt.Sprintf("%s takes %d key(s), then its ARGV", s.Name, n)}
+				}
+				keys, argv := args[1:1+n], args[1+n:]
 				srv, err := server.Connect(ctx, *u)
 				if err != nil {
 					return err
@@ -51,7 +65,7 @@ element per line. Put -- before arguments that start with "-".
 				defer srv.Close()
 				c := srv.Client
 				var cmd rueidis.Completed
-				nk := int64(s.NumKeys)
+				nk := int64(n)
 				switch {
 				case *fcall && s.ReadOnly:
 					cmd = c.B().FcallRo().Function(redisonce.FunctionName(s.Name)).Numkeys(nk).Key(keys...).Arg(argv...).Build()

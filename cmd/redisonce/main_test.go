@@ -299,11 +299,18 @@ func TestLoadAndCall(t *testing.T) {
 		{[]string{"call", "seen", "k1"}, "1\n"},
 		{[]string{"call", "forget", "k1"}, "1\n"},
 		{[]string{"call", "seen", "k1"}, "0\n"},
+		// A batch script: --keys says how many arguments are keys.
+		{[]string{"call", "--keys", "3", "claim_many", "{o}a", "{o}b", "{o}a", "60000", "1"}, "1\n1\n0\n"},
+		{[]string{"call", "--keys", "2", "seen_many", "{o}a", "{o}c"}, "1\n0\n"},
 	} {
 		code, out, errs := cli(t, append(tc.args, "--url", url)...)
 		if code != 0 || out != tc.out {
 			t.Errorf("%v: exit %d, stdout %q (want %q), stderr %q", tc.args, code, out, tc.out, errs)
 		}
+	}
+	code, _, errs = cli(t, "call", "--keys", "2", "claim", "k2", "k3", "60000", "1", "--url", url)
+	if code == 0 || !strings.Contains(errs, "--keys is for batch scripts") {
+		t.Errorf("call --keys on a single-key script: exit %d, stderr %q", code, errs)
 	}
 	code, _, errs = cli(t, "call", "claim", "k2", "soon", "1", "--url", url)
 	if code != exitFail {

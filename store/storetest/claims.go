@@ -88,6 +88,54 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
+	t.Run("ClaimManyGroups", func(t *testing.T) {
+		// Ids sharing a hash tag form one group on a cluster (one script
+		// call); a batch over one call's limit is cut in order, so a
+		// duplicate far from its first occurrence still loses.
+		s := newStore(t)
+		noErr(t, s.Remember(ctx, "{t1}done"))
+		ids := []string{"{t1}a", "{t2}a", "{t1}done", "{t1}a", "plain", "{t2}a", "{}x", "{t1}b"}
+		want := []bool{true, true, false, false, true, false, true, true}
+		for i := range 1200 {
+			ids = append(ids, fmt.Sprintf("{big}%d", i%700))
+			want = append(want, i < 700)
+		}
+		got, err := s.ClaimMany(ctx, ids)
+		noErr(t, err)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ClaimMany (-want +got):\n%s", diff)
+		}
+		seen, err := s.SeenMany(ctx, append(ids, "{t1}never", "never"))
+		noErr(t, err)
+		wantSeen := make([]bool, len(ids), len(ids)+2)
+		for i := range wantSeen {
+			wantSeen[i] = true
+		}
+		if diff := cmp.Diff(append(wantSeen, false, false), seen); diff != "" {
+			t.Errorf("SeenMany (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("SeenMany", func(t *testing.T) {
+		s := newStore(t)
+		noErr(t, s.Remember(ctx, "a"))
+		got, err := s.SeenMany(ctx, []string{"a", "b", "a"})
+		noErr(t, err)
+		if diff := cmp.Diff([]bool{true, false, true}, got); diff != "" {
+			t.Errorf("SeenMany (-want +got):\n%s", diff)
+		}
+		got, err = s.SeenMany(ctx, nil)
+		noErr(t, err)
+		if diff := cmp.Diff([]bool{}, got); diff != "" {
+			t.Errorf("SeenMany(nil) (-want +got):\n%s", diff)
+		}
+		_, err = s.SeenMany(ctx, []string{"a", ""})
+		wantErr(t, err, store.ErrInvalidArgument)
+		if must(t)(s.Seen(ctx, "b")) {
+			t.Error("SeenMany wrote b")
+		}
+	})
+
 	t.Run("ClaimManyRefusesBadBatchWhole", func(t *testing.T) {
 		s := newStore(t)
 		_, err := s.ClaimMany(ctx, []string{"ok1", "", "ok2"})

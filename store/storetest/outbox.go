@@ -355,6 +355,98 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 		wantTail(t, s, "c", "m2=b@2", "m3=c@3")
 	})
 
+	t.Run("AppendMany", func(t *testing.T) {
+		s := newStore(t)
+		appendAll(t, s, "c", "a") // m1@1
+		out, err := s.AppendMany(ctx, "c", []store.Outgoing{
+			{ID: "x", Payload: []byte("px")},
+			{ID: "m1", Payload: []byte("ignored")}, // already in the tail
+			{ID: "y", Payload: []byte("py")},
+			{ID: "x", Payload: []byte("ignored too")}, // first wins
+			{Payload: []byte("minted")},
+			{ID: "z", Payload: nil},
+		})
+		noErr(t, err)
+		if len(out) != 6 {
+			t.Fatalf("AppendMany returned %d results, want 6", len(out))
+		}
+		epoch := out[0].Epoch
+		if len(out[4].ID) != 32 {
+			t.Errorf("minted id %q, want 32 hex characters", out[4].ID)
+		}
+		want := []store.Appended{
+			{ID: "x", Seq: 2, Epoch: epoch, Created: true},
+			{ID: "m1", Seq: 1, Epoch: epoch},
+			{ID: "y", Seq: 3, Epoch: epoch, Created: true},
+			{ID: "x", Seq: 2, Epoch: epoch},
+			{ID: out[4].ID, Seq: 4, Epoch: epoch, Created: true},
+			{ID: "z", Seq: 5, Epoch: epoch, Created: true},
+		}
+		if diff := cmp.Diff(want, out); diff != "" {
+			t.Errorf("AppendMany (-want +got):\n%s", diff)
+		}
+		if tl := tail(t, s, "c"); tl.Epoch != epoch {
+			t.Errorf("Tail epoch %d, AppendMany's %d", tl.Epoch, epoch)
+		}
+		wantTail(t, s, "c", "m1=a@1", "x=px@2", "y=py@3", out[4].ID+"=minted@4", "z=@5")
+		// A retry of the whole burst writes nothing and answers the same seqs.
+		again, err := s.AppendMany(ctx, "c", []store.Outgoing{{ID: "x"}, {ID: "y"}, {ID: "z"}})
+		noErr(t, err)
+		if diff := cmp.Diff([]store.Appended{{ID: "x", Seq: 2, Epoch: epoch}, {ID: "y", Seq: 3, Epoch: epoch}, {ID: "z", Seq: 5, Epoch: epoch}}, again); diff != "" {
+			t.Errorf("retry (-want +got):\n%s", diff)
+		}
+		// One burst on a new connection: seqs 1..n, one epoch, the same as
+		// AppendWithID one by one would give.
+		out, err = s.AppendMany(ctx, "fresh", []store.Outgoing{{ID: "a", Payload: []byte("1")}, {ID: "b", Payload: []byte("2")}})
+		noErr(t, err)
+		if out[0].Seq != 1 || out[1].Seq != 2 || out[0].Epoch == 0 || out[0].Epoch != out[1].Epoch || !out[0].Created || !out[1].Created {
+			t.Errorf("burst on a new connection = %+v", out)
+		}
+		a, err := s.AppendWithID(ctx, "fresh", "c", []byte("3"))
+		noErr(t, err)
+		if a.Seq != 3 || a.Epoch != out[0].Epoch {
+			t.Errorf("AppendWithID after the burst = %+v, want seq 3 in epoch %d", a, out[0].Epoch)
+		}
+		out, err = s.AppendMany(ctx, "c", nil)
+		noErr(t, err)
+		if len(out) != 0 {
+			t.Errorf("AppendMany(nil) = %v", out)
+		}
+	})
+
+	t.Run("AppendManyAllOrNothing", func(t *testing.T) {
+		s := newStore(t, store.WithMaxUnacked(3))
+		appendAll(t, s, "c", "a") // m1@1
+		_, err := s.AppendMany(ctx, "c", []store.Outgoing{{ID: "x"}, {ID: "y"}, {ID: "z"}})
+		wantErr(t, err, store.ErrOutboxFull)
+		wantTail(t, s, "c", "m1=a@1")
+		// Ids already in the tail and duplicates take no room.
+		out, err := s.AppendMany(ctx, "c", []store.Outgoing{{ID: "m1"}, {ID: "x"}, {ID: "x"}, {ID: "y"}})
+		noErr(t, err)
+		if out[1].Seq != 2 || out[3].Seq != 3 {
+			t.Errorf("burst after a refused one = %+v, want seqs 2 and 3 (a refused burst consumed seqs?)", out)
+		}
+		// Full: a burst of known ids still succeeds.
+		_, err = s.AppendMany(ctx, "c", []store.Outgoing{{ID: "m1"}, {ID: "y"}})
+		noErr(t, err)
+		_, err = s.AppendMany(ctx, "c", []store.Outgoing{{ID: "m1"}, {ID: "new"}})
+		wantErr(t, err, store.ErrOutboxFull)
+		// Bad input refuses the whole burst before anything is sent.
+		for _, bad := range [][]store.Outgoing{
+			{{ID: "ok"}, {ID: "_reserved"}},
+			{{ID: "ok"}, {ID: strings.Repeat("i", store.MaxMessageIDLen+1)}},
+			{{ID: "ok"}, {ID: "big", Payload: make([]byte, store.MaxPayloadLen+1)}},
+			make([]store.Outgoing, store.MaxAppendMany+1),
+		} {
+			_, err := s.AppendMany(ctx, "other", bad)
+			wantErr(t, err, store.ErrInvalidArgument)
+		}
+		if tl := tail(t, s, "other"); tl.Epoch != 0 {
+			t.Errorf("a refused burst created the connection: %+v", tl)
+		}
+		wantTail(t, s, "c", "m1=a@1", "x=@2", "y=@3")
+	})
+
 	t.Run("AckMany", func(t *testing.T) {
 		s := newStore(t)
 		appendAll(t, s, "c", "a", "b", "c", "d", "e")
@@ -734,6 +826,8 @@ func checkAllRefusedCtx(t *testing.T, ctx context.Context, s store.OutboxStore, 
 	_, _, err := s.Append(ctx, conn, []byte("p"))
 	wantErr(t, err, target)
 	_, err = s.AppendWithID(ctx, conn, "m", []byte("p"))
+	wantErr(t, err, target)
+	_, err = s.AppendMany(ctx, conn, []store.Outgoing{{ID: "m", Payload: []byte("p")}})
 	wantErr(t, err, target)
 	_, err = s.Unacked(ctx, conn)
 	wantErr(t, err, target)

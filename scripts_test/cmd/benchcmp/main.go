@@ -46,6 +46,7 @@ type config struct {
 	options    bool
 	out        string
 	smoke      bool
+	cluster    bool
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.BoolVar(&cfg.options, "options", true, "also measure the rueidis client options (MaxFlushDelay, DisableCache, PipelineMultiplex)")
 	flag.StringVar(&cfg.out, "out", "", "also write the Markdown report to this file")
 	flag.BoolVar(&cfg.smoke, "smoke", false, "tiny run that only checks every variant works")
+	flag.BoolVar(&cfg.cluster, "cluster", true, "also compare ClaimMany on a 3-master cluster of its own (hash-tagged ids)")
 	flag.BoolVar(&cfg.srvOnly, "server-time-only", false, "run only the server-time comparison")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the client to this file")
 	flag.Parse()
@@ -243,6 +245,12 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var clusterRes *clusterResult
+	if cfg.cluster && !cfg.srvOnly && (cfg.ops == nil || cfg.ops["ClaimMany"]) {
+		if clusterRes, err = measureClusterClaimMany(ctx, cfg, e.ids, progress); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
 	writeTables(w, results)
 	writeServerTime(w, srvTime)
 	if len(optResults) > 0 {
@@ -259,7 +267,10 @@ func run(ctx context.Context, cfg config, w, progress io.Writer) error {
 		}
 		writeConnect(w, costs)
 	}
-	writeGoals(w, results, srvTime)
+	if clusterRes != nil {
+		writeCluster(w, clusterRes)
+	}
+	writeGoals(w, results, srvTime, clusterRes)
 	fmt.Fprintf(w, "\nLoad average at the end: %s; total time %s.\n", loadavg(), time.Since(started).Round(time.Second))
 	if len(failed) > 0 {
 		return errors.New("variants failed:\n  " + strings.Join(failed, "\n  "))

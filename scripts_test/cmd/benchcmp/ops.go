@@ -30,6 +30,9 @@ const (
 	roleRaw     = "raw"      // plain rueidis commands
 	roleSetNX   = "setnx"    // go-redis SetNX, the seed claim store's approach
 	roleOther   = "baseline" // any other baseline
+	// rolePrevious is what the store did before a batch script served the
+	// operation (one EVALSHA of the single-item script per item, pipelined).
+	rolePrevious = "previous"
 )
 
 // variant is one way of doing an operation.
@@ -46,7 +49,7 @@ type variant struct {
 func operations() []*operation {
 	return []*operation{
 		opClaim(), opClaimMany(),
-		opAppend(), opAck(), opAckMany(), opUnacked(),
-		opAcquire(), opUpdate(),
+		opAppend(), opAppendMany(), opAck(), opAckMany(), opUnacked(),
+		opAcquire(), opUpdate(), opLifecycle(),
 	}
 }

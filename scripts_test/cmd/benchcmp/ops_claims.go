@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -97,6 +98,12 @@ func opClaimMany() *operation {
 					return nil
 				}, nil
 			}},
+			{name: "rueidis DoMulti EVALSHA claim.lua (ClaimMany before claim_many)", role: rolePrevious, setup: func(ctx context.Context, e *env, rc rueidis.Client) (callFunc, error) {
+				if err := loadScripts(ctx, rc); err != nil {
+					return nil, err
+				}
+				return previousClaimMany(e.ids, rc), nil
+			}},
 			{name: "rueidis DoMulti EVALSHA minimal", role: roleMinimal, setup: func(ctx context.Context, e *env, rc rueidis.Client) (callFunc, error) {
 				sha, err := rc.Do(ctx, rc.B().ScriptLoad().Script(minimalClaim).Build()).ToString()
 				if err != nil {
@@ -181,6 +188,51 @@ func wantAllOK(rs []rueidis.RedisResult) error {
 	for _, r := range rs {
 		if err := wantOK(r); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// previousClaimMany is ClaimMany as it was before claim_many.lua: one EVALSHA
+// of claim.lua per id, pipelined in one DoMulti (the script is loaded by the
+// stores' first call; here by loadScripts in the variant's setup).
+func previousClaimMany(ids []string, rc rueidis.Client) callFunc {
+	sha := scriptSHA("claim")
+	return func(ctx context.Context, first int) error {
+		cmds := make(rueidis.Commands, 0, batchSize)
+		for _, id := range ids[first : first+batchSize] {
+			cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(1).Key(claimPrefix+id).Arg(claimTTLms, "1").Build())
+		}
+		for _, r := range rc.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return errNotCreated
+			}
+		}
+		return nil
+	}
+}
+
+// scriptSHA is the SHA1 of an embedded script, which the variants that send
+// it by hand load first (loadScripts).
+func scriptSHA(name string) string {
+	s, ok := redisonce.Get(name)
+	if !ok {
+		panic("no script " + name)
+	}
+	return s.SHA1
+}
+
+// loadScripts SCRIPT LOADs every embedded script on c (every node).
+func loadScripts(ctx context.Context, c rueidis.Client) error {
+	for _, s := range redisonce.All() {
+		for _, n := range c.Nodes() {
+			if err := n.Do(ctx, n.B().ScriptLoad().Script(s.Source).Build()).Error(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

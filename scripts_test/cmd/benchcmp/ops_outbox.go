@@ -360,3 +360,52 @@ func wantOne(r rueidis.RedisResult) error {
 	}
 	return err
 }
+
+func opAppendMany() *operation {
+	return &operation{
+		name:  "AppendMany",
+		batch: batchSize,
+		about: "append a burst of 100 messages (128-byte payloads, ids from the pool) to one of 1024 connections, TTL 1h; ops = messages",
+		variants: []variant{
+			{name: "redisonce Outbox.AppendMany", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
+				ob := store.NewOutbox(rc, store.WithTTL(outboxTTL))
+				return func(ctx context.Context, first int) error {
+					msgs := make([]store.Outgoing, batchSize)
+					for j := range msgs {
+						msgs[j] = store.Outgoing{ID: e.ids[first+j], Payload: outboxPayload}
+					}
+					out, err := ob.AppendMany(ctx, appendConn(first/batchSize), msgs)
+					if err != nil {
+						return err
+					}
+					for _, a := range out {
+						if !a.Created {
+							return errors.New("a message was not created")
+						}
+					}
+					return nil
+				}, nil
+			}},
+			{name: "rueidis DoMulti of 100 EVALSHA append.lua (100 pipelined AppendWithID)", role: rolePrevious, setup: func(ctx context.Context, e *env, rc rueidis.Client) (callFunc, error) {
+				if err := loadScripts(ctx, rc); err != nil {
+					return nil, err
+				}
+				sha := scriptSHA("append")
+				payload := string(outboxPayload)
+				return func(ctx context.Context, first int) error {
+					key := outboxPrefix + appendConn(first/batchSize)
+					cmds := make(rueidis.Commands, 0, batchSize)
+					for _, id := range e.ids[first : first+batchSize] {
+						cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(1).Key(key).Arg(id, payload, outboxTTLms, "0").Build())
+					}
+					for _, r := range rc.DoMulti(ctx, cmds...) {
+						if err := wantArrayLen(r, 3); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, nil
+			}},
+		},
+	}
+}

@@ -75,7 +75,7 @@ type goal struct {
 	note     string
 }
 
-func writeGoals(w io.Writer, results []*cellResult, srv []*srvPairs) {
+func writeGoals(w io.Writer, results []*cellResult, srv []*srvPairs, cl *clusterResult) {
 	find := func(op, role string, g int) *cellResult {
 		for _, r := range results {
 			if r.Op == op && r.Goroutines == g && roleOf(op, r.Variant) == role {
@@ -104,9 +104,19 @@ func writeGoals(w io.Writer, results []*cellResult, srv []*srvPairs) {
 	}
 	ratio("Claim / go-redis SetNX, 64 goroutines", "Claim", roleStore, roleSetNX, 64, 2.5)
 	ratio("Claim / rueidis SET NX PX, 64 goroutines", "Claim", roleStore, roleRaw, 64, 0.95)
+	ratio("Claim / minimal script, 64 goroutines", "Claim", roleStore, roleMinimal, 64, 0.95)
 	ratio("ClaimMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "ClaimMany", roleStore, roleMinimal, 64, 0.9)
+	ratio("ClaimMany(100) / DoMulti of 100 SET NX PX, 64 goroutines", "ClaimMany", roleStore, roleRaw, 64, 0.8)
+	ratio("ClaimMany(100) / ClaimMany before claim_many (standalone), 64 goroutines", "ClaimMany", roleStore, rolePrevious, 64, 1)
+	ratio("AppendMany(100) / 100 pipelined AppendWithID, messages/s, 64 goroutines", "AppendMany", roleStore, rolePrevious, 64, 3)
+	ratio("records lifecycle / go-job's Redis store, 64 goroutines", "Lifecycle", roleStore, roleGoJob, 64, 1)
 	ratio("AckMany(100) / DoMulti of 100 EVALSHA minimal, 64 goroutines", "AckMany", roleStore, roleMinimal, 64, 0.9)
 
+	if cl != nil && len(cl.ratios) > 0 {
+		v := median(cl.ratios)
+		goals = append(goals, goal{what: "ClaimMany(100) on the 3-master cluster, hash-tagged ids / before claim_many, 64 goroutines", measured: v,
+			target: "≥ 2.00×", ok: v >= 2, note: fmt.Sprintf("rounds %s; median ids/s %s vs %s", fmtRatios(cl.ratios), fmtRate(median(cl.store)), fmtRate(median(cl.prev)))})
+	}
 	// Server time per op: the dedicated alternating comparison.
 	for _, p := range srv {
 		if len(p.usecRatios) == 0 {

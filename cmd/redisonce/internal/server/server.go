@@ -141,7 +141,7 @@ func (s *Server) ScriptPrimaries(ctx context.Context) ([]Node, error) {
 }
 
 // minVersion is the oldest Redis the scripts run on: #!lua shebang flags,
-// FUNCTION LOAD and SET NX GET all arrived in 7.0.
+// FUNCTION LOAD and SET NX GET (claim.lua, claim_many.lua) all arrived in 7.0.
 const minVersion = 7
 
 // checkVersions refuses a primary older than Redis 7.0 (INFO server

@@ -60,7 +60,7 @@ func (s *MemoryOutbox) get(conn string, now time.Time) *memConn {
 // rearm is PEXPIRE ttl_ms when the store has a TTL. Callers hold mu.
 func (s *MemoryOutbox) rearm(c *memConn, now time.Time) {
 	if s.ttl > 0 {
-		c.expires = now.Add(s.ttl)
+		c.expires = expiryAt(now, s.ttl)
 	}
 }
 
@@ -114,6 +114,55 @@ func (s *MemoryOutbox) create(conn string, now time.Time) *memConn {
 	c := &memConn{epoch: epoch, msgs: map[string]memMessage{}}
 	s.conns[conn] = c
 	return c
+}
+
+// AppendMany is Outbox.AppendMany (append_many.lua).
+func (s *MemoryOutbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return []Appended{}, nil
+	}
+	ids := mintIDs(msgs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	c := s.get(conn, now)
+	held := 0
+	if c != nil {
+		held = len(c.msgs)
+	}
+	fresh := map[string]bool{}
+	for _, id := range ids {
+		if c != nil {
+			if _, ok := c.msgs[id]; ok {
+				continue
+			}
+		}
+		fresh[id] = true
+	}
+	if len(fresh) > 0 && c != nil && c.seq+uint64(len(fresh)) > maxExactSeq {
+		return nil, errorf("append_many", conn, ErrOutboxFull, "_seq would pass 2^53-1, the last exact sequence number")
+	}
+	if len(fresh) > 0 && s.max > 0 && held+len(fresh) > s.max {
+		return nil, errorf("append_many", conn, ErrOutboxFull, "the tail holds %d unacked messages, %d more do not fit", held, len(fresh))
+	}
+	if c == nil {
+		c = s.create(conn, now)
+	}
+	out := make([]Appended, len(ids))
+	for i, id := range ids {
+		if m, ok := c.msgs[id]; ok {
+			out[i] = Appended{ID: id, Seq: m.seq, Epoch: c.epoch}
+			continue
+		}
+		c.seq++
+		c.msgs[id] = memMessage{seq: c.seq, payload: append([]byte{}, msgs[i].Payload...)}
+		out[i] = Appended{ID: id, Seq: c.seq, Epoch: c.epoch, Created: true}
+	}
+	s.rearm(c, now)
+	return out, nil
 }
 
 // Unacked is Outbox.Unacked.

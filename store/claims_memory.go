@@ -46,13 +46,6 @@ func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
 	return e, ok
 }
 
-func (s *MemoryClaims) expiry(now time.Time, d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return now.Add(d)
-}
-
 // claim is claim.lua: 1 created, 0 processed, -1 in flight.
 func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int {
 	s.mu.Lock()
@@ -64,7 +57,7 @@ func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) 
 		}
 		return 0
 	}
-	s.m[id] = memClaim{value: value, expires: s.expiry(now, ttl), running: running}
+	s.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: running}
 	return 1
 }
 
@@ -99,6 +92,23 @@ func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
 	defer s.mu.Unlock()
 	_, ok := s.get(id, s.now())
 	return ok, nil
+}
+
+// SeenMany is Claims.SeenMany: one consistent read of every id.
+func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	for _, id := range ids {
+		if err := s.check(ctx, "seen", id); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]bool, len(ids))
+	for i, id := range ids {
+		_, out[i] = s.get(id, now)
+	}
+	return out, nil
 }
 
 // Remember is Claims.Remember.
@@ -146,7 +156,7 @@ func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, f
 			if !ok || e.value != held {
 				return false, nil
 			}
-			e.expires = now.Add(lease)
+			e.expires = expiryAt(now, lease)
 			s.m[id] = e
 			return true, nil
 		},
@@ -164,7 +174,7 @@ func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, f
 			case e.value != held:
 				return -1, nil
 			}
-			s.m[id] = memClaim{value: "1", expires: s.expiry(now, s.ttl)}
+			s.m[id] = memClaim{value: "1", expires: expiryAt(now, s.ttl)}
 			return reply, nil
 		},
 		func(context.Context) error { // release.lua

@@ -275,16 +275,3 @@ func (s *MemoryRecords) check(ctx context.Context, op, key string) error {
 	}
 	return checkID(ctx, op, key)
 }
-
-// durMS is a duration in ms exactly as ms() renders it for the scripts: a
-// positive sub-millisecond rest rounds up, so a positive duration is never 0.
-func durMS(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	m := d.Milliseconds()
-	if time.Duration(m)*time.Millisecond < d {
-		m++
-	}
-	return m
-}

@@ -1,0 +1,209 @@
+#!lua
+--[[ append_many.lua — append a burst of messages to one connection's tail: all or none, once per id.
+  KEYS (n=1)
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+  ARGV (n>=3)
+    [1] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
+                      the expiry as it is (a new hash then never expires)
+    [2] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+    [3..] pairs       msg_id, payload, ... : 1..1000 pairs; msg_id 1..256 bytes, not
+                      starting with "_"; payload any bytes, at most 4194304 (4 MiB)
+  Returns   {epoch, seq1, created1, seq2, created2, ...} (integers): per message,
+            in ARGV order, what append.lua returns for it
+              epoch    server time in microseconds when this incarnation of the
+                       hash was created
+              seq      the message's sequence number; the new messages of one call
+                       get consecutive seqs, in ARGV order
+              created  1 appended now; 0 msg_id was already in the tail, or given
+                       earlier in this call (first wins), and its seq is returned
+                       (the stored payload is kept)
+  Errors    BADARG <what>    before any write; nothing written
+            FULL <what>      the new messages do not all fit under max_unacked, or
+                             _seq would pass 2^53-1 (the last exact integer);
+                             nothing written (all or nothing)
+            CORRUPT <what>   the key is not a well-formed outbox hash (another type,
+                             reserved fields missing or not canonical decimals, as
+                             append.lua checks them, or a msg_id's value not
+                             "<seq>:<payload>"); nothing written
+  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq <new count>
+            and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
+            are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
+  Atomicity every check precedes the first write; the burst is one script call
+  Length    102 lines of code besides its snippets: every message validated
+            before the first write, then classified (new, already in the tail,
+            or given twice), numbered and written in one HSET, all or nothing
+  Complexity O(number of messages) (plus the payloads' size)
+]]
+local key = KEYS[1]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV < 3 or #ARGV % 2 == 1 or #ARGV > 2002 then
+  return redis.error_reply('BADARG want ttl_ms, max_unacked, then 1..1000 msg_id, payload pairs')
+end
+local n = #ARGV
+local ttl, max = ARGV[1], ARGV[2]
+
+-- <snippet:u64>
+-- uint64 as canonical decimal strings: valid, and ordered by length then bytes
+-- (Lua numbers lose precision above 2^53).
+local function u64(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
+    and (#s == 1 or string.byte(s, 1) ~= 48)
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+local MAX = '18446744073709551615'
+-- </snippet>
+-- <snippet:outbox_hash>
+-- A well-formed outbox hash: _seq a canonical decimal 0..2^53-1, _gen a
+-- canonical decimal uint64, _epoch a canonical decimal 1..2^53-1 (microseconds).
+-- Integers up to 2^53-1 are exact as Lua numbers.
+local EXACT = 9007199254740991
+local function outbox_ok(s, g, e)
+  return u64(s) and #s <= 16 and tonumber(s) <= EXACT
+    and u64(g) and cmp(g, MAX) <= 0
+    and u64(e) and e ~= '0' and #e <= 16 and tonumber(e) <= EXACT
+end
+-- </snippet>
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+-- <snippet:now_us>
+-- Now in microseconds since the epoch, from the server's clock, as a decimal
+-- string: the _epoch of a new outbox incarnation.
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+-- </snippet>
+
+ttl, max = int_arg(ttl), int_arg(max)
+if not ttl then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if not max then
+  return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
+end
+local byte = string.byte
+local fields = {'_seq', '_gen', '_epoch'}
+for i = 3, n, 2 do
+  local id = ARGV[i]
+  if #id < 1 or #id > 256 or byte(id, 1) == 95 then
+    return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
+  end
+  if #ARGV[i + 1] > 4194304 then
+    return redis.error_reply('BADARG payload must be at most 4194304 bytes')
+  end
+  fields[#fields + 1] = id
+end
+
+-- One read: the reserved fields, which exist together or not at all (anything
+-- else is not ours), and every id's value.
+-- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
+local r = redis.pcall('HMGET', key, unpack(fields))
+if r.err then
+  return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
+end
+local epoch
+if r[1] or r[2] or r[3] then
+  if not outbox_ok(r[1], r[2], r[3]) then
+    return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing or not canonical decimals')
+  end
+  epoch = r[3]
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
+end
+
+-- Per message (by ARGV index of its msg_id): the stored seq (a string) of an
+-- id already in the tail; firsts maps each new id to its first ARGV index.
+local old, firsts, fresh = {}, {}, 0
+for j = 4, #r do
+  local i = j * 2 - 5 -- the msg_id's ARGV index
+  if r[j] then
+    local s = string.match(r[j], '^([1-9]%d*):')
+    if not s or #s > 16 or tonumber(s) > EXACT then
+      return redis.error_reply('CORRUPT value of msg_id is not "<seq>:<payload>"')
+    end
+    old[i] = s
+  elseif not firsts[ARGV[i]] then
+    fresh = fresh + 1
+    firsts[ARGV[i]] = i
+  end
+end
+if fresh > 0 and epoch and tonumber(r[1]) + fresh > EXACT then
+  return redis.error_reply('FULL _seq would pass 2^53-1, the last exact sequence number')
+end
+if fresh > 0 and max ~= '0' then
+  local held = 0
+  if epoch then
+    held = redis.call('HLEN', key) - 3
+  end
+  if held + fresh > tonumber(max) then
+    return redis.error_reply('FULL ' .. string.format('the tail holds %d unacked messages, %d more do not fit',
+      held, fresh))
+  end
+end
+
+-- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
+local out = {0}
+if fresh > 0 then
+  if not epoch then
+    -- A new incarnation, stamped with the server's clock.
+    epoch = now_us()
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+  end
+  local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
+  local set, given = {}, {} -- given: the seq each new id got
+  for i = 3, n, 2 do
+    local id = ARGV[i]
+    if old[i] then
+      out[#out + 1] = tonumber(old[i])
+      out[#out + 1] = 0
+    elseif firsts[id] == i then
+      seq = seq + 1
+      given[id] = seq
+      set[#set + 1] = id
+      set[#set + 1] = string.format('%d', seq) .. ':' .. ARGV[i + 1]
+      out[#out + 1] = seq
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = given[id]
+      out[#out + 1] = 0
+    end
+  end
+  redis.call('HSET', key, unpack(set))
+else
+  for i = 3, n, 2 do
+    out[#out + 1] = tonumber(old[i])
+    out[#out + 1] = 0
+  end
+end
+if ttl ~= '0' then
+  redis.call('PEXPIRE', key, ttl)
+end
+out[1] = tonumber(epoch)
+return out

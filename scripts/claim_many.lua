@@ -1,0 +1,85 @@
+#!lua
+--[[ claim_many.lua — claim many message ids of one hash slot in one call: claim.lua for each, in order.
+  KEYS (n>=1)
+    [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
+                               every key in ONE hash slot (ids sharing a {hash tag}
+                               on a cluster; any keys on a standalone or Sentinel
+                               server). Redis refuses keys of several slots with
+                               CROSSSLOT before the script runs: nothing written
+  ARGV (n=2)
+    [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+    [2] value    "1" to mark the ids processed, or "~<token>" to lease them
+  Returns   an array with one integer per key, in KEYS order, as claim.lua:
+            1 created; 0 exists and is processed (any value not starting with
+            "~"); -1 exists and is in flight. A key given twice: its first
+            occurrence may create it, the later ones then see it (first wins).
+            A key of another type gets a CORRUPT element instead, is left as
+            it is, and the other keys are claimed (as single calls would)
+  Errors    BADARG <what>    before any write; nothing written (also for a
+                             count of ARGV other than the header's)
+            CORRUPT <what>   an element, not the reply: that key only
+  Writes    SET key value NX GET [PX ttl_ms] for every key (only when absent; GET
+            reports the value found)
+  Atomicity the whole batch is one script call: every check precedes the first
+            SET, and no other command runs between the SETs (a group is atomic;
+            the Go store sends at most 500 keys per call)
+  Complexity O(number of keys)
+]]
+-- (One count instead of a type() call per argument: ARGV holds only strings.)
+if #ARGV ~= 2 then
+  return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
+end
+local value = ARGV[2]
+
+-- <snippet:int_arg>
+-- A decimal integer argument (ms, or a count) of 1..15 digits, exact as a Lua
+-- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
+-- PEXPIRE argument, which would be an error after a write); nil if s is not one.
+-- (A canonical s, what every client sends, is returned as is: one pattern
+-- match instead of three calls. Measured with bin/benchcmp -server-time-only:
+-- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+local function int_arg(s)
+  if #s > 15 then
+    return nil
+  elseif s == '0' or string.find(s, '^[1-9]%d*$') then
+    return s
+  elseif not string.find(s, '^%d+$') then
+    return nil
+  end
+  return string.format('%d', tonumber(s))
+end
+-- </snippet>
+
+local ttl = int_arg(ARGV[1])
+if not ttl then
+  return redis.error_reply('BADARG ttl_ms must be a decimal integer >= 0')
+end
+if value ~= '1' and not (#value > 1 and #value <= 257 and string.byte(value, 1) == 126) then
+  return redis.error_reply('BADARG value must be "1" or "~<token>" (token 1..256 bytes)')
+end
+if value ~= '1' and ttl == '0' then
+  return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
+end
+
+-- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
+-- pcall: a key of another type fails alone (SET NX GET writes nothing to it),
+-- as it would in a batch of single calls, and the others are still claimed.
+local out = {}
+for i = 1, #KEYS do
+  local old
+  if ttl ~= '0' then
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PX', ttl)
+  else
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+  end
+  if not old then
+    out[i] = 1
+  elseif type(old) == 'table' then
+    out[i] = redis.error_reply('CORRUPT the key holds a value that is not a string')
+  elseif string.byte(old, 1) == 126 then
+    out[i] = -1
+  else
+    out[i] = 0
+  end
+end
+return out

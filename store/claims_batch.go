@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+
+	"github.com/redis/rueidis"
+)
+
+// ClaimMany claims every id, as Claim would one by one, in one round trip.
+// The result holds, per id, what Claim would have returned; of an id given
+// twice the first occurrence wins (true at most once).
+//
+// The ids are grouped by hash slot: on a standalone or Sentinel server all of
+// them form one group; on a cluster, ids whose keys share a slot (ids with a
+// common {hash tag}) form one. Each group runs as ONE call of claim_many.lua
+// (at most 500 keys per call; a bigger group is cut, in order, into several),
+// atomically; the calls of all groups are pipelined in one DoMulti, so a
+// whole batch costs one round trip and, per group, one script call instead of
+// one per id. On a cluster, ids without a shared tag mostly land one per slot,
+// and then each is one call of claim.lua, as before. A group whose slot is
+// being migrated between cluster nodes is refused by Redis with TRYAGAIN
+// before it runs, and retried for up to 3 s.
+//
+// Every id is validated before anything is sent. When a group fails (a
+// connection error), the error names its first id and the other groups'
+// results are still filled in; a failed group's ids are reported false, and
+// may or may not have been claimed.
+func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
+	for _, id := range ids {
+		if err := s.check(ctx, "claim", id); err != nil {
+			return nil, err
+		}
+	}
+	return s.batch(ctx, "claim", ids, scriptClaim, scriptClaimMany, []string{s.ttlMS.ms(s.ttl), "1"},
+		func(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 })
+}
+
+// SeenMany is Seen for many ids in one round trip, grouped by hash slot like
+// ClaimMany (seen_many.lua: one consistent read per group).
+func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	for _, id := range ids {
+		if err := s.check(ctx, "seen", id); err != nil {
+			return nil, err
+		}
+	}
+	return s.batch(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil,
+		func(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 })
+}
+
+// batch runs one (single-key script) or many (batch script) per slot group of
+// ids in one DoMulti and reads one integer per id; valid reports whether an
+// integer is a reply the script can give.
+func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *script, args []string,
+	read func(int64) (result, valid bool)) ([]bool, error) {
+	out := make([]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	keys := s.keys(ids)
+	if len(ids) > 1 && len(ids) <= maxBatchKeys && (s.c.Mode() != rueidis.ClientModeCluster || sameSlot(keys)) {
+		// One group of every id in order (a standalone or Sentinel server, or
+		// ids that share a hash tag): the keys go as they are.
+		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
+		return out, readBatch(op, ids, nil, r, out, read)
+	}
+	groups := slotGroups(s.c, keys)
+	calls := make([]call, len(groups))
+	for g, idx := range groups {
+		if len(idx) == 1 {
+			calls[g] = call{s: one, key: keys[idx[0]], args: args}
+			continue
+		}
+		gk := make([]string, len(idx))
+		for j, i := range idx {
+			gk[j] = keys[i]
+		}
+		calls[g] = call{s: many, keys: gk, args: args}
+	}
+	var first error
+	for g, r := range execMulti(ctx, s.c, calls) {
+		idx := groups[g]
+		if err := readBatch(op, ids, idx, r, out, read); err != nil && first == nil {
+			first = err
+		}
+	}
+	return out, first
+}
+
+// readBatch reads one group's reply into out: an integer for a single-key
+// call, an array of len(idx) integers for a batch call. idx nil stands for
+// every id in order.
+func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []bool,
+	read func(int64) (bool, bool)) error {
+	n := len(idx)
+	at := func(j int) int { return idx[j] }
+	if idx == nil {
+		n = len(ids)
+		at = func(j int) int { return j }
+	}
+	id := ids[at(0)]
+	if idx != nil && n == 1 {
+		n, err := replyInt(op, id, r)
+		if err != nil {
+			return err
+		}
+		v, ok := read(n)
+		if !ok {
+			return errorf(op, id, ErrUnexpectedReply, "reply %d", n)
+		}
+		out[idx[0]] = v
+		return nil
+	}
+	if err := r.Error(); err != nil {
+		return opError(op, id, err)
+	}
+	vals, err := r.ToArray()
+	if err != nil {
+		return errorf(op, id, ErrUnexpectedReply, "want an array reply: %v", err)
+	}
+	if len(vals) != n {
+		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", n, len(vals))
+	}
+	var first error
+	for j := range n {
+		i := at(j)
+		if err := vals[j].Error(); err != nil {
+			// One key's own error (claim_many.lua's CORRUPT element): the
+			// others were still run.
+			if first == nil {
+				first = opError(op, ids[i], err)
+			}
+			continue
+		}
+		n, err := vals[j].AsInt64()
+		if err != nil || !vals[j].IsInt64() {
+			return errorf(op, ids[i], ErrUnexpectedReply, "element %d is not an integer", j+1)
+		}
+		v, ok := read(n)
+		if !ok {
+			return errorf(op, ids[i], ErrUnexpectedReply, "element %d: reply %d", j+1, n)
+		}
+		out[i] = v
+	}
+	return first
+}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	scriptClaim   = mustScript("claim")
+	scriptSeen    = mustScript("seen")
+	scriptForget  = mustScript("forget")
+	scriptCommit  = mustScript("commit")
+	scriptRelease = mustScript("release")
+	scriptExtend  = mustScript("extend")
+
+	scriptClaimMany = mustScript("claim_many")
+	scriptSeenMany  = mustScript("seen_many")
+)
+
+// Claims dedupes message ids in Redis: key prefix+id holds "1" once the message
+// is processed, or "~<token>" while a consumer running Do holds a lease on it.
+// It is safe for concurrent use.
+type Claims struct {
+	redisStore
+	ttl time.Duration // 0 = never expire
+	// ttlMS and leaseMS render ttl and Do's lease for the scripts; callers
+	// pass the same lease every time, so no string is allocated for it.
+	ttlMS, leaseMS msCache
+}
+
+var _ ClaimStore = (*Claims)(nil)
+
+// NewClaims returns a claims store on a client the caller keeps: Close does not
+// close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
+// processed id is remembered forever, and its key is never freed; set a TTL a
+// little longer than the longest time a message may be redelivered). An
+// invalid option is returned by every call (OpenClaims fails with it instead).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
+// the store never uses client-side caching.
+func NewClaims(c rueidis.Client, opts ...Option) *Claims {
+	cfg := newConfig(DefaultClaimsPrefix, opts)
+	return &Claims{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl}
+}
+
+// OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
+// with ClientOptions and returns a claims store that owns the client: Close
+// closes it. An invalid option fails here, before connecting; errors show the
+// URL without its password.
+func OpenClaims(url string, opts ...Option) (*Claims, error) {
+	s := NewClaims(nil, opts...)
+	if err := s.open(url); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Claim marks id processed if no one has claimed it, and reports whether it
+// did: true for the first delivery, false for an id already processed or in
+// flight. It stores "1" under prefix+id with the store's TTL, the data of a
+// `SET key 1 NX PX ttl` dedupe.
+//
+// Claim is a dedupe mark taken BEFORE the effect: if the effect then fails,
+// or the process dies, the id is still marked and every redelivery is
+// dropped. Use it for effects that are idempotent themselves or cheap to
+// lose; use Do to apply an effect exactly once. Do not retry a Claim that
+// failed with a network error and treat its false as a duplicate: the first
+// call may have landed, and the message would be dropped (Do has no such
+// window: a retry of Do after a network error finds the lease and answers
+// ErrInFlight until it expires).
+func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
+	if err := s.check(ctx, "claim", id); err != nil {
+		return false, err
+	}
+	n, err := replyInt("claim", id, s.exec(ctx, scriptClaim, s.key(id), s.ttlMS.ms(s.ttl), "1"))
+	return n == 1, err
+}
+
+// Seen reports whether id is claimed, processed or in flight.
+func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
+	if err := s.check(ctx, "seen", id); err != nil {
+		return false, err
+	}
+	n, err := replyInt("seen", id, s.exec(ctx, scriptSeen, s.key(id)))
+	return n == 1, err
+}
+
+// Remember marks id processed; it is Claim without the answer (and, like
+// Claim, a mark taken whatever the effect does).
+func (s *Claims) Remember(ctx context.Context, id string) error {
+	_, err := s.Claim(ctx, id)
+	return err
+}
+
+// Forget removes id's claim, processed or in flight, so it can be claimed again.
+// Forgetting an unknown id is not an error.
+func (s *Claims) Forget(ctx context.Context, id string) error {
+	if err := s.check(ctx, "forget", id); err != nil {
+		return err
+	}
+	_, err := replyInt("forget", id, s.exec(ctx, scriptForget, s.key(id)))
+	return err
+}
+
+// Do applies fn's effect exactly once per id across every consumer (as long
+// as fn itself completes or fails as a whole), and guarantees a message is
+// never dropped because a consumer crashed:
+//
+//   - it claims id with a lease ("~<token>" expiring after lease);
+//   - an id already processed: (false, nil), ack the message;
+//   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
+//     since the holder may yet fail;
+//   - otherwise fn runs, and while it runs the lease is extended every
+//     lease/3 (extend.lua, fenced by the token), so a live consumer never
+//     loses it however long fn takes. fn's context carries the Lease
+//     (LeaseFromContext). If an extension finds the lease lost (the id was
+//     forgotten, or taken by another consumer) fn's context is cancelled with
+//     a cause wrapping ErrLeaseLost (context.Cause); a network error is
+//     retried until the lease would actually have run out.
+//   - If fn fails (or panics) the lease is released so a redelivery can retry,
+//     and fn's error is returned with ran = true.
+//   - If fn succeeds the lease is committed into a processed mark with the
+//     store's TTL. The commit is never refused for memory (commit.lua carries
+//     allow-oom); one that finds the key absent (the lease expired and nobody
+//     took the id) writes the mark and succeeds. Only a key held by another
+//     consumer's lease, or already processed by another consumer, returns
+//     (true, ErrLeaseLost): the effect may have run twice.
+//
+// A commit whose connection is lost is retried; a retry that finds the mark
+// already there is taken as its own earlier attempt having landed, and
+// succeeds. (The mark is a plain "1", so this cannot be told apart from
+// another consumer having processed the id in the same instant — possible
+// only if this consumer's lease had run out just before, which the heartbeat
+// prevents.)
+//
+// A consumer that crashes holding a lease stops extending it and lets it
+// expire, and the next delivery runs fn: pick a lease a little longer than the
+// longest pause you accept before a redelivery takes over (seconds, not the
+// length of fn). lease must be > 0.
+func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if err := s.check(ctx, "do", id); err != nil {
+		return false, err
+	}
+	if lease <= 0 {
+		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	value := newLeaseValue()
+	token := value[1:] // the token shares the value's string
+	key := s.key(id)
+	leaseMS := s.leaseMS.ms(lease)
+	n, err := replyInt("do", id, s.exec(ctx, scriptClaim, key, leaseMS, value))
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case 0:
+		return false, nil
+	case -1:
+		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+	}
+	return true, runLeased(ctx, id, token, lease, fn,
+		func(ctx context.Context) (bool, error) {
+			n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
+			return n == 1, err
+		},
+		func(ctx context.Context) (int64, error) {
+			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))
+		},
+		func(ctx context.Context) error {
+			_, err := replyInt("release", id, s.exec(ctx, scriptRelease, key, token))
+			return err
+		})
+}

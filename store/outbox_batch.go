@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+
+	"github.com/redis/rueidis"
+)
+
+// MaxAppendMany is the most messages one AppendMany takes: the burst is one
+// script call, which blocks the server while it runs.
+const MaxAppendMany = 1000
+
+var scriptAppendMany = mustScript("append_many")
+
+// Outgoing is one message given to AppendMany.
+type Outgoing struct {
+	// ID is the message id, 1..MaxMessageIDLen bytes not starting with "_";
+	// empty: AppendMany mints one, as Append does.
+	ID string
+	// Payload is the message's bytes, at most MaxPayloadLen.
+	Payload []byte
+}
+
+// AppendMany appends a burst of messages to conn's tail in one script call
+// (append_many.lua) and returns, per message in order, what AppendWithID
+// would have returned for it:
+//
+//   - all or nothing: when the new messages do not all fit under
+//     WithMaxUnacked it fails with ErrOutboxFull and appends none;
+//   - idempotent per message id: an id already in the tail gets its stored
+//     Seq with Created false (its stored payload is kept); of an id given
+//     twice in one burst the first occurrence is appended, the later ones get
+//     its Seq with Created false;
+//   - the new messages get consecutive seqs, in the order given, and one
+//     Epoch.
+//
+// Every message is validated before anything is sent; at most MaxAppendMany
+// messages per call. With no messages it sends nothing.
+func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return []Appended{}, nil
+	}
+	ids := mintIDs(msgs)
+	args := make([]string, 0, 2+2*len(msgs))
+	args = append(args, s.ttlMS.ms(s.ttl), s.max)
+	for i, m := range msgs {
+		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
+	}
+	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...))
+}
+
+// checkAppendMany validates AppendMany's input as checkOutboxAppend does one
+// message's (an empty ID is minted, so it passes).
+func checkAppendMany(ctx context.Context, cfgErr error, conn string, msgs []Outgoing) error {
+	if err := checkOutbox(ctx, cfgErr, "append_many", conn); err != nil {
+		return err
+	}
+	if len(msgs) > MaxAppendMany {
+		return errorf("append_many", conn, ErrInvalidArgument, "%d messages, the limit is %d", len(msgs), MaxAppendMany)
+	}
+	for _, m := range msgs {
+		if m.ID != "" {
+			if err := checkMessageID("append_many", conn, m.ID); err != nil {
+				return err
+			}
+		}
+		if len(m.Payload) > MaxPayloadLen {
+			return errorf("append_many", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(m.Payload), MaxPayloadLen)
+		}
+	}
+	return nil
+}
+
+// mintIDs returns the messages' ids, a new token for every empty one.
+func mintIDs(msgs []Outgoing) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+		if ids[i] == "" {
+			ids[i] = newToken()
+		}
+	}
+	return ids
+}
+
+// parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...}.
+func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]Appended, error) {
+	if err := r.Error(); err != nil {
+		return nil, opError(op, conn, err)
+	}
+	vals, err := r.ToArray()
+	if err != nil {
+		return nil, errorf(op, conn, ErrUnexpectedReply, "want an array reply: %v", err)
+	}
+	if len(vals) != 1+2*len(ids) {
+		return nil, errorf(op, conn, ErrUnexpectedReply, "want %d elements, got %d", 1+2*len(ids), len(vals))
+	}
+	epoch, err := replyUint(&vals[0])
+	if err != nil || epoch == 0 {
+		return nil, errorf(op, conn, ErrUnexpectedReply, "epoch %s is not a positive integer", vals[0].String())
+	}
+	out := make([]Appended, len(ids))
+	for i := range ids {
+		seq, err1 := replyUint(&vals[1+2*i])
+		created, err2 := replyUint(&vals[2+2*i])
+		if err1 != nil || err2 != nil || seq == 0 || created > 1 {
+			return nil, errorf(op, conn, ErrUnexpectedReply, "message %d: seq %s, created %s", i+1, vals[1+2*i].String(), vals[2+2*i].String())
+		}
+		out[i] = Appended{ID: ids[i], Seq: seq, Epoch: epoch, Created: created == 1}
+	}
+	return out, nil
+}

@@ -1,0 +1,362 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	scriptAcquire = mustScript("acquire")
+	scriptGet     = mustScript("get")
+	scriptUpdate  = mustScript("update")
+	scriptDelete  = mustScript("delete")
+	scriptRenew   = mustScript("renew")
+)
+
+// Records keeps idempotency records in Redis: one hash per key, prefix+key,
+// with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
+// never), lease_ms (0 = no lease), fence, fp and token. Every operation is one
+// script (acquire.lua, get.lua, update.lua, delete.lua); every time in a record
+// comes from the server's TIME, and a record's expiry is its key's expiry. It is
+// safe for concurrent use.
+//
+// Keys holding something other than a record hash (the seed's JSON strings,
+// say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
+// Delete removes them.
+type Records struct {
+	redisStore
+	ttl time.Duration
+	// ttlMS and leaseMS remember the last TTL and lease rendered for acquire,
+	// so a caller passing the same options every time allocates no string.
+	ttlMS, leaseMS msCache
+}
+
+var (
+	_ RecordStore = (*Records)(nil)
+	_ recordOps   = (*Records)(nil)
+)
+
+// NewRecords returns a records store on a client the caller keeps: Close does
+// not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
+// DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
+// expire). An invalid option is returned by every call (OpenRecords fails
+// with it instead).
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
+// the store never uses client-side caching.
+func NewRecords(c rueidis.Client, opts ...Option) *Records {
+	cfg := newConfig(DefaultRecordsPrefix, opts)
+	return &Records{redisStore: newRedisStore(c, cfg), ttl: cfg.recordsTTL()}
+}
+
+// OpenRecords connects to url (redis://, rediss://, unix://; see
+// rueidis.ParseURL) with ClientOptions and returns a records store that owns
+// the client: Close closes it.
+func OpenRecords(url string, opts ...Option) (*Records, error) {
+	s := NewRecords(nil, opts...)
+	if err := s.open(url); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Acquire creates key's record, pending, expiring after ttl (0: the store's
+// WithTTL, default 24 hours), and returns it with true; an existing unexpired
+// record is returned with false. It is AcquireWith(ctx, key,
+// AcquireOptions{TTL: ttl}), without a lease.
+func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+}
+
+// AcquireWith acquires key's record in one script:
+//
+//   - no record: it is created, pending, with a new owner token, Fence 1, a
+//     lease of o.Lease and an expiry of o.TTL, and returned with true;
+//   - a pending record whose lease has passed: it is taken over (new token,
+//     Fence + 1, a new lease; status, payload, creation and expiry kept) and
+//     returned with true;
+//   - any other record: returned unchanged with false and without its token;
+//   - o.Fingerprint differs from the record's: ErrFingerprintMismatch.
+//
+// The returned Record's Token (set only with true) fences the caller's Update
+// and DeleteFenced.
+func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	return s.acquire(ctx, "acquire", key, o)
+}
+
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+	if err := s.check(ctx, op, key); err != nil {
+		return Record{}, false, err
+	}
+	if err := o.check(op, key); err != nil {
+		return Record{}, false, err
+	}
+	if o.TTL == 0 {
+		o.TTL = s.ttl
+	}
+	return parseAcquired(op, key, s.exec(ctx, scriptAcquire, s.key(key), s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease)))
+}
+
+// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
+// and a token exactly when acquired.
+func parseAcquired(op, key string, r rueidis.RedisResult) (Record, bool, error) {
+	arr, err := replyArray(op, key, r, 10)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if !arr[0].IsInt64() {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
+	}
+	acquired, _ := arr[0].AsInt64()
+	if acquired != 0 && acquired != 1 {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", acquired)
+	}
+	rec, err := parseRecord(op, key, arr[1:])
+	if err != nil {
+		return Record{}, false, err
+	}
+	if (acquired == 1) != (rec.Token != "") {
+		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
+	}
+	return rec, acquired == 1, nil
+}
+
+// Get returns key's record, without its token, and true; (Record{}, false,
+// nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
+// replica may serve it.
+func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if err := s.check(ctx, "get", key); err != nil {
+		return Record{}, false, err
+	}
+	r := s.exec(ctx, scriptGet, s.key(key))
+	if rueidis.IsRedisNil(r.Error()) {
+		return Record{}, false, nil
+	}
+	arr, err := replyArray("get", key, r, 9)
+	if err != nil {
+		return Record{}, false, err
+	}
+	rec, err := parseRecord("get", key, arr)
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Update applies u to key's record in one script and sets UpdatedAt to now:
+// ErrNotFound when the record is missing (nothing is created), ErrStaleOwner
+// when u.Token is set and the record has another owner (nothing changes). A
+// status other than pending clears the lease. An owner whose lease passed
+// keeps the record, and may still update it, until another caller takes it over.
+func (s *Records) Update(ctx context.Context, key string, u Update) error {
+	return s.update(ctx, "update", key, u)
+}
+
+func (s *Records) update(ctx context.Context, op, key string, u Update) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	args, err := u.args(op, key)
+	if err != nil {
+		return err
+	}
+	// update.lua answers 1 (updated) or 0 (an ExpiresAt in the past deleted
+	// the record): nothing else travels back.
+	r := s.exec(ctx, scriptUpdate, s.key(key), args...)
+	if rueidis.IsRedisNil(r.Error()) {
+		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got nil")
+	}
+	n, err := replyInt(op, key, r)
+	if err != nil {
+		return err
+	}
+	if n != 0 && n != 1 {
+		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got %d", n)
+	}
+	return nil
+}
+
+// Delete removes key's record, whoever owns it; a missing
+// key is not an error. It also removes a key that does not hold a record.
+func (s *Records) Delete(ctx context.Context, key string) error {
+	if err := s.check(ctx, "delete", key); err != nil {
+		return err
+	}
+	_, err := replyInt("delete", key, s.exec(ctx, scriptDelete, s.key(key), ""))
+	return err
+}
+
+// DeleteFenced removes key's record only if token (from the Record that
+// AcquireWith returned) is still its owner's: ErrStaleOwner when another
+// caller took the record over, and nothing is deleted. A missing key is not an
+// error. token must be 1..MaxTokenLen bytes.
+func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
+	return s.deleteFenced(ctx, "delete", key, token)
+}
+
+func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	if err := checkToken(op, key, token); err != nil {
+		return err
+	}
+	_, err := replyInt(op, key, s.exec(ctx, scriptDelete, s.key(key), token))
+	return err
+}
+
+func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
+	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
+}
+
+// Do runs fn at most once per key across every process sharing the store, and
+// replays its result to every retry — the flow of an API taking an
+// Idempotency-Key, or a queue deduplicating enqueues:
+//
+//   - acquire key with o (o.Lease must be > 0: it bounds how long a crashed
+//     caller blocks the key);
+//   - a completed record: its payload is returned with replayed = true, and fn
+//     does not run; any status other than pending and failed (set by Update)
+//     is replayed the same way;
+//   - a failed record: its payload (fn's error text) is returned with replayed
+//     = true and an error wrapping ErrFailed; fn does not run again until the
+//     record expires or is deleted;
+//   - a pending record under another owner's live lease (or without a lease):
+//     ErrInFlight; retry later;
+//   - a different fingerprint under the same key: ErrFingerprintMismatch;
+//   - otherwise the caller owns the record and fn runs, with the lease
+//     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live
+//     owner never loses it however long fn takes, and the Lease (token and
+//     fence) in fn's context (LeaseFromContext). If a renewal finds the record
+//     taken over or removed, fn's context is cancelled with a cause wrapping
+//     ErrStaleOwner (context.Cause); a network error is retried until the
+//     lease would actually have run out.
+//   - fn's result is stored as completed and returned.
+//   - fn's error deletes the record (fenced by the token), so the next Do runs
+//     fn again, and is returned as is — whatever it is: a provider's 503, a
+//     context.Canceled because the client hung up, a bug. Only an error marked
+//     with Permanent (and not a context error) is stored as failed, with the
+//     error text (cut to MaxRecordPayloadLen) as payload, and replayed to
+//     every later Do with ErrFailed until the record expires or is deleted.
+//   - a panic deletes the record and goes on.
+//   - A result longer than MaxRecordPayloadLen cannot be stored: the record
+//     is marked failed and Do returns the result with ErrInvalidArgument.
+//
+// The final write is fenced by the owner's token: if another caller took the
+// record over (possible only when renewals failed for a whole lease, or after
+// an Update that moved the lease), Do returns fn's result with ErrStaleOwner
+// and the new owner's record is left alone. A final write that finds the
+// record gone (it expired, or was deleted, and nobody acquired the key since)
+// creates it again with fn's outcome (fence 1, the TTL counted from now); if
+// another caller acquired the key in between, ErrLeaseLost. A final write
+// whose connection is lost is retried: it is idempotent, as the record keeps
+// its owner's token. The final write runs even when ctx is cancelled, bounded
+// by 5 seconds.
+//
+// A caller that crashes stops renewing, and the next Do takes the record
+// over once o.Lease passes: pick a lease of a few seconds, not the length of
+// fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
+// the payload, is refused; Do returns that error and the next Do runs fn again
+// after the lease.
+func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, err
+	}
+	return doRecord(ctx, s, key, o, fn)
+}
+
+// args is update.lua's ARGV for u.
+func (u Update) args(op, key string) ([]string, error) {
+	f, err := u.fields(op, key)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, 1, 9)
+	args[0] = f.token
+	if f.status != nil {
+		args = append(args, "status", *f.status)
+	}
+	if f.payload != nil {
+		args = append(args, "payload", rueidis.BinaryString(*f.payload))
+	}
+	// update.lua takes durations from the server's TIME: the absolute times
+	// become time.Until, rounded up (a past time stays past: negative).
+	if f.setExp {
+		args = append(args, "expires_in_ms", untilMS(*u.ExpiresAt))
+	}
+	if f.setLease {
+		args = append(args, "lease_in_ms", untilMS(*u.LeaseUntil))
+	}
+	return args, nil
+}
+
+// parseRecord reads the scripts' record reply: status, payload, created_ms,
+// updated_ms, expires_ms, lease_ms, fence, fp, token. The four times are
+// integers (a decimal string is accepted too); the rest are strings, the fence
+// a decimal uint64.
+func parseRecord(op, key string, a []rueidis.RedisMessage) (Record, error) {
+	return parseRecordOpt(op, key, a, true)
+}
+
+// parseRecordOpt is parseRecord; withPayload false leaves Payload nil (no copy).
+func parseRecordOpt(op, key string, a []rueidis.RedisMessage, withPayload bool) (Record, error) {
+	var s [9]string
+	var t [4]int64
+	for i := range s {
+		if i >= 2 && i < 6 && a[i].IsInt64() {
+			n, err := a[i].AsInt64()
+			if err != nil || n < 0 {
+				return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s, want ms", i+1, a[i].String())
+			}
+			t[i-2] = n
+			continue
+		}
+		v, err := replyString(&a[i])
+		if err != nil {
+			return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %s", i+1, a[i].String())
+		}
+		s[i] = v
+		if i >= 2 && i < 6 {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return Record{}, errorf(op, key, ErrUnexpectedReply, "record element %d is %q, want ms", i+1, v)
+			}
+			t[i-2] = n
+		}
+	}
+	fence, err := strconv.ParseUint(s[6], 10, 64)
+	if err != nil {
+		return Record{}, errorf(op, key, ErrUnexpectedReply, "fence is %q", s[6])
+	}
+	if s[0] == "" {
+		return Record{}, errorf(op, key, ErrUnexpectedReply, "empty status")
+	}
+	var payload []byte
+	if withPayload {
+		payload = payloadBytes(s[1])
+	}
+	return Record{
+		Key:         key,
+		Status:      Status(s[0]),
+		Payload:     payload,
+		CreatedAt:   msTime(t[0]),
+		UpdatedAt:   msTime(t[1]),
+		ExpiresAt:   msTime(t[2]),
+		LeaseUntil:  msTime(t[3]),
+		Fence:       fence,
+		Fingerprint: s[7],
+		Token:       s[8],
+	}, nil
+}
+
+// payloadBytes is a stored payload as a Record holds it: nil when empty.
+func payloadBytes(p string) []byte {
+	if p == "" {
+		return nil
+	}
+	return []byte(p)
+}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// redisStore is what every Redis store is built on: its client, whether it
+// owns it, its key prefix and the first invalid option. Claims, Outbox and
+// Records embed it; it holds no store's logic.
+type redisStore struct {
+	c      rueidis.Client
+	owned  bool
+	prefix string
+	err    error // the first invalid option, returned by every call
+}
+
+func newRedisStore(c rueidis.Client, cfg config) redisStore {
+	return redisStore{c: c, prefix: cfg.prefix, err: cfg.err}
+}
+
+// open connects to url with ClientOptions and takes ownership of the client
+// (Close closes it). An invalid option fails here, before connecting.
+func (s *redisStore) open(url string) error {
+	if s.err != nil {
+		return s.err
+	}
+	c, err := openClient(url)
+	if err != nil {
+		return err
+	}
+	s.c, s.owned = c, true
+	return nil
+}
+
+// openClient connects to url with ClientOptions, the one place where the
+// stores' client settings live.
+func openClient(url string) (rueidis.Client, error) {
+	opt, err := ClientOptions(url)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, openError(url, err)
+	}
+	return c, nil
+}
+
+// Close closes the client if the store opened it (OpenClaims, OpenOutbox,
+// OpenRecords); for a store made with NewClaims, NewOutbox or NewRecords it
+// does nothing.
+func (s *redisStore) Close() error {
+	if s.owned {
+		s.c.Close()
+	}
+	return nil
+}
+
+// check validates the store's options, the context and the id before anything
+// is sent.
+func (s *redisStore) check(ctx context.Context, op, id string) error {
+	if s.err != nil {
+		return s.err
+	}
+	return checkID(ctx, op, id)
+}
+
+// key is the Redis key of id.
+func (s *redisStore) key(id string) string { return s.prefix + id }
+
+// keys returns prefix+id for every id, all cut from one string: one
+// allocation for a whole batch instead of one per key.
+func (s *redisStore) keys(ids []string) []string {
+	n := 0
+	for _, id := range ids {
+		n += len(s.prefix) + len(id)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, id := range ids {
+		b.WriteString(s.prefix)
+		b.WriteString(id)
+	}
+	all := b.String()
+	keys := make([]string, len(ids))
+	off := 0
+	for i, id := range ids {
+		end := off + len(s.prefix) + len(id)
+		keys[i] = all[off:end]
+		off = end
+	}
+	return keys
+}
+
+// exec runs sc on key (key(id)) with the store's client: EVALSHA, and EVAL
+// when the node answers NOSCRIPT.
+func (s *redisStore) exec(ctx context.Context, sc *script, key string, args ...string) rueidis.RedisResult {
+	return sc.exec(ctx, s.c, key, args...)
+}
