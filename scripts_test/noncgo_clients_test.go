@@ -177,8 +177,15 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 	if ok, err := claims.Claim(ctx, "claim"); !ok || err != nil {
 		t.Fatalf("Claims.Claim: %v, %v", ok, err)
 	}
-	if _, err := store.NewOutbox(c, store.WithPrefix(goPrefix)).AppendWithID(ctx, "conn", "m1", noncgoBin); err != nil {
+	if got, err := claims.ClaimMany(ctx, []string{"{batch}:1", "{batch}:2"}); err != nil || !cmp.Equal(got, []bool{true, true}) {
+		t.Fatalf("Claims.ClaimMany: %v, %v", got, err)
+	}
+	outbox := store.NewOutbox(c, store.WithPrefix(goPrefix))
+	if _, err := outbox.AppendWithID(ctx, "conn", "m1", noncgoBin); err != nil {
 		t.Fatalf("Outbox.AppendWithID: %v", err)
+	}
+	if _, err := outbox.AppendMany(ctx, "burst", []store.Outgoing{{ID: "b1", Payload: noncgoBin}, {ID: "b2", Payload: []byte("two")}}); err != nil {
+		t.Fatalf("Outbox.AppendMany: %v", err)
 	}
 	if _, _, err := store.NewRecords(c, store.WithPrefix(goPrefix)).Do(ctx, "rec", store.AcquireOptions{Lease: time.Minute},
 		func(context.Context) ([]byte, error) { return noncgoBin, nil }); err != nil {
@@ -230,12 +237,27 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 		if ran, err := claims.Do(ctx, "handoff:lease", time.Minute, func(context.Context) error { return nil }); ran || !errors.Is(err, store.ErrInFlight) {
 			t.Errorf("%s: Claims.Do(handoff:lease) = %v, %v; want ErrInFlight", mode, ran, err)
 		}
-		tail, err := store.NewOutbox(c, p).Tail(ctx, "handoff:conn")
+		batch := []string{"handoff:{batch}:1", "handoff:{batch}:2"}
+		if seen, err := claims.SeenMany(ctx, batch); err != nil || !cmp.Equal(seen, []bool{true, true}) {
+			t.Errorf("%s: Claims.SeenMany(%q) = %v, %v; want both true", mode, batch, seen, err)
+		}
+		if won, err := claims.ClaimMany(ctx, batch); err != nil || !cmp.Equal(won, []bool{false, false}) {
+			t.Errorf("%s: Claims.ClaimMany(%q) = %v, %v; want duplicates", mode, batch, won, err)
+		}
+		outbox := store.NewOutbox(c, p)
+		tail, err := outbox.Tail(ctx, "handoff:conn")
 		if err != nil {
 			t.Fatalf("%s: Outbox.Tail(handoff:conn): %v", mode, err)
 		}
 		if diff := cmp.Diff([]store.Message{{ID: "m1", Seq: 1, Payload: noncgoBin}}, tail.Messages); diff != "" || tail.Generation != 9 {
 			t.Errorf("%s: Outbox.Tail(handoff:conn): generation %d (want 9), messages (-want +got):\n%s", mode, tail.Generation, diff)
+		}
+		tail, err = outbox.Tail(ctx, "handoff:burst")
+		if err != nil {
+			t.Fatalf("%s: Outbox.Tail(handoff:burst): %v", mode, err)
+		}
+		if diff := cmp.Diff([]store.Message{{ID: "m1", Seq: 1, Payload: noncgoBin}, {ID: "m2", Seq: 2, Payload: []byte("two")}}, tail.Messages); diff != "" {
+			t.Errorf("%s: Outbox.Tail(handoff:burst): messages (-want +got):\n%s", mode, diff)
 		}
 		r, ok, err := store.NewRecords(c, p).Get(ctx, "handoff:rec")
 		if !ok || err != nil {

@@ -8,16 +8,19 @@
 //   name                       e.g. "ioredis 5.9.2"
 //   loadScript(buf)            SCRIPT LOAD, the reply (the SHA1)
 //   loadFunctions(buf)         FUNCTION LOAD REPLACE, the reply (the name)
-//   run(mode, fn, key, args, buffers)
+//   run(mode, fn, keys, args, buffers)
 //                              mode "evalsha": fn is {sha, ro}; mode "fcall":
-//                              fn is {name, ro}; buffers: bulk strings as Buffers
+//                              fn is {name, ro}; keys: an array (one key, or
+//                              a batch script's keys); buffers: bulk strings
+//                              as Buffers
 //   isReplyError(e)            e is the client's error reply
 //   bigintArgs                 true when a BigInt argument is sent as its digits
 //   send(args)                 any other command (checks and seeding only)
 //   close()
 //
 // Checked: every reply's exact type (integers are numbers, strings strings or
-// Buffers, arrays, nil null), error replies `CODE detail`, binary payloads
+// Buffers, arrays, nil null), error replies `CODE detail` (and the CORRUPT
+// element of a batch reply: the client's error object inside the array), binary payloads
 // round-tripping, generations and fences near 2^64 as decimal strings.
 // Environment: REDIS_URL, REDISONCE_SCRIPTS, REDISONCE_FUNCTIONS,
 // REDISONCE_PREFIX, REDISONCE_GO_PREFIX (see flows.py).
@@ -45,7 +48,7 @@ function readScripts(dir) {
   const scripts = {};
   for (const line of sums.toString().split('\n').filter(Boolean)) {
     const [sha, file] = line.split(/\s+\*?/);
-    assert.match(file, /^[a-z]+\.lua$/, `SHA1SUMS line ${line}`);
+    assert.match(file, /^[a-z_]+\.lua$/, `SHA1SUMS line ${line}`);
     const src = readFileSync(join(dir, file)); // a Buffer: byte for byte
     assert.equal(createHash('sha1').update(src).digest('hex'), sha, `sha1 of ${file}`);
     const shebang = src.subarray(0, src.indexOf(10)).toString();
@@ -63,8 +66,9 @@ const isInt = (v, what) => {
   return v;
 };
 
-// Caller runs one script on one key by EVALSHA or FCALL; string replies come
-// back as strings (call) or Buffers (callB). Arguments are strings or Buffers.
+// Caller runs one script by EVALSHA or FCALL on one key, or on an array of
+// keys (the batch scripts); string replies come back as strings (call) or
+// Buffers (callB). Arguments are strings or Buffers.
 class Caller {
   constructor(client, scripts, mode) {
     Object.assign(this, { client, scripts, mode });
@@ -75,10 +79,10 @@ class Caller {
     return this.mode === 'evalsha' ? { sha: s.sha, ro: s.ro } : { name: `redisonce_${name}`, ro: s.ro };
   }
   call(name, key, ...args) {
-    return this.client.run(this.mode, this.fn(name), key, args, false);
+    return this.client.run(this.mode, this.fn(name), [key].flat(), args, false);
   }
   callB(name, key, ...args) {
-    return this.client.run(this.mode, this.fn(name), key, args, true);
+    return this.client.run(this.mode, this.fn(name), [key].flat(), args, true);
   }
   // err: the call must fail with `code detail`; returns the detail.
   async err(code, name, key, ...args) {
@@ -333,10 +337,13 @@ async function flowRecords(c, p, client, goPrefix) {
   assert.deepEqual(record(await c.call('get', k), 'get'), { ...a, token: '' }, 'get: the record without its token');
 
   // The owner keeps working: a new lease and expiry, durations from TIME.
-  const u = record(await c.call('update', k, 'tok-1', 'lease_in_ms', '30000', 'expires_in_ms', '3600000'), 'update lease and expiry');
+  // update replies 1 (0 only when a negative expires_in_ms deleted the
+  // record); read what it wrote with get.
+  assert.equal(await c.call('update', k, 'tok-1', 'lease_in_ms', '30000', 'expires_in_ms', '3600000'), 1, 'update lease and expiry');
+  const u = record(await c.call('get', k), 'get after update');
   assert.ok(u.updated_ms >= now, 'updated_ms moves forward');
   assert.deepEqual([u.lease_ms, u.expires_ms], [u.updated_ms + 30000, u.updated_ms + 3600000], 'update: durations from now');
-  assert.deepEqual([u.status, u.token, u.created_ms], ['pending', 'tok-1', now], "update keeps status, shows the caller's token");
+  assert.deepEqual([u.status, u.token, u.created_ms, u.fence], ['pending', '', now, '1'], 'update keeps status and fence');
   const left = await pttl(client, k);
   assert.ok(left > 3_500_000 && left <= 3_600_000, `PTTL ${left} after expires_in_ms`);
   assert.equal(await c.call('renew', k, 'tok-1', '60000'), 1, 'renew own lease');
@@ -350,10 +357,10 @@ async function flowRecords(c, p, client, goPrefix) {
   await c.err('BADARG', 'acquire', k, '86400000', '', '', '0');
 
   // Done: store the result (binary) fenced by the token; retries replay it.
-  const d = record(await c.callB('update', k, 'tok-1', 'status', 'completed', 'payload', BIN), 'update completed', { buffers: true });
+  assert.equal(await c.call('update', k, 'tok-1', 'status', 'completed', 'payload', BIN), 1, 'update completed');
+  const d = record(await c.callB('get', k), 'get completed', { buffers: true });
   assert.deepEqual([d.status, d.payload, d.lease_ms, d.fence, d.token],
-    [Buffer.from('completed'), BIN, 0, Buffer.from('1'), Buffer.from('tok-1')], 'completed record');
-  assert.deepEqual(record(await c.callB('get', k), 'get completed', { buffers: true }).payload, BIN, 'get: binary payload exact');
+    [Buffer.from('completed'), BIN, 0, Buffer.from('1'), Buffer.from('')], 'completed record (binary payload exact)');
   assert.notDeepEqual(Buffer.from(record(await c.call('get', k), 'get as text').payload), BIN, 'a string reply mangles a binary payload');
   const r = record(await c.callB('acquire', k, '86400000', 'tok-5', 'sha256:ab12', '30000'), 'acquire completed', { acquired: 0, buffers: true });
   assert.deepEqual([r.status.toString(), r.payload, r.token.toString()], ['completed', BIN, ''], 'acquire of a completed record replays it');
@@ -374,16 +381,17 @@ async function flowRecords(c, p, client, goPrefix) {
   await c.err('STALE_OWNER', 'update', k, 'tok-a', 'status', 'completed');
   await c.err('STALE_OWNER', 'delete', k, 'tok-a');
   assert.equal(await c.call('renew', k, 'tok-a', '30000'), -1, 'renew by the old owner');
-  t = record(await c.call('update', k, 'tok-b', 'status', 'completed', 'payload', 'r'), 'new owner completes');
+  assert.equal(await c.call('update', k, 'tok-b', 'status', 'completed', 'payload', 'r'), 1, 'new owner completes');
+  t = record(await c.call('get', k), "get the new owner's record");
   assert.deepEqual([t.status, t.payload, t.fence], ['completed', 'r', '2'], "new owner's record");
-  t = record(await c.call('update', k, '', 'status', 'failed'), 'unfenced update');
-  assert.deepEqual([t.status, t.token], ['failed', ''], "unfenced update: token ''");
+  assert.equal(await c.call('update', k, '', 'status', 'failed'), 1, 'unfenced update');
+  assert.equal(record(await c.call('get', k), 'get after an unfenced update').status, 'failed', "unfenced update's status");
   assert.equal(await c.call('delete', k, ''), 1, 'unconditional delete');
 
   // A negative expires_in_ms expires the record at once.
   k = p + 'rec:expire';
   record(await c.call('acquire', k, '0', 'tok', '', '0'), 'acquire without lease', { acquired: 1 });
-  assert.equal(await c.call('update', k, 'tok', 'expires_in_ms', '-1'), null, 'update expires_in_ms -1: nil');
+  assert.equal(await c.call('update', k, 'tok', 'expires_in_ms', '-1'), 0, 'update expires_in_ms -1: 0, deleted');
   assert.equal(await c.call('get', k), null, 'get after expiry');
 
   // Fences are decimal strings up to 9999999999999999999 (past 2^53): compare as strings or BigInt.
@@ -402,7 +410,71 @@ async function flowRecords(c, p, client, goPrefix) {
   assert.deepEqual([g.status.toString(), g.payload, g.token.toString()], ['completed', BIN, ''], "the Go store's record");
   k = p + 'handoff:rec';
   record(await c.call('acquire', k, '86400000', 'js-tok', '', '60000'), 'handoff acquire', { acquired: 1 });
-  record(await c.callB('update', k, 'js-tok', 'status', 'completed', 'payload', BIN), 'handoff complete', { buffers: true });
+  assert.equal(await c.call('update', k, 'js-tok', 'status', 'completed', 'payload', BIN), 1, 'handoff complete');
+}
+
+// ---- Batches: several keys in one call, all in ONE hash slot -----------
+
+// appendedMany checks append_many's reply {epoch, seq1, created1, ...};
+// returns [epoch, [[seq, created], ...]].
+function appendedMany(v, n, what) {
+  assert.ok(Array.isArray(v) && v.length === 1 + 2 * n, `${what}: ${JSON.stringify(v)} is not {epoch, seq1, created1, ...} for ${n} messages`);
+  const [epoch, ...rest] = v.map((x) => isInt(x, `${what}: element`));
+  assert.ok(epoch >= 1e15 && epoch < 2 ** 53, `${what}: epoch ${epoch} is not microseconds below 2^53`);
+  const pairs = [];
+  for (let i = 0; i < rest.length; i += 2) pairs.push([rest[i], rest[i + 1]]);
+  return [epoch, pairs];
+}
+
+async function flowBatch(c, p, client, goPrefix) {
+  // claim_many / seen_many take many keys of one hash slot: the ids share the
+  // hash tag {batch} (a cluster refuses keys of several slots with CROSSSLOT).
+  const [k1, k2, k3, k4, k5] = [1, 2, 3, 4, 5].map((i) => `${p}{batch}:m${i}`);
+  assert.equal(await c.call('claim', k2, '86400000', '1'), 1, 'claim m2');
+  assert.equal(await c.call('claim', k3, '30000', '~tok-3'), 1, 'lease m3');
+  assert.deepEqual(await c.call('claim_many', [k1, k2, k3, k1], '86400000', '1'), [1, 0, -1, 0],
+    'claim_many: created, processed, in flight, and a key given twice (first wins)');
+  const left = await pttl(client, k1);
+  assert.ok(left > 80_000_000 && left <= 86_400_000, `PTTL ${left} of a claim_many key`);
+  assert.deepEqual(await c.call('seen_many', [k1, k2, k3, k4]), [1, 1, 1, 0], 'seen_many');
+  assert.deepEqual(await c.call('claim_many', [k4], '30000', '~tok-4'), [1], 'claim_many of a lease');
+  assert.equal(await c.call('commit', k4, 'tok-4', '86400000'), 1, 'commit a lease claim_many took');
+  // A key of another type is a CORRUPT element, not an error reply: the
+  // client's error object inside the array; the other keys are claimed.
+  const h = `${p}{batch}:hash`;
+  await client.send(['HSET', h, 'x', 'y']);
+  const v = await c.call('claim_many', [k5, h], '86400000', '1');
+  assert.ok(Array.isArray(v) && v.length === 2, `claim_many with a hash: ${v}`);
+  assert.equal(v[0], 1, 'claim_many with a hash: the string key is claimed');
+  assert.ok(client.isReplyError(v[1]) && /^CORRUPT \S/.test(v[1].message),
+    `claim_many with a hash: element ${v[1]} is not the client's error reply CORRUPT`);
+  assert.equal(await client.send(['HGET', h, 'x']), 'y', 'the hash is untouched');
+  await c.err('BADARG', 'claim_many', [k1, k2], '86400000');
+  await c.err('BADARG', 'claim_many', [k1, k2], '0', '~tok'); // a lease needs a ttl
+  await c.err('BADARG', 'seen_many', [k1, k2], 'extra');
+  const g = `${goPrefix}{batch}:`;
+  assert.deepEqual(await c.call('seen_many', [g + '1', g + '2', g + '3']), [1, 1, 0], "seen_many of the Go store's ClaimMany");
+  assert.deepEqual(await c.call('claim_many', [`${p}handoff:{batch}:1`, `${p}handoff:{batch}:2`], '86400000', '1'), [1, 1],
+    'claim_many the handoff ids');
+
+  // append_many: one connection, a burst of messages, all or none.
+  const k = p + 'conn:burst';
+  const [epoch, got] = appendedMany(await c.call('append_many', k, '3600000', '3', 'm1', BIN, 'm2', 'two', 'm1', 'dup'), 3, 'append_many');
+  assert.deepEqual(got, [[1, 1], [2, 1], [1, 0]], 'append_many: seqs and created (m1 given twice: first wins)');
+  assert.deepEqual(appendedMany(await c.call('append_many', k, '3600000', '3', 'm2', 'again', 'm3', 'three'), 2, 'append_many m2, m3'),
+    [epoch, [[2, 0], [3, 1]]], 'append_many: a retry keeps its seq, m3 is new');
+  await c.err('FULL', 'append_many', k, '3600000', '4', 'm4', '4', 'm5', '5'); // 2 new, 1 free: none
+  await c.err('BADARG', 'append_many', k, '0', '0', 'm9'); // half a pair
+  await c.err('BADARG', 'append_many', k, '0', '0', '_seq', 'x');
+  const ttl = await pttl(client, k);
+  assert.ok(ttl > 3_500_000 && ttl <= 3_600_000, `PTTL ${ttl} after append_many`);
+  let t = tail(await c.callB('unacked', k), 'unacked after append_many');
+  assert.deepEqual([t.epoch, t.gen, t.msgs], [epoch, '0', [[1, 'm1', BIN], [2, 'm2', Buffer.from('two')], [3, 'm3', Buffer.from('three')]]],
+    'unacked after append_many');
+  assert.deepEqual(appended(await c.call('append', k, 'm4', 'p', '0', '0'), 'append after append_many'), [4, epoch, 1], 'append continues the seqs');
+  t = tail(await c.callB('unacked', goPrefix + 'burst'), "unacked of the Go store's AppendMany");
+  assert.deepEqual([t.gen, t.msgs], ['0', [[1, 'b1', BIN], [2, 'b2', Buffer.from('two')]]], "the Go store's burst");
+  appendedMany(await c.call('append_many', p + 'handoff:burst', '0', '0', 'm1', BIN, 'm2', 'two'), 2, 'handoff append_many');
 }
 
 // ---- A key of the wrong type ---------------------------------------------
@@ -421,6 +493,7 @@ async function flowCorrupt(c, p, client) {
     ['ack', s, ['1', 'm']],
     ['advance', s, ['1', '0']],
     ['unacked', s, []],
+    ['append_many', s, ['0', '0', 'm', 'p']],
     ['acquire', s, ['0', 'tok', '', '0']],
     ['get', s, []],
     ['update', s, ['tok', 'status', 'x']],
@@ -462,12 +535,12 @@ export async function runAll(client) {
     for (const mode of ['evalsha', 'fcall']) {
       const c = new Caller(client, scripts, mode);
       const p = `${prefix}${mode}:`;
-      for (const flow of [flowClaims, flowOutbox, flowRecords, flowCorrupt]) {
+      for (const flow of [flowClaims, flowOutbox, flowRecords, flowBatch, flowCorrupt]) {
         await attempt(`${mode} ${flow.name}`, () => flow(c, p, client, goPrefix));
       }
       if (mode === 'fcall') {
         await attempt('FCALL_RO of a write function is refused', async () => {
-          await assert.rejects(client.run('fcall', { name: 'redisonce_claim', ro: true }, p + 'ro-probe', ['0', '1'], false),
+          await assert.rejects(client.run('fcall', { name: 'redisonce_claim', ro: true }, [p + 'ro-probe'], ['0', '1'], false),
             (e) => client.isReplyError(e));
         });
       }

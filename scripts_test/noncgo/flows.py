@@ -6,7 +6,7 @@ FCALL_RO after FUNCTION LOAD REPLACE of the Functions library.
 
 It asserts every reply's exact type (int, bytes, list, None), error replies
 `CODE detail`, binary payloads round-tripping, and generations and fences near
-2^64 as decimal strings. Run by scripts_test/noncgo_callers_test.go, which sets:
+2^64 as decimal strings. Run by scripts_test/noncgo_clients_test.go, which sets:
 
   REDIS_URL              the server
   REDISONCE_SCRIPTS      the scripts/ directory (*.lua and SHA1SUMS)
@@ -97,12 +97,14 @@ class Caller:
         self.r, self.s, self.mode = r, scripts, mode
 
     def __call__(self, name, key, *argv):
+        """key: one key, or a list of keys (the batch scripts: one hash slot)."""
+        keys = key if isinstance(key, list) else [key]
         ro = self.s.read_only[name]
         if self.mode == "evalsha":
             f = self.r.evalsha_ro if ro else self.r.evalsha
-            return f(self.s.sha[name], 1, key, *argv)
+            return f(self.s.sha[name], len(keys), *keys, *argv)
         f = self.r.fcall_ro if ro else self.r.fcall
-        return f("redisonce_" + name, 1, key, *argv)
+        return f("redisonce_" + name, len(keys), *keys, *argv)
 
     def err(self, code, name, key, *argv):
         """The call must fail with `code detail`; returns the detail."""
@@ -332,10 +334,13 @@ def flow_records(call, p, r):
     eq(g, dict(a, token=b""), "get: the record without its token")
 
     # The owner keeps working: a new lease and expiry, durations from TIME.
-    u = record(call("update", k, "tok-1", "lease_in_ms", "30000", "expires_in_ms", "3600000"), "update lease and expiry")
+    # update replies 1 (0 only when a negative expires_in_ms deleted the
+    # record); read what it wrote with get.
+    eq(call("update", k, "tok-1", "lease_in_ms", "30000", "expires_in_ms", "3600000"), 1, "update lease and expiry")
+    u = record(call("get", k), "get after update")
     check(u["updated_ms"] >= now, "updated_ms moves forward")
     eq((u["lease_ms"], u["expires_ms"]), (u["updated_ms"] + 30000, u["updated_ms"] + 3600000), "update: durations from now")
-    eq((u["status"], u["token"], u["created_ms"]), (b"pending", b"tok-1", now), "update keeps status, shows the caller's token")
+    eq((u["status"], u["token"], u["created_ms"], u["fence"]), (b"pending", b"", now, b"1"), "update keeps status and fence")
     check(3_500_000 < r.pttl(k) <= 3_600_000, "PTTL after expires_in_ms")
     eq(call("renew", k, "tok-1", "60000"), 1, "renew own lease")
     check(record(call("get", k), "get")["lease_ms"] >= u["updated_ms"] + 60000, "renew: lease 60 s from now")
@@ -348,9 +353,9 @@ def flow_records(call, p, r):
     call.err("BADARG", "acquire", k, "86400000", "", "", "0")
 
     # Done: store the result (binary) fenced by the token; retries replay it.
-    d = record(call("update", k, "tok-1", "status", "completed", "payload", BIN), "update completed")
-    eq((d["status"], d["payload"], d["lease_ms"], d["fence"], d["token"]), (b"completed", BIN, 0, b"1", b"tok-1"), "completed record")
-    eq(record(call("get", k), "get completed")["payload"], BIN, "get: binary payload exact")
+    eq(call("update", k, "tok-1", "status", "completed", "payload", BIN), 1, "update completed")
+    d = record(call("get", k), "get completed")
+    eq((d["status"], d["payload"], d["lease_ms"], d["fence"], d["token"]), (b"completed", BIN, 0, b"1", b""), "completed record (binary payload exact)")
     c = record(call("acquire", k, "86400000", "tok-5", "sha256:ab12", "30000"), "acquire completed", acquired=0)
     eq((c["status"], c["payload"], c["token"]), (b"completed", BIN, b""), "acquire of a completed record replays it")
     eq(call("renew", k, "tok-1", "60000"), -1, "renew a completed record")
@@ -370,16 +375,17 @@ def flow_records(call, p, r):
     call.err("STALE_OWNER", "update", k, "tok-a", "status", "completed")
     call.err("STALE_OWNER", "delete", k, "tok-a")
     eq(call("renew", k, "tok-a", "30000"), -1, "renew by the old owner")
-    d = record(call("update", k, "tok-b", "status", "completed", "payload", b"r"), "new owner completes")
+    eq(call("update", k, "tok-b", "status", "completed", "payload", b"r"), 1, "new owner completes")
+    d = record(call("get", k), "get the new owner's record")
     eq((d["status"], d["payload"], d["fence"]), (b"completed", b"r", b"2"), "new owner's record")
-    u = record(call("update", k, "", "status", "failed"), "unfenced update")
-    eq((u["status"], u["token"]), (b"failed", b""), "unfenced update: token ''")
+    eq(call("update", k, "", "status", "failed"), 1, "unfenced update")
+    eq(record(call("get", k), "get after an unfenced update")["status"], b"failed", "unfenced update's status")
     eq(call("delete", k, ""), 1, "unconditional delete")
 
     # A negative expires_in_ms expires the record at once.
     k = p + "rec:expire"
     record(call("acquire", k, "0", "tok", "", "0"), "acquire without lease", acquired=1)
-    eq(call("update", k, "tok", "expires_in_ms", "-1"), None, "update expires_in_ms -1: nil")
+    eq(call("update", k, "tok", "expires_in_ms", "-1"), 0, "update expires_in_ms -1: 0, deleted")
     eq(call("get", k), None, "get after expiry")
 
     # Fences are decimal strings up to 9999999999999999999 (past 2^53).
@@ -398,7 +404,65 @@ def flow_records(call, p, r):
     eq((g["status"], g["payload"], g["token"]), (b"completed", BIN, b""), "the Go store's record")
     k = p + "handoff:rec"
     a = record(call("acquire", k, "86400000", "py-tok", "", "60000"), "handoff acquire", acquired=1)
-    record(call("update", k, "py-tok", "status", "completed", "payload", BIN), "handoff complete")
+    eq(call("update", k, "py-tok", "status", "completed", "payload", BIN), 1, "handoff complete")
+
+
+# ---- Batches: several keys in one call, all in ONE hash slot -----------
+
+
+def appended_many(v, n, what):
+    """Checks append_many's reply {epoch, seq1, created1, ...}; returns (epoch, [(seq, created)])."""
+    check(type(v) is list and len(v) == 1 + 2 * n, f"{what}: {v!r} is not {{epoch, seq1, created1, ...}} for {n} messages")
+    epoch = is_int(v[0], f"{what}: epoch")
+    check(10**15 <= epoch < 2**53, f"{what}: epoch {epoch} is not microseconds below 2^53")
+    return epoch, [(is_int(v[i], f"{what}: seq"), is_int(v[i + 1], f"{what}: created")) for i in range(1, len(v), 2)]
+
+
+def flow_batch(call, p, r):
+    # claim_many / seen_many take many keys of one hash slot: the ids share the
+    # hash tag {batch} (a cluster refuses keys of several slots with CROSSSLOT).
+    k1, k2, k3, k4, k5 = (p + "{batch}:m" + str(i) for i in range(1, 6))
+    eq(call("claim", k2, "86400000", "1"), 1, "claim m2")
+    eq(call("claim", k3, "30000", "~tok-3"), 1, "lease m3")
+    eq(call("claim_many", [k1, k2, k3, k1], "86400000", "1"), [1, 0, -1, 0],
+       "claim_many: created, processed, in flight, and a key given twice (first wins)")
+    check(80_000_000 < r.pttl(k1) <= 86_400_000, "PTTL of a claim_many key")
+    eq(call("seen_many", [k1, k2, k3, k4]), [1, 1, 1, 0], "seen_many")
+    eq(call("claim_many", [k4], "30000", "~tok-4"), [1], "claim_many of a lease")
+    eq(call("commit", k4, "tok-4", "86400000"), 1, "commit a lease claim_many took")
+    # A key of another type is a CORRUPT element, not an error reply: redis-py
+    # puts the ResponseError in the list; the other keys are claimed.
+    h = p + "{batch}:hash"
+    r.hset(h, "x", "y")
+    v = call("claim_many", [k5, h], "86400000", "1")
+    check(type(v) is list and len(v) == 2, f"claim_many with a hash: {v!r}")
+    eq(v[0], 1, "claim_many with a hash: the string key is claimed")
+    check(isinstance(v[1], redis.exceptions.ResponseError) and str(v[1]).startswith("CORRUPT "),
+          f"claim_many with a hash: element {v[1]!r} is not a CORRUPT error")
+    eq(r.hgetall(h), {b"x": b"y"}, "the hash is untouched")
+    call.err("BADARG", "claim_many", [k1, k2], "86400000")
+    call.err("BADARG", "claim_many", [k1, k2], "0", "~tok")  # a lease needs a ttl
+    call.err("BADARG", "seen_many", [k1, k2], "extra")
+    g = GO_PREFIX + "{batch}:"
+    eq(call("seen_many", [g + "1", g + "2", g + "3"]), [1, 1, 0], "seen_many of the Go store's ClaimMany")
+    eq(call("claim_many", [p + "handoff:{batch}:1", p + "handoff:{batch}:2"], "86400000", "1"), [1, 1], "claim_many the handoff ids")
+
+    # append_many: one connection, a burst of messages, all or none.
+    c = p + "conn:burst"
+    epoch, got = appended_many(call("append_many", c, "3600000", "3", "m1", BIN, "m2", b"two", "m1", b"dup"), 3, "append_many")
+    eq(got, [(1, 1), (2, 1), (1, 0)], "append_many: seqs and created (m1 given twice: first wins)")
+    e, got = appended_many(call("append_many", c, "3600000", "3", "m2", b"again", "m3", b"three"), 2, "append_many a retry and m3")
+    eq((e, got), (epoch, [(2, 0), (3, 1)]), "append_many: a retry keeps its seq, m3 is new")
+    call.err("FULL", "append_many", c, "3600000", "4", "m4", b"4", "m5", b"5")  # 2 new, 1 free: none
+    call.err("BADARG", "append_many", c, "0", "0", "m9")  # half a pair
+    call.err("BADARG", "append_many", c, "0", "0", "_seq", b"x")
+    check(3_500_000 < r.pttl(c) <= 3_600_000, "PTTL of the connection after append_many")
+    e, gen, msgs = tail(call("unacked", c), "unacked after append_many")
+    eq((e, gen, msgs), (epoch, b"0", [(1, b"m1", BIN), (2, b"m2", b"two"), (3, b"m3", b"three")]), "unacked after append_many")
+    eq(appended(call("append", c, "m4", b"p", "0", "0"), "append after append_many"), (4, epoch, 1), "append continues the seqs")
+    e, gen, msgs = tail(call("unacked", GO_PREFIX + "burst"), "unacked of the Go store's AppendMany")
+    eq((gen, msgs), (b"0", [(1, b"b1", BIN), (2, b"b2", b"two")]), "the Go store's burst")
+    appended_many(call("append_many", p + "handoff:burst", "0", "0", "m1", BIN, "m2", b"two"), 2, "handoff append_many")
 
 
 # ---- A key of the wrong type, and the library's gotchas ----------------
@@ -417,6 +481,7 @@ def flow_corrupt(call, p, r):
         ("ack", s, ("1", "m")),
         ("advance", s, ("1", "0")),
         ("unacked", s, ()),
+        ("append_many", s, ("0", "0", "m", b"p")),
         ("acquire", s, ("0", "tok", "", "0")),
         ("get", s, ()),
         ("update", s, ("tok", "status", "x")),
@@ -462,7 +527,7 @@ def main():
     for mode in ("evalsha", "fcall"):
         call = Caller(r, scripts, mode)
         p = f"{PREFIX}{mode}:"
-        for flow in (flow_claims, flow_outbox, flow_records, flow_corrupt):
+        for flow in (flow_claims, flow_outbox, flow_records, flow_batch, flow_corrupt):
             try:
                 flow(call, p, r)
                 passed += 1

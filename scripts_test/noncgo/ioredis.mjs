@@ -11,13 +11,13 @@ await runAll({
   name: `ioredis ${version}`,
   loadScript: (src) => redis.script('LOAD', src),
   loadFunctions: (code) => redis.function('LOAD', 'REPLACE', code),
-  run(mode, fn, key, args, buffers) {
+  run(mode, fn, keys, args, buffers) {
     if (mode === 'fcall' && buffers) {
       // The generic form, for any command: callBuffer.
-      return redis.callBuffer(fn.ro ? 'FCALL_RO' : 'FCALL', fn.name, 1, key, ...args);
+      return redis.callBuffer(fn.ro ? 'FCALL_RO' : 'FCALL', fn.name, keys.length, ...keys, ...args);
     }
     const method = (mode === 'evalsha' ? 'evalsha' : 'fcall') + (fn.ro ? '_ro' : '') + (buffers ? 'Buffer' : '');
-    return redis[method](mode === 'evalsha' ? fn.sha : fn.name, 1, key, ...args);
+    return redis[method](mode === 'evalsha' ? fn.sha : fn.name, keys.length, ...keys, ...args);
   },
   bigintArgs: true, // ioredis sends String(arg): a BigInt goes as is
   isReplyError: (e) => e instanceof Redis.ReplyError,

@@ -13,9 +13,9 @@ await runAll({
   name: `node-redis ${version}`,
   loadScript: (src) => client.scriptLoad(src),
   loadFunctions: (code) => client.functionLoad(code, { REPLACE: true }),
-  run(mode, fn, key, args, asBuffers) {
+  run(mode, fn, keys, args, asBuffers) {
     const head = asBuffers ? [commandOptions({ returnBuffers: true })] : [];
-    const opts = { keys: [key], arguments: args };
+    const opts = { keys, arguments: args };
     const method = (mode === 'evalsha' ? 'evalSha' : 'fCall') + (fn.ro ? 'Ro' : '');
     return client[method](...head, mode === 'evalsha' ? fn.sha : fn.name, opts);
   },

@@ -13,9 +13,9 @@ await runAll({
   name: `node-redis ${version}`,
   loadScript: (src) => client.scriptLoad(src),
   loadFunctions: (code) => client.functionLoad(code, { REPLACE: true }),
-  run(mode, fn, key, args, asBuffers) {
+  run(mode, fn, keys, args, asBuffers) {
     const c = asBuffers ? buffers : client;
-    const opts = { keys: [key], arguments: args };
+    const opts = { keys, arguments: args };
     if (mode === 'evalsha') return fn.ro ? c.evalShaRo(fn.sha, opts) : c.evalSha(fn.sha, opts);
     return fn.ro ? c.fCallRo(fn.name, opts) : c.fCall(fn.name, opts);
   },
