@@ -3,6 +3,8 @@
 
 GO      ?= go
 MODULES := . scripts_test
+# the observer adapters: modules of their own (OpenTelemetry, Prometheus)
+OBSERVE_MODULES := observe/otel observe/prometheus
 export GOFLAGS ?= -count=1
 
 .PHONY: all test fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
@@ -60,6 +62,7 @@ test: redis-server noncgo-deps
 	$(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
 	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
 
 # fuzz runs every fuzz target of scripts_test for FUZZTIME each (their seed
 # corpora, f.Add and testdata/fuzz, already run as plain tests in `make test`).
@@ -109,6 +112,7 @@ lint: luacheck
 	$(GO) vet ./...
 	cd scripts_test && $(GO) vet ./...
 	cd adapters/gojob && $(GO) vet ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
 
@@ -116,3 +120,4 @@ tidy:
 	$(GO) mod tidy
 	cd scripts_test && $(GO) mod tidy
 	cd adapters/gojob && $(GO) mod tidy
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done

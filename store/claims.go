@@ -32,7 +32,7 @@ type ClaimStore interface {
 // cancelled, bounded by a short timeout, and are retried when their
 // connection is lost (retryLost). commit returns commit.lua's reply.
 func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
-	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (err error) {
+	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
 	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
 	done := false
 	defer func() {
@@ -53,9 +53,9 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 		defer cancel()
 		if rerr := retryLost(rctx, release); rerr != nil {
 			// The lease will expire on its own; report both.
-			return errors.Join(fnErr, rerr)
+			return OutcomeError, errors.Join(fnErr, rerr)
 		}
-		return fnErr
+		return OutcomeReleased, fnErr
 	}
 	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
 	// redelivery does not run it again.
@@ -69,18 +69,18 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 		return err
 	})
 	if err != nil {
-		return err
+		return outcome(err, OutcomeError), err
 	}
 	switch {
 	case n == 1 || n == 2:
-		return nil
+		return OutcomeCommitted, nil
 	case n == 0 && attempts > 1:
 		// A retry after a lost connection found the mark: the first attempt landed.
-		return nil
+		return OutcomeCommitted, nil
 	case n == 0:
-		return errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
 	default:
-		return errorf("do", id, ErrLeaseLost, "another consumer holds the id")
+		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
 }
 

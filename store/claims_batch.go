@@ -26,25 +26,46 @@ import (
 // results are still filled in; a failed group's ids are reported false, and
 // may or may not have been claimed.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
-	for _, id := range ids {
-		if err := s.check(ctx, "claim", id); err != nil {
-			return nil, err
-		}
+	args := []string{s.ttlMS.ms(s.ttl), "1"}
+	if s.ev.obs == nil {
+		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim)
 	}
-	return s.batch(ctx, "claim", ids, scriptClaim, scriptClaimMany, []string{s.ttlMS.ms(s.ttl), "1"},
-		func(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 })
+	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
+	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome))
+	t.end(out, len(ids), err)
+	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
+	return out, err
 }
 
 // SeenMany is Seen for many ids in one round trip, grouped by hash slot like
 // ClaimMany (seen_many.lua: one consistent read per group).
 func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	if s.ev.obs == nil {
+		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen)
+	}
+	t := newTally(OutcomeSeen, OutcomeNotSeen)
+	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }))
+	t.end(out, len(ids), err)
+	t.report(ctx, &s.ev, "seen_many", "seen_many", "", len(ids))
+	return out, err
+}
+
+// readClaim reads claim.lua's (and claim_many.lua's per-key) reply.
+func readClaim(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 }
+
+// readSeen reads seen.lua's (and seen_many.lua's per-key) reply.
+func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
+
+// many validates every id (nothing is sent when one is invalid: a nil
+// result) and runs the batch.
+func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
+	read func(int64) (result, valid bool)) ([]bool, error) {
 	for _, id := range ids {
-		if err := s.check(ctx, "seen", id); err != nil {
+		if err := s.check(ctx, op, id); err != nil {
 			return nil, err
 		}
 	}
-	return s.batch(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil,
-		func(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 })
+	return s.batch(ctx, op, ids, one, many, args, read)
 }
 
 // batch runs one (single-key script) or many (batch script) per slot group of

@@ -17,6 +17,7 @@ type MemoryClaims struct {
 	ttl time.Duration
 	now func() time.Time
 	err error
+	ev  events
 }
 
 type memClaim struct {
@@ -33,7 +34,7 @@ var _ ClaimStore = (*MemoryClaims)(nil)
 // (default 0: never expire), WithClock (default time.Now).
 func NewMemoryClaims(opts ...Option) *MemoryClaims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &MemoryClaims{m: map[string]memClaim{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err}
+	return &MemoryClaims{m: map[string]memClaim{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err, ev: newEvents("claims", cfg)}
 }
 
 // get returns id's live entry, dropping an expired one. Callers hold mu.
@@ -63,41 +64,76 @@ func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) 
 
 // Claim is Claims.Claim.
 func (s *MemoryClaims) Claim(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "claim", id); err != nil {
-		return false, err
+	return s.claimOp(ctx, "claim", id)
+}
+
+// claimOp is Claim, reported as op.
+func (s *MemoryClaims) claimOp(ctx context.Context, op, id string) (bool, error) {
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	return s.claim(id, "1", s.ttl, false) == 1, nil
+	var n int64
+	err := s.check(ctx, "claim", id)
+	if err == nil {
+		n = int64(s.claim(id, "1", s.ttl, false))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, op, "", id, 1, outcome(err, claimOutcome(n)), start, err)
+	}
+	return n == 1, err
 }
 
 // ClaimMany is Claims.ClaimMany.
 func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
+	var tally *tally
+	if s.ev.obs != nil {
+		tally = newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
+		defer func() { tally.report(ctx, &s.ev, "claim_many", "", "", len(ids)) }()
+	}
 	for _, id := range ids {
 		if err := s.check(ctx, "claim", id); err != nil {
+			tally.fail(err)
 			return nil, err
 		}
 	}
 	out := make([]bool, len(ids))
 	for i, id := range ids {
-		out[i] = s.claim(id, "1", s.ttl, false) == 1
+		n := s.claim(id, "1", s.ttl, false)
+		tally.add(claimOutcome(int64(n)))
+		out[i] = n == 1
 	}
 	return out, nil
 }
 
 // Seen is Claims.Seen.
 func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "seen", id); err != nil {
-		return false, err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.get(id, s.now())
-	return ok, nil
+	ok, err := false, s.check(ctx, "seen", id)
+	if err == nil {
+		s.mu.Lock()
+		_, ok = s.get(id, s.now())
+		s.mu.Unlock()
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "seen", "", id, 1, outcome(err, seenOutcome(ok)), start, err)
+	}
+	return ok, err
 }
 
 // SeenMany is Claims.SeenMany: one consistent read of every id.
 func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	var tally *tally
+	if s.ev.obs != nil {
+		tally = newTally(OutcomeSeen, OutcomeNotSeen)
+		defer func() { tally.report(ctx, &s.ev, "seen_many", "", "", len(ids)) }()
+	}
 	for _, id := range ids {
 		if err := s.check(ctx, "seen", id); err != nil {
+			tally.fail(err)
 			return nil, err
 		}
 	}
@@ -107,59 +143,83 @@ func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, erro
 	out := make([]bool, len(ids))
 	for i, id := range ids {
 		_, out[i] = s.get(id, now)
+		tally.add(seenOutcome(out[i]))
 	}
 	return out, nil
 }
 
 // Remember is Claims.Remember.
 func (s *MemoryClaims) Remember(ctx context.Context, id string) error {
-	_, err := s.Claim(ctx, id)
+	_, err := s.claimOp(ctx, "remember", id)
 	return err
 }
 
 // Forget is Claims.Forget.
 func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
-	if err := s.check(ctx, "forget", id); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, id)
-	return nil
+	ok, err := false, s.check(ctx, "forget", id)
+	if err == nil {
+		s.mu.Lock()
+		_, ok = s.get(id, s.now())
+		delete(s.m, id)
+		s.mu.Unlock()
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "forget", "", id, 1, outcome(err, found(ok, OutcomeForgotten)), start, err)
+	}
+	return err
 }
 
 // Do is Claims.Do. Its owner lives in this process, so a running Do's lease
 // never expires here (as if extended continuously; a fake clock moved past it
 // cannot take it away); the heartbeat still runs every lease/3, moves the
 // expiry and cancels fn's context when the lease is lost (a Forget).
-func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error) {
+func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s.ev.obs == nil {
+		ran, _, err = s.do(ctx, id, lease, fn)
+		return ran, err
+	}
+	start, out := time.Now(), OutcomeReleased // a panic in fn releases the id
+	defer func() { s.ev.report(ctx, "do", "", id, 1, out, start, err) }()
+	ran, out, err = s.do(ctx, id, lease, fn)
+	return ran, err
+}
+
+// do is Do, with its outcome.
+func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
 	if err := s.check(ctx, "do", id); err != nil {
-		return false, err
+		return false, outcome(err, OutcomeError), err
 	}
 	if lease <= 0 {
-		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
 	token := newToken()
 	held := "~" + token
 	switch s.claim(id, held, lease, true) {
 	case 0:
-		return false, nil
+		return false, OutcomeDuplicate, nil
 	case -1:
-		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	return true, runLeased(ctx, id, token, lease, fn,
-		func(context.Context) (bool, error) { // extend.lua
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			now := s.now()
-			e, ok := s.get(id, now)
-			if !ok || e.value != held {
-				return false, nil
-			}
-			e.expires = expiryAt(now, lease)
-			s.m[id] = e
-			return true, nil
-		},
+	extend := extendFunc(func(context.Context) (bool, error) { // extend.lua
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.now()
+		e, ok := s.get(id, now)
+		if !ok || e.value != held {
+			return false, nil
+		}
+		e.expires = expiryAt(now, lease)
+		s.m[id] = e
+		return true, nil
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "", OutcomeLeaseLost, extend)
+	}
+	out, err := runLeased(ctx, id, token, lease, fn, extend,
 		func(context.Context) (int64, error) { // commit.lua
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -185,6 +245,7 @@ func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, f
 			}
 			return nil
 		})
+	return true, out, err
 }
 
 // Close does nothing; it is there to satisfy ClaimStore.

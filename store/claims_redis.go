@@ -29,6 +29,7 @@ type Claims struct {
 	// ttlMS and leaseMS render ttl and Do's lease for the scripts; callers
 	// pass the same lease every time, so no string is allocated for it.
 	ttlMS, leaseMS msCache
+	ev             events
 }
 
 var _ ClaimStore = (*Claims)(nil)
@@ -44,7 +45,7 @@ var _ ClaimStore = (*Claims)(nil)
 // the store never uses client-side caching.
 func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &Claims{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl}
+	return &Claims{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, ev: newEvents("claims", cfg)}
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
@@ -73,36 +74,65 @@ func OpenClaims(url string, opts ...Option) (*Claims, error) {
 // window: a retry of Do after a network error finds the lease and answers
 // ErrInFlight until it expires).
 func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "claim", id); err != nil {
-		return false, err
+	return s.claim(ctx, "claim", id)
+}
+
+// claim is Claim, reported as op.
+func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	n, err := replyInt("claim", id, s.exec(ctx, scriptClaim, s.key(id), s.ttlMS.ms(s.ttl), "1"))
+	var n int64
+	err := s.check(ctx, "claim", id)
+	if err == nil {
+		n, err = replyInt("claim", id, s.exec(ctx, scriptClaim, s.key(id), s.ttlMS.ms(s.ttl), "1"))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, op, "claim", id, 1, outcome(err, claimOutcome(n)), start, err)
+	}
 	return n == 1, err
 }
 
 // Seen reports whether id is claimed, processed or in flight.
 func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
-	if err := s.check(ctx, "seen", id); err != nil {
-		return false, err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	n, err := replyInt("seen", id, s.exec(ctx, scriptSeen, s.key(id)))
+	var n int64
+	err := s.check(ctx, "seen", id)
+	if err == nil {
+		n, err = replyInt("seen", id, s.exec(ctx, scriptSeen, s.key(id)))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "seen", "seen", id, 1, outcome(err, seenOutcome(n == 1)), start, err)
+	}
 	return n == 1, err
 }
 
 // Remember marks id processed; it is Claim without the answer (and, like
 // Claim, a mark taken whatever the effect does).
 func (s *Claims) Remember(ctx context.Context, id string) error {
-	_, err := s.Claim(ctx, id)
+	_, err := s.claim(ctx, "remember", id)
 	return err
 }
 
 // Forget removes id's claim, processed or in flight, so it can be claimed again.
 // Forgetting an unknown id is not an error.
 func (s *Claims) Forget(ctx context.Context, id string) error {
-	if err := s.check(ctx, "forget", id); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	_, err := replyInt("forget", id, s.exec(ctx, scriptForget, s.key(id)))
+	var n int64
+	err := s.check(ctx, "forget", id)
+	if err == nil {
+		n, err = replyInt("forget", id, s.exec(ctx, scriptForget, s.key(id)))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "forget", "forget", id, 1, outcome(err, found(n == 1, OutcomeForgotten)), start, err)
+	}
 	return err
 }
 
@@ -142,11 +172,23 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 // longest pause you accept before a redelivery takes over (seconds, not the
 // length of fn). lease must be > 0.
 func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s.ev.obs == nil {
+		ran, _, err = s.do(ctx, id, lease, fn)
+		return ran, err
+	}
+	start, out := time.Now(), OutcomeReleased // a panic in fn releases the id
+	defer func() { s.ev.report(ctx, "do", "", id, 1, out, start, err) }()
+	ran, out, err = s.do(ctx, id, lease, fn)
+	return ran, err
+}
+
+// do is Do, with its outcome.
+func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
 	if err := s.check(ctx, "do", id); err != nil {
-		return false, err
+		return false, outcome(err, OutcomeError), err
 	}
 	if lease <= 0 {
-		return false, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
 	value := newLeaseValue()
 	token := value[1:] // the token shares the value's string
@@ -154,19 +196,22 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 	leaseMS := s.leaseMS.ms(lease)
 	n, err := replyInt("do", id, s.exec(ctx, scriptClaim, key, leaseMS, value))
 	if err != nil {
-		return false, err
+		return false, outcome(err, OutcomeError), err
 	}
 	switch n {
 	case 0:
-		return false, nil
+		return false, OutcomeDuplicate, nil
 	case -1:
-		return false, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	return true, runLeased(ctx, id, token, lease, fn,
-		func(ctx context.Context) (bool, error) {
-			n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
-			return n == 1, err
-		},
+	extend := extendFunc(func(ctx context.Context) (bool, error) {
+		n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
+	}
+	out, err := runLeased(ctx, id, token, lease, fn, extend,
 		func(ctx context.Context) (int64, error) {
 			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))
 		},
@@ -174,4 +219,5 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 			_, err := replyInt("release", id, s.exec(ctx, scriptRelease, key, token))
 			return err
 		})
+	return true, out, err
 }

@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
 
 // Observer receives one Event per store operation, after it ends, on the
-// caller's goroutine. It must be safe for concurrent use and should return
+// caller's goroutine with the caller's context (a Do flow's lease extensions
+// come from the flow's heartbeat goroutine, with a context that carries the
+// caller's values). It must be safe for concurrent use and should return
 // quickly (hand heavy work to another goroutine). A store without an observer
 // builds no Event and allocates nothing for it.
 //
@@ -34,20 +37,33 @@ func WithObserver(o Observer) Option {
 type Event struct {
 	// Store is "claims", "outbox" or "records".
 	Store string
-	// Op is the operation in the store's API words, lower case: "claim",
-	// "claim_many", "seen", "forget", "do", "extend", "append", "append_many",
-	// "unacked", "ack", "advance", "drop", "acquire", "get", "update",
-	// "delete"... Do flows report "do" once, with the flow's outcome, and
-	// "extend" for each lease extension.
+	// Op is the operation in the store's API words, lower case. Claims:
+	// "claim", "claim_many", "remember", "seen", "seen_many", "forget", "do",
+	// "extend". Outbox: "append" (Append and AppendWithID), "append_many",
+	// "unacked", "tail", "ack", "ack_many", "advance", "drop". Records: "acquire" (Acquire and
+	// AcquireWith), "get", "update", "delete" (Delete and DeleteFenced), "do",
+	// "extend". A Do flow reports "do" once, with the flow's outcome (its
+	// claim, commit, release or final write are not reported apart), and
+	// "extend" for each lease extension while fn runs; a Records.Do that
+	// takes a record over from an owner whose lease had passed also reports
+	// "acquire" with OutcomeTakenOver, before its "do".
 	Op string
 	// Script is the name of the script the operation ran ("claim" for
-	// claim.lua), empty for a memory twin or for a flow made of several scripts.
+	// claim.lua; a batch names its batch script, "claim_many", even when a
+	// slot group of one id ran claim.lua), empty for a memory twin or for a
+	// flow made of several scripts.
 	Script string
 	// Prefix is the store's key prefix; Key the id, connection or record key
-	// the operation was about (empty for a batch). Key is unbounded in
-	// cardinality: keep it out of metric labels.
+	// the operation was about (empty for claim_many and seen_many, whose ids
+	// are many keys).
+	// Key is unbounded in cardinality: keep it out of metric labels.
 	Prefix, Key string
-	// N is the number of items in a batch (ids, messages), 1 otherwise.
+	// N is the number of items the event is about: 1 for a single item. A
+	// batch (claim_many, seen_many, append_many, ack, ack_many) reports one
+	// event per outcome its items had, each with N its items and the whole
+	// batch's duration (a ClaimMany of 10 ids, 7 new: claimed N=7 and
+	// duplicate N=3); one event for all of them when it failed as a whole;
+	// none when it was empty.
 	N int
 	// Outcome says how it ended, in the store's own words (see the Outcome
 	// constants); OutcomeError when Err is not a store verdict.
@@ -64,12 +80,31 @@ type Event struct {
 // stable: alert and dashboard on them.
 type Outcome string
 
-// Outcomes. Claims: claimed, duplicate, in_flight, committed, released,
-// lease_lost, extended, seen, not_seen, forgotten. Outbox: appended,
-// retried_append, full, acked, stale_owner, advanced, dropped, read. Records:
-// acquired, taken_over, existing, replayed, in_flight, mismatch, completed,
-// failed, released, stale_owner, updated, deleted, not_found, read. Every store:
-// invalid (bad input, nothing sent), error (connection, server, corrupt data).
+// Outcomes, by store and operation:
+//
+//	claims  claim, remember, claim_many  claimed, duplicate, in_flight
+//	        seen, seen_many              seen, not_seen
+//	        forget                       forgotten, not_found
+//	        do                           committed, duplicate, in_flight, released, lease_lost
+//	        extend                       extended, lease_lost
+//	outbox  append, append_many          appended, retried_append, full
+//	        unacked, tail                read
+//	        ack, ack_many                acked, not_found, stale_owner
+//	        advance                      advanced, unchanged
+//	        drop                         dropped, not_found
+//	records acquire                      acquired, taken_over, existing, mismatch
+//	        get                          read, not_found
+//	        update                       updated, not_found, stale_owner
+//	        delete                       deleted, not_found, stale_owner
+//	        do                           completed, replayed, in_flight, failed, released,
+//	                                     stale_owner, lease_lost, mismatch
+//	        extend                       extended, stale_owner
+//
+// Every operation may also end invalid (bad input or options: nothing was
+// sent) or error (connection, server, a reply of the wrong shape). A Do
+// whose fn panics reports released (the claim or record is given back).
+// Records' do reports replayed for a stored failure too, with Err wrapping
+// ErrFailed.
 const (
 	OutcomeClaimed       Outcome = "claimed"
 	OutcomeDuplicate     Outcome = "duplicate"
@@ -99,6 +134,7 @@ const (
 	OutcomeUpdated       Outcome = "updated"
 	OutcomeDeleted       Outcome = "deleted"
 	OutcomeNotFound      Outcome = "not_found"
+	OutcomeUnchanged     Outcome = "unchanged" // advance: the floor was already at or above the generation
 	OutcomeInvalid       Outcome = "invalid"
 	OutcomeError         Outcome = "error"
 )
@@ -143,4 +179,239 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 		attrs = append(attrs, slog.String("err", e.Err.Error()))
 	}
 	o.l.LogAttrs(ctx, level, "redisonce "+e.Store+" "+e.Op, attrs...)
+}
+
+// events is what a store needs to report its operations: the observer (nil:
+// none) and what every event of the store carries.
+type events struct {
+	obs    Observer
+	store  string
+	prefix string
+}
+
+func newEvents(store string, c config) events {
+	return events{obs: c.observer, store: store, prefix: c.prefix}
+}
+
+// report sends one event that began at start. Callers test ev.obs != nil
+// first, and only then read the clock, so that a store without an observer
+// builds nothing.
+func (ev *events) report(ctx context.Context, op, script, key string, n int, out Outcome, start time.Time, err error) {
+	ev.obs.Observe(ctx, Event{
+		Store: ev.store, Op: op, Script: script, Prefix: ev.prefix, Key: key, N: n,
+		Outcome: out, Start: start, Duration: time.Since(start), Err: err,
+	})
+}
+
+// outcome is how an operation that returned err ended: ok without an error,
+// a store's verdict by its sentinel, else OutcomeError.
+func outcome(err error, ok Outcome) Outcome {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, ErrInvalidArgument):
+		return OutcomeInvalid
+	case errors.Is(err, ErrStaleOwner):
+		return OutcomeStaleOwner
+	case errors.Is(err, ErrInFlight):
+		return OutcomeInFlight
+	case errors.Is(err, ErrLeaseLost):
+		return OutcomeLeaseLost
+	case errors.Is(err, ErrOutboxFull):
+		return OutcomeFull
+	case errors.Is(err, ErrFingerprintMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, ErrNotFound):
+		return OutcomeNotFound
+	}
+	return OutcomeError
+}
+
+// claimOutcome is claim.lua's reply in words.
+func claimOutcome(n int64) Outcome {
+	switch n {
+	case 1:
+		return OutcomeClaimed
+	case 0:
+		return OutcomeDuplicate
+	}
+	return OutcomeInFlight
+}
+
+// found is the outcome of an operation on something that may be absent.
+func found(ok bool, yes Outcome) Outcome {
+	if ok {
+		return yes
+	}
+	return OutcomeNotFound
+}
+
+// observeExtend wraps a Do flow's lease extension so that each one is
+// reported as an "extend" event: extended, or lost (the store's word for a
+// lease another caller holds), or the error.
+func (ev *events) observeExtend(key, script string, lost Outcome, extend extendFunc) extendFunc {
+	return func(ctx context.Context) (bool, error) {
+		start := time.Now()
+		held, err := extend(ctx)
+		out := OutcomeExtended
+		if !held {
+			out = lost
+		}
+		ev.report(ctx, "extend", script, key, 1, outcome(err, out), start, err)
+		return held, err
+	}
+}
+
+// seenOutcome is Seen's answer in words.
+func seenOutcome(seen bool) Outcome {
+	if seen {
+		return OutcomeSeen
+	}
+	return OutcomeNotSeen
+}
+
+// tally counts a batch's items by outcome, for its events: one event per
+// outcome present, with N its items, in the order the outcomes were given to
+// newTally, then one for the items that failed. A nil tally (no observer)
+// counts nothing, so that a store without an observer builds nothing.
+type tally struct {
+	start time.Time
+	outs  []Outcome
+	n     []int
+	fails int   // items that ended with an error
+	err   error // the first item's error, or the error that refused the batch
+	whole bool  // err refused the whole batch: nothing was sent
+}
+
+// newTally starts a tally of a batch whose items may end as outs.
+func newTally(outs ...Outcome) *tally {
+	return &tally{start: time.Now(), outs: outs, n: make([]int, len(outs))}
+}
+
+// add counts one item that ended as out.
+func (t *tally) add(out Outcome) {
+	if t == nil {
+		return
+	}
+	for i, o := range t.outs {
+		if o == out {
+			t.n[i]++
+			return
+		}
+	}
+	t.outs, t.n = append(t.outs, out), append(t.n, 1)
+}
+
+// failed counts k items that ended with err (the first error is kept).
+func (t *tally) failed(k int, err error) {
+	if t == nil || k <= 0 {
+		return
+	}
+	t.fails += k
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// counted is the number of items counted so far.
+func (t *tally) counted() int {
+	k := t.fails
+	for _, n := range t.n {
+		k += n
+	}
+	return k
+}
+
+// end records how a batch of items that returned (out, err) ended: with err
+// and no result, refused as a whole (nothing was sent); with err and a
+// result, the items not counted yet ended with err.
+func (t *tally) end(out []bool, items int, err error) {
+	switch {
+	case err == nil:
+	case out == nil:
+		t.fail(err)
+	default:
+		t.failed(items-t.counted(), err)
+	}
+}
+
+// fail records that err refused the whole batch before anything was sent.
+func (t *tally) fail(err error) {
+	if t != nil {
+		t.err, t.whole = err, true
+	}
+}
+
+// counting returns read that also counts every valid reply n as out(n).
+func (t *tally) counting(read func(int64) (bool, bool), out func(int64) Outcome) func(int64) (bool, bool) {
+	return func(n int64) (bool, bool) {
+		v, ok := read(n)
+		if ok {
+			t.add(out(n))
+		}
+		return v, ok
+	}
+}
+
+// report sends the batch's events (none for an empty batch).
+func (t *tally) report(ctx context.Context, ev *events, op, script, key string, items int) {
+	if t.whole {
+		ev.report(ctx, op, script, key, items, outcome(t.err, OutcomeError), t.start, t.err)
+		return
+	}
+	for i, out := range t.outs {
+		if t.n[i] > 0 {
+			ev.report(ctx, op, script, key, t.n[i], out, t.start, nil)
+		}
+	}
+	if t.fails > 0 {
+		ev.report(ctx, op, script, key, t.fails, outcome(t.err, OutcomeError), t.start, t.err)
+	}
+}
+
+// appendOutcome is what an append without an error did.
+func appendOutcome(created bool) Outcome {
+	if created {
+		return OutcomeAppended
+	}
+	return OutcomeRetriedAppend
+}
+
+// advanceOutcome is what an AdvanceGeneration without an error did.
+func advanceOutcome(raised bool) Outcome {
+	if raised {
+		return OutcomeAdvanced
+	}
+	return OutcomeUnchanged
+}
+
+// reportAck reports an ack of ids message ids that removed n of them: acked
+// (N = n) and not_found (N = the others) when it ran, one event with the
+// error when it did not. An empty batch sends nothing and reports nothing.
+func reportAck(ctx context.Context, ev *events, op, script, conn string, ids, n int, start time.Time, err error) {
+	switch {
+	case err != nil:
+		ev.report(ctx, op, script, conn, ids, outcome(err, OutcomeError), start, err)
+		return
+	case ids == 0:
+		return
+	}
+	if n > 0 {
+		ev.report(ctx, op, script, conn, n, OutcomeAcked, start, nil)
+	}
+	if n < ids {
+		ev.report(ctx, op, script, conn, ids-n, OutcomeNotFound, start, nil)
+	}
+}
+
+// acquireOutcome is what an acquire without an error did: a record acquired
+// with a fence above 1 was taken over from an owner whose lease had passed.
+func acquireOutcome(acquired bool, fence uint64) Outcome {
+	switch {
+	case !acquired:
+		return OutcomeExisting
+	case fence > 1:
+		return OutcomeTakenOver
+	}
+	return OutcomeAcquired
 }

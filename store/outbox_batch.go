@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -37,6 +38,16 @@ type Outgoing struct {
 // Every message is validated before anything is sent; at most MaxAppendMany
 // messages per call. With no messages it sends nothing.
 func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if s.ev.obs == nil {
+		return s.appendMany(ctx, conn, msgs)
+	}
+	start := time.Now()
+	out, err := s.appendMany(ctx, conn, msgs)
+	reportAppendMany(ctx, &s.ev, "append_many", conn, len(msgs), out, start, err)
+	return out, err
+}
+
+func (s *Outbox) appendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
 	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
 		return nil, err
 	}
@@ -72,6 +83,28 @@ func checkAppendMany(ctx context.Context, cfgErr error, conn string, msgs []Outg
 		}
 	}
 	return nil
+}
+
+// reportAppendMany reports an AppendMany of n messages: appended and
+// retried_append (N = their messages) when it ran, one event with the error
+// when it did not (all or nothing). An empty burst reports nothing.
+func reportAppendMany(ctx context.Context, ev *events, script, conn string, n int, out []Appended, start time.Time, err error) {
+	if err != nil {
+		ev.report(ctx, "append_many", script, conn, n, outcome(err, OutcomeError), start, err)
+		return
+	}
+	created := 0
+	for _, a := range out {
+		if a.Created {
+			created++
+		}
+	}
+	if created > 0 {
+		ev.report(ctx, "append_many", script, conn, created, OutcomeAppended, start, nil)
+	}
+	if created < len(out) {
+		ev.report(ctx, "append_many", script, conn, len(out)-created, OutcomeRetriedAppend, start, nil)
+	}
 }
 
 // mintIDs returns the messages' ids, a new token for every empty one.

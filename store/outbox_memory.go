@@ -23,6 +23,7 @@ type MemoryOutbox struct {
 	max       int
 	now       func() time.Time
 	err       error
+	ev        events
 }
 
 // memConn is one connection's hash: _seq, _gen, _epoch and the messages.
@@ -44,7 +45,7 @@ var _ OutboxStore = (*MemoryOutbox)(nil)
 // time.Now).
 func NewMemoryOutbox(opts ...Option) *MemoryOutbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
-	return &MemoryOutbox{conns: map[string]*memConn{}, ttl: cfg.ttl, max: cfg.maxUnack, now: cfg.now, err: cfg.err}
+	return &MemoryOutbox{conns: map[string]*memConn{}, ttl: cfg.ttl, max: cfg.maxUnack, now: cfg.now, err: cfg.err, ev: newEvents("outbox", cfg)}
 }
 
 // get returns conn's live hash, dropping an expired one. Callers hold mu.
@@ -72,6 +73,16 @@ func (s *MemoryOutbox) Append(ctx context.Context, conn string, payload []byte) 
 
 // AppendWithID is Outbox.AppendWithID (append.lua).
 func (s *MemoryOutbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
+	if s.ev.obs == nil {
+		return s.appendWithID(ctx, conn, msgID, payload)
+	}
+	start := time.Now()
+	a, err := s.appendWithID(ctx, conn, msgID, payload)
+	s.ev.report(ctx, "append", "", conn, 1, outcome(err, appendOutcome(a.Created)), start, err)
+	return a, err
+}
+
+func (s *MemoryOutbox) appendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
 	if err := checkOutboxAppend(ctx, s.err, conn, msgID, payload); err != nil {
 		return Appended{}, err
 	}
@@ -118,6 +129,16 @@ func (s *MemoryOutbox) create(conn string, now time.Time) *memConn {
 
 // AppendMany is Outbox.AppendMany (append_many.lua).
 func (s *MemoryOutbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if s.ev.obs == nil {
+		return s.appendMany(ctx, conn, msgs)
+	}
+	start := time.Now()
+	out, err := s.appendMany(ctx, conn, msgs)
+	reportAppendMany(ctx, &s.ev, "", conn, len(msgs), out, start, err)
+	return out, err
+}
+
+func (s *MemoryOutbox) appendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
 	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
 		return nil, err
 	}
@@ -167,12 +188,27 @@ func (s *MemoryOutbox) AppendMany(ctx context.Context, conn string, msgs []Outgo
 
 // Unacked is Outbox.Unacked.
 func (s *MemoryOutbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
-	t, err := s.Tail(ctx, conn)
+	t, err := s.observeTail(ctx, "unacked", conn)
 	return t.Messages, err
 }
 
 // Tail is Outbox.Tail (unacked.lua).
 func (s *MemoryOutbox) Tail(ctx context.Context, conn string) (Tail, error) {
+	return s.observeTail(ctx, "tail", conn)
+}
+
+// observeTail is Tail, reported as op.
+func (s *MemoryOutbox) observeTail(ctx context.Context, op, conn string) (Tail, error) {
+	if s.ev.obs == nil {
+		return s.tail(ctx, conn)
+	}
+	start := time.Now()
+	t, err := s.tail(ctx, conn)
+	s.ev.report(ctx, op, "", conn, 1, outcome(err, OutcomeRead), start, err)
+	return t, err
+}
+
+func (s *MemoryOutbox) tail(ctx context.Context, conn string) (Tail, error) {
 	if err := checkOutbox(ctx, s.err, "unacked", conn); err != nil {
 		return Tail{}, err
 	}
@@ -195,12 +231,27 @@ func (s *MemoryOutbox) Tail(ctx context.Context, conn string) (Tail, error) {
 
 // Ack is Outbox.Ack.
 func (s *MemoryOutbox) Ack(ctx context.Context, conn, msgID string, generation uint64) error {
-	_, err := s.AckMany(ctx, conn, []string{msgID}, generation)
+	_, err := s.observeAck(ctx, "ack", conn, []string{msgID}, generation)
 	return err
 }
 
 // AckMany is Outbox.AckMany (ack.lua).
 func (s *MemoryOutbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
+	return s.observeAck(ctx, "ack_many", conn, msgIDs, generation)
+}
+
+// observeAck is AckMany, reported as op.
+func (s *MemoryOutbox) observeAck(ctx context.Context, op, conn string, msgIDs []string, generation uint64) (int, error) {
+	if s.ev.obs == nil {
+		return s.ackMany(ctx, conn, msgIDs, generation)
+	}
+	start := time.Now()
+	n, err := s.ackMany(ctx, conn, msgIDs, generation)
+	reportAck(ctx, &s.ev, op, "", conn, len(msgIDs), n, start, err)
+	return n, err
+}
+
+func (s *MemoryOutbox) ackMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
 	if err := checkOutboxAck(ctx, s.err, conn, msgIDs); err != nil || len(msgIDs) == 0 {
 		return 0, err
 	}
@@ -226,8 +277,20 @@ func (s *MemoryOutbox) AckMany(ctx context.Context, conn string, msgIDs []string
 
 // AdvanceGeneration is Outbox.AdvanceGeneration (advance.lua).
 func (s *MemoryOutbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
-	if err := checkOutbox(ctx, s.err, "advance", conn); err != nil {
+	if s.ev.obs == nil {
+		_, err := s.advance(ctx, conn, generation)
 		return err
+	}
+	start := time.Now()
+	raised, err := s.advance(ctx, conn, generation)
+	s.ev.report(ctx, "advance", "", conn, 1, outcome(err, advanceOutcome(raised)), start, err)
+	return err
+}
+
+// advance is AdvanceGeneration; true when it raised the floor.
+func (s *MemoryOutbox) advance(ctx context.Context, conn string, generation uint64) (bool, error) {
+	if err := checkOutbox(ctx, s.err, "advance", conn); err != nil {
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -240,19 +303,28 @@ func (s *MemoryOutbox) AdvanceGeneration(ctx context.Context, conn string, gener
 	if c != nil && generation > c.gen {
 		c.gen = generation
 		s.rearm(c, now)
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // DropConn is Outbox.DropConn (drop.lua).
 func (s *MemoryOutbox) DropConn(ctx context.Context, conn string) error {
-	if err := checkOutbox(ctx, s.err, "drop", conn); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.conns, conn)
-	return nil
+	ok, err := false, checkOutbox(ctx, s.err, "drop", conn)
+	if err == nil {
+		s.mu.Lock()
+		ok = s.get(conn, s.now()) != nil
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "drop", "", conn, 1, outcome(err, found(ok, OutcomeDropped)), start, err)
+	}
+	return err
 }
 
 // Close does nothing; it is there to satisfy OutboxStore.

@@ -43,6 +43,7 @@ type Outbox struct {
 	max string        // decimal, "0" = unbounded
 	// ttlMS renders ttl for the scripts.
 	ttlMS msCache
+	ev    events
 }
 
 var _ OutboxStore = (*Outbox)(nil)
@@ -58,7 +59,7 @@ var _ OutboxStore = (*Outbox)(nil)
 // the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	cfg := newConfig(DefaultOutboxPrefix, opts)
-	return &Outbox{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack)}
+	return &Outbox{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack), ev: newEvents("outbox", cfg)}
 }
 
 // OpenOutbox connects to url (redis://, rediss://, unix://; see
@@ -91,6 +92,16 @@ func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID
 // ErrOutboxFull and writes nothing. A payload over MaxPayloadLen fails with
 // ErrInvalidArgument before anything is sent.
 func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
+	if s.ev.obs == nil {
+		return s.appendWithID(ctx, conn, msgID, payload)
+	}
+	start := time.Now()
+	a, err := s.appendWithID(ctx, conn, msgID, payload)
+	s.ev.report(ctx, "append", "append", conn, 1, outcome(err, appendOutcome(a.Created)), start, err)
+	return a, err
+}
+
+func (s *Outbox) appendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
 	if err := checkOutboxAppend(ctx, s.err, conn, msgID, payload); err != nil {
 		return Appended{}, err
 	}
@@ -106,13 +117,28 @@ func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload [
 // allocation per call): keeping one Payload keeps the whole tail's bytes. A stored value that the outbox scripts did not
 // write fails with ErrUnexpectedReply.
 func (s *Outbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
-	t, err := s.Tail(ctx, conn)
+	t, err := s.observeTail(ctx, "unacked", conn)
 	return t.Messages, err
 }
 
 // Tail is Unacked with the connection's Epoch and Generation floor, read in the
 // same atomic step. It runs unacked.lua, a read-only script (EVALSHA_RO).
 func (s *Outbox) Tail(ctx context.Context, conn string) (Tail, error) {
+	return s.observeTail(ctx, "tail", conn)
+}
+
+// observeTail is Tail, reported as op.
+func (s *Outbox) observeTail(ctx context.Context, op, conn string) (Tail, error) {
+	if s.ev.obs == nil {
+		return s.tail(ctx, conn)
+	}
+	start := time.Now()
+	t, err := s.tail(ctx, conn)
+	s.ev.report(ctx, op, "unacked", conn, 1, outcome(err, OutcomeRead), start, err)
+	return t, err
+}
+
+func (s *Outbox) tail(ctx context.Context, conn string) (Tail, error) {
 	if err := s.check(ctx, "unacked", conn); err != nil {
 		return Tail{}, err
 	}
@@ -125,7 +151,7 @@ func (s *Outbox) Tail(ctx context.Context, conn string) (Tail, error) {
 // not an error, and acking on a connection that does not exist is not an error
 // and creates nothing.
 func (s *Outbox) Ack(ctx context.Context, conn, msgID string, generation uint64) error {
-	_, err := s.AckMany(ctx, conn, []string{msgID}, generation)
+	_, err := s.observeAck(ctx, "ack", conn, []string{msgID}, generation)
 	return err
 }
 
@@ -134,6 +160,21 @@ func (s *Outbox) Ack(ctx context.Context, conn, msgID string, generation uint64)
 // removed. Every id is validated before anything is sent. With no ids it does
 // nothing and sends nothing (use AdvanceGeneration to raise the floor).
 func (s *Outbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
+	return s.observeAck(ctx, "ack_many", conn, msgIDs, generation)
+}
+
+// observeAck is AckMany, reported as op.
+func (s *Outbox) observeAck(ctx context.Context, op, conn string, msgIDs []string, generation uint64) (int, error) {
+	if s.ev.obs == nil {
+		return s.ackMany(ctx, conn, msgIDs, generation)
+	}
+	start := time.Now()
+	n, err := s.ackMany(ctx, conn, msgIDs, generation)
+	reportAck(ctx, &s.ev, op, "ack", conn, len(msgIDs), n, start, err)
+	return n, err
+}
+
+func (s *Outbox) ackMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
 	if err := checkOutboxAck(ctx, s.err, conn, msgIDs); err != nil || len(msgIDs) == 0 {
 		return 0, err
 	}
@@ -159,28 +200,48 @@ func (s *Outbox) AckMany(ctx context.Context, conn string, msgIDs []string, gene
 // generation succeeds until the connection is dropped or expires. A raise
 // re-arms the store's TTL. Appends are not fenced: they carry no generation.
 func (s *Outbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
-	if err := s.check(ctx, "advance", conn); err != nil {
+	if s.ev.obs == nil {
+		_, err := s.advance(ctx, conn, generation)
 		return err
+	}
+	start := time.Now()
+	raised, err := s.advance(ctx, conn, generation)
+	s.ev.report(ctx, "advance", "advance", conn, 1, outcome(err, advanceOutcome(raised)), start, err)
+	return err
+}
+
+// advance is AdvanceGeneration; true when it raised the floor.
+func (s *Outbox) advance(ctx context.Context, conn string, generation uint64) (bool, error) {
+	if err := s.check(ctx, "advance", conn); err != nil {
+		return false, err
 	}
 	r := s.exec(ctx, scriptAdvance, s.key(conn), strconv.FormatUint(generation, 10), s.ttlMS.ms(s.ttl))
 	n, err := replyInt("advance", conn, r)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if n != 0 && n != 1 {
-		return errorf("advance", conn, ErrUnexpectedReply, "want 0 or 1, got %d", n)
+		return false, errorf("advance", conn, ErrUnexpectedReply, "want 0 or 1, got %d", n)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // DropConn forgets conn: its tail, seq line, floor and epoch. The next Append
 // starts a new incarnation (seq 1, a new Epoch, floor 0). Dropping an unknown
 // connection is not an error.
 func (s *Outbox) DropConn(ctx context.Context, conn string) error {
-	if err := s.check(ctx, "drop", conn); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	_, err := replyInt("drop", conn, s.exec(ctx, scriptDrop, s.key(conn)))
+	var n int64
+	err := s.check(ctx, "drop", conn)
+	if err == nil {
+		n, err = replyInt("drop", conn, s.exec(ctx, scriptDrop, s.key(conn)))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "drop", "drop", conn, 1, outcome(err, found(n == 1, OutcomeDropped)), start, err)
+	}
 	return err
 }
 

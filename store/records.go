@@ -167,7 +167,7 @@ type RecordStore interface {
 type recordOps interface {
 	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
-	deleteFenced(ctx context.Context, op, key, token string) error
+	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
 }
@@ -220,30 +220,49 @@ func storeFailure(err error) bool {
 
 // doRecord is Do after the key and ctx were checked, shared by Records and
 // MemoryRecords.
-func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+//
+// ev reports the flow's lease renewals ("extend", with renewScript) and a
+// takeover ("acquire" taken_over, with acquireScript); the flow's outcome is
+// returned for the caller's "do" event.
+func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renewScript, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
 	if o.Lease <= 0 {
-		return nil, false, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+	}
+	var start time.Time
+	if ev.obs != nil {
+		start = time.Now()
 	}
 	rec, acquired, err := s.acquire(ctx, "do", key, o)
 	if err != nil {
-		return nil, false, err
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	if ev.obs != nil && acquired && rec.Fence > 1 {
+		// a takeover is worth an alert of its own: report it apart
+		ev.report(ctx, "acquire", acquireScript, key, 1, OutcomeTakenOver, start, nil)
 	}
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+			return nil, false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
 		case StatusFailed:
-			return rec.Payload, true, errorf("do", key, ErrFailed, "%s", rec.Payload)
+			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:
-			return rec.Payload, true, nil
+			return rec.Payload, true, OutcomeReplayed, nil
 		}
 	}
 	token := rec.Token
-	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner,
-		func(ctx context.Context) (bool, error) {
-			n, err := s.renew(ctx, key, token, o.Lease)
-			return n == 1, err
-		})
+	renew := extendFunc(func(ctx context.Context) (bool, error) {
+		n, err := s.renew(ctx, key, token, o.Lease)
+		return n == 1, err
+	})
+	if ev.obs != nil {
+		renew = ev.observeExtend(key, renewScript, OutcomeStaleOwner, renew)
+	}
+	del := func(ctx context.Context) error {
+		_, err := s.deleteFenced(ctx, "do", key, token)
+		return err
+	}
+	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner, renew)
 	finished := false
 	defer func() {
 		if finished {
@@ -253,7 +272,7 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		hb.stop()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = retryLost(dctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) })
+		_ = retryLost(dctx, del)
 	}()
 	result, fnErr := fn(hb)
 	finished = true
@@ -285,10 +304,10 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		})
 	}
 	if fnErr != nil && !storeFailure(fnErr) {
-		if err := retryLost(wctx, func(ctx context.Context) error { return s.deleteFenced(ctx, "do", key, token) }); err != nil {
-			return nil, false, errors.Join(fnErr, err)
+		if err := retryLost(wctx, del); err != nil {
+			return nil, false, outcome(err, OutcomeError), errors.Join(fnErr, err)
 		}
-		return nil, false, fnErr
+		return nil, false, OutcomeReleased, fnErr
 	}
 	// What to store, and what to return once it is stored: fn's result; or a
 	// Permanent error's text (cut to the limit); or, for a result too long to
@@ -306,12 +325,16 @@ func doRecord(ctx context.Context, s recordOps, key string, o AcquireOptions, fn
 		status, payload, retErr = StatusFailed, []byte(tooLong.Error()), tooLong
 	}
 	if err := final(status, payload); err != nil {
+		out := outcome(err, OutcomeError)
 		if retErr != nil {
 			err = errors.Join(retErr, err)
 		}
-		return ret, false, err
+		return ret, false, out, err
 	}
-	return ret, false, retErr
+	if status == StatusFailed {
+		return ret, false, OutcomeFailed, retErr
+	}
+	return ret, false, OutcomeCompleted, retErr
 }
 
 // check validates acquire options before anything is sent.

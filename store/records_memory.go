@@ -18,6 +18,7 @@ type MemoryRecords struct {
 	ttl time.Duration
 	now func() time.Time
 	err error
+	ev  events
 }
 
 // memRecord is a record hash: times in ms since the epoch, 0 = none.
@@ -42,7 +43,7 @@ var (
 // time.Now).
 func NewMemoryRecords(opts ...Option) *MemoryRecords {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.recordsTTL(), now: cfg.now, err: cfg.err}
+	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.recordsTTL(), now: cfg.now, err: cfg.err, ev: newEvents("records", cfg)}
 }
 
 // nowMS is the clock in ms, as TIME gives it to the scripts.
@@ -81,12 +82,18 @@ func (r *memRecord) record(key string, withToken bool) Record {
 
 // Acquire is Records.Acquire.
 func (s *MemoryRecords) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
 }
 
 // AcquireWith is Records.AcquireWith.
 func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, o)
+	if s.ev.obs == nil {
+		return s.acquire(ctx, "acquire", key, o)
+	}
+	start := time.Now()
+	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	s.ev.report(ctx, "acquire", "", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
+	return rec, ok, err
 }
 
 // acquire is acquire.lua.
@@ -143,6 +150,16 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 
 // Get is Records.Get.
 func (s *MemoryRecords) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s.ev.obs == nil {
+		return s.get(ctx, key)
+	}
+	start := time.Now()
+	rec, ok, err := s.get(ctx, key)
+	s.ev.report(ctx, "get", "", key, 1, outcome(err, found(ok, OutcomeRead)), start, err)
+	return rec, ok, err
+}
+
+func (s *MemoryRecords) get(ctx context.Context, key string) (Record, bool, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return Record{}, false, err
 	}
@@ -157,7 +174,13 @@ func (s *MemoryRecords) Get(ctx context.Context, key string) (Record, bool, erro
 
 // Update is Records.Update.
 func (s *MemoryRecords) Update(ctx context.Context, key string, u Update) error {
-	return s.update(ctx, "update", key, u)
+	if s.ev.obs == nil {
+		return s.update(ctx, "update", key, u)
+	}
+	start := time.Now()
+	err := s.update(ctx, "update", key, u)
+	s.ev.report(ctx, "update", "", key, 1, outcome(err, OutcomeUpdated), start, err)
+	return err
 }
 
 // update is update.lua.
@@ -204,39 +227,54 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 
 // Delete is Records.Delete.
 func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
-	if err := s.check(ctx, "delete", key); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, key)
-	return nil
+	ok, err := false, s.check(ctx, "delete", key)
+	if err == nil {
+		s.mu.Lock()
+		_, ok = s.live(key, s.nowMS())
+		delete(s.m, key)
+		s.mu.Unlock()
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "delete", "", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
+	}
+	return err
 }
 
 // DeleteFenced is Records.DeleteFenced.
 func (s *MemoryRecords) DeleteFenced(ctx context.Context, key, token string) error {
-	return s.deleteFenced(ctx, "delete", key, token)
+	if s.ev.obs == nil {
+		_, err := s.deleteFenced(ctx, "delete", key, token)
+		return err
+	}
+	start := time.Now()
+	ok, err := s.deleteFenced(ctx, "delete", key, token)
+	s.ev.report(ctx, "delete", "", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
+	return err
 }
 
 // deleteFenced is delete.lua with a token.
-func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string) error {
+func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string) (bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return err
+		return false, err
 	}
 	if err := checkToken(op, key, token); err != nil {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.live(key, s.nowMS())
 	if !ok {
-		return nil
+		return false, nil
 	}
 	if r.token != token {
-		return errorf(op, key, ErrStaleOwner, "the record has another owner")
+		return false, errorf(op, key, ErrStaleOwner, "the record has another owner")
 	}
 	delete(s.m, key)
-	return nil
+	return true, nil
 }
 
 // renew is renew.lua.
@@ -259,11 +297,23 @@ func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.D
 // never passes here (as if renewed continuously; a fake clock moved past it
 // cannot take the record over); the heartbeat still runs every o.Lease/3,
 // moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
-func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
-	if err := s.check(ctx, "do", key); err != nil {
-		return nil, false, err
+func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s.ev.obs == nil {
+		result, replayed, _, err = s.do(ctx, key, o, fn)
+		return result, replayed, err
 	}
-	return doRecord(ctx, s, key, o, fn)
+	start, out := time.Now(), OutcomeReleased // a panic in fn deletes the record
+	defer func() { s.ev.report(ctx, "do", "", key, 1, out, start, err) }()
+	result, replayed, out, err = s.do(ctx, key, o, fn)
+	return result, replayed, err
+}
+
+// do is Do, with its outcome.
+func (s *MemoryRecords) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, Outcome, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	return doRecord(ctx, s, &s.ev, "", "", key, o, fn)
 }
 
 // Close does nothing; it is there to satisfy RecordStore.

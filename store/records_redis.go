@@ -32,6 +32,7 @@ type Records struct {
 	// ttlMS and leaseMS remember the last TTL and lease rendered for acquire,
 	// so a caller passing the same options every time allocates no string.
 	ttlMS, leaseMS msCache
+	ev             events
 }
 
 var (
@@ -50,7 +51,7 @@ var (
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &Records{redisStore: newRedisStore(c, cfg), ttl: cfg.recordsTTL()}
+	return &Records{redisStore: newRedisStore(c, cfg), ttl: cfg.recordsTTL(), ev: newEvents("records", cfg)}
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://; see
@@ -69,7 +70,7 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // record is returned with false. It is AcquireWith(ctx, key,
 // AcquireOptions{TTL: ttl}), without a lease.
 func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, AcquireOptions{TTL: ttl})
+	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
 }
 
 // AcquireWith acquires key's record in one script:
@@ -85,7 +86,13 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 // The returned Record's Token (set only with true) fences the caller's Update
 // and DeleteFenced.
 func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
-	return s.acquire(ctx, "acquire", key, o)
+	if s.ev.obs == nil {
+		return s.acquire(ctx, "acquire", key, o)
+	}
+	start := time.Now()
+	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
+	return rec, ok, err
 }
 
 func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
@@ -129,6 +136,16 @@ func parseAcquired(op, key string, r rueidis.RedisResult) (Record, bool, error) 
 // nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
 // replica may serve it.
 func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s.ev.obs == nil {
+		return s.get(ctx, key)
+	}
+	start := time.Now()
+	rec, ok, err := s.get(ctx, key)
+	s.ev.report(ctx, "get", "get", key, 1, outcome(err, found(ok, OutcomeRead)), start, err)
+	return rec, ok, err
+}
+
+func (s *Records) get(ctx context.Context, key string) (Record, bool, error) {
 	if err := s.check(ctx, "get", key); err != nil {
 		return Record{}, false, err
 	}
@@ -153,7 +170,13 @@ func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
 // status other than pending clears the lease. An owner whose lease passed
 // keeps the record, and may still update it, until another caller takes it over.
 func (s *Records) Update(ctx context.Context, key string, u Update) error {
-	return s.update(ctx, "update", key, u)
+	if s.ev.obs == nil {
+		return s.update(ctx, "update", key, u)
+	}
+	start := time.Now()
+	err := s.update(ctx, "update", key, u)
+	s.ev.report(ctx, "update", "update", key, 1, outcome(err, OutcomeUpdated), start, err)
+	return err
 }
 
 func (s *Records) update(ctx context.Context, op, key string, u Update) error {
@@ -183,10 +206,18 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 // Delete removes key's record, whoever owns it; a missing
 // key is not an error. It also removes a key that does not hold a record.
 func (s *Records) Delete(ctx context.Context, key string) error {
-	if err := s.check(ctx, "delete", key); err != nil {
-		return err
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	_, err := replyInt("delete", key, s.exec(ctx, scriptDelete, s.key(key), ""))
+	var n int64
+	err := s.check(ctx, "delete", key)
+	if err == nil {
+		n, err = replyInt("delete", key, s.exec(ctx, scriptDelete, s.key(key), ""))
+	}
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "delete", "delete", key, 1, outcome(err, found(n == 1, OutcomeDeleted)), start, err)
+	}
 	return err
 }
 
@@ -195,18 +226,26 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 // caller took the record over, and nothing is deleted. A missing key is not an
 // error. token must be 1..MaxTokenLen bytes.
 func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
-	return s.deleteFenced(ctx, "delete", key, token)
+	if s.ev.obs == nil {
+		_, err := s.deleteFenced(ctx, "delete", key, token)
+		return err
+	}
+	start := time.Now()
+	ok, err := s.deleteFenced(ctx, "delete", key, token)
+	s.ev.report(ctx, "delete", "delete", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
+	return err
 }
 
-func (s *Records) deleteFenced(ctx context.Context, op, key, token string) error {
+// deleteFenced is DeleteFenced; true when it removed the record.
+func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return err
+		return false, err
 	}
 	if err := checkToken(op, key, token); err != nil {
-		return err
+		return false, err
 	}
-	_, err := replyInt(op, key, s.exec(ctx, scriptDelete, s.key(key), token))
-	return err
+	n, err := replyInt(op, key, s.exec(ctx, scriptDelete, s.key(key), token))
+	return n == 1, err
 }
 
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
@@ -262,11 +301,23 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
 // the payload, is refused; Do returns that error and the next Do runs fn again
 // after the lease.
-func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
-	if err := s.check(ctx, "do", key); err != nil {
-		return nil, false, err
+func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s.ev.obs == nil {
+		result, replayed, _, err = s.do(ctx, key, o, fn)
+		return result, replayed, err
 	}
-	return doRecord(ctx, s, key, o, fn)
+	start, out := time.Now(), OutcomeReleased // a panic in fn deletes the record
+	defer func() { s.ev.report(ctx, "do", "", key, 1, out, start, err) }()
+	result, replayed, out, err = s.do(ctx, key, o, fn)
+	return result, replayed, err
+}
+
+// do is Do, with its outcome.
+func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, Outcome, error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	return doRecord(ctx, s, &s.ev, "acquire", "renew", key, o, fn)
 }
 
 // args is update.lua's ARGV for u.

@@ -41,6 +41,8 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 	}
 	ctx := context.Background()
 
+	t.Run("Events", func(t *testing.T) { testClaimsEvents(t, newStore, h) })
+
 	t.Run("ClaimOnce", func(t *testing.T) {
 		s := newStore(t)
 		got := []bool{must(t)(s.Claim(ctx, "m1")), must(t)(s.Claim(ctx, "m1")), must(t)(s.Claim(ctx, "m2"))}

@@ -45,6 +45,8 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 	}
 	ctx := context.Background()
 
+	t.Run("Events", func(t *testing.T) { testOutboxEvents(t, newStore) })
+
 	// appendAll appends payloads to conn under the ids "m1", "m2"... and checks
 	// each was created.
 	appendAll := func(t *testing.T, s store.OutboxStore, conn string, payloads ...string) []store.Appended {

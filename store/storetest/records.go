@@ -52,6 +52,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		return s
 	}
 	ctx := context.Background()
+	t.Run("Events", func(t *testing.T) { testRecordsEvents(t, newStore, h) })
 	near := cmpopts.EquateApproxTime(tick / 2)
 	// within checks that got is want, give or take half a tick.
 	within := func(t *testing.T, what string, got, want time.Time) {
