@@ -7,7 +7,7 @@ MODULES := . scripts_test
 OBSERVE_MODULES := observe/otel observe/prometheus
 export GOFLAGS ?= -count=1
 
-.PHONY: all test test-failover fuzz demo bench sums lint tidy redis-server luacheck
+.PHONY: all test test-failover fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
 
 all: test
 
@@ -28,7 +28,36 @@ redis-server:
 	fi
 	@redis-server --version
 
-test: redis-server
+# the non-Go clients scripts_test/noncgo_clients_test.go drives: redis-py
+# (Debian's python3-redis, for /usr/bin/python3) and Node.js with the packages
+# pinned in scripts_test/noncgo/package-lock.json (npm ci). Installed when
+# missing (apt-get as root or with sudo). Never fatal: when it cannot install
+# them (no root, offline) it says so, and those tests skip with a message.
+NONCGO := scripts_test/noncgo
+NPM_CI := npm ci --no-audit --no-fund --loglevel=error --fetch-retries=2 --fetch-retry-mintimeout=1000 --fetch-retry-maxtimeout=5000
+noncgo-deps:
+	@pkgs=""; \
+	/usr/bin/python3 -c 'import redis' 2>/dev/null || python3 -c 'import redis' 2>/dev/null || pkgs="$$pkgs python3-redis"; \
+	command -v node >/dev/null 2>&1 || pkgs="$$pkgs nodejs"; \
+	command -v npm >/dev/null 2>&1 || pkgs="$$pkgs npm"; \
+	if [ -z "$$pkgs" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing$$pkgs with apt-get"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null; } || \
+	    echo "make: apt-get install$$pkgs failed; the non-Go client tests will skip"; \
+	elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	  echo "make: installing$$pkgs with sudo apt-get"; \
+	  { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null; } || \
+	    echo "make: apt-get install$$pkgs failed; the non-Go client tests will skip"; \
+	else \
+	  echo "make: the non-Go client tests need$$pkgs (python3-redis: redis-py; nodejs, npm: Node.js >= 18); they skip without."; \
+	fi
+	@if command -v npm >/dev/null 2>&1 && ! [ $(NONCGO)/node_modules/.package-lock.json -nt $(NONCGO)/package-lock.json ]; then \
+	  echo "make: npm ci in $(NONCGO)"; \
+	  (cd $(NONCGO) && $(NPM_CI)) || echo "make: npm ci in $(NONCGO) failed (offline?); the Node.js client tests will skip"; \
+	fi
+
+test: redis-server noncgo-deps
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
