@@ -30,6 +30,8 @@ var snippets = []struct {
 	{"int_arg", []*regexp.Regexp{regexp.MustCompile(`\^-\?%d|\^%d\+\$|\^\[1-9\]%d\*\$|'%d', tonumber\(ARGV`)}},
 	{"now_ms", []*regexp.Regexp{regexp.MustCompile(`redis\.call\('TIME'\)|\* 1000 \+`)}},
 	{"now_us", []*regexp.Regexp{regexp.MustCompile(`'%06d'`)}},
+	{"replid", []*regexp.Regexp{regexp.MustCompile(`master_replid`)}},
+	{"next_epoch", []*regexp.Regexp{regexp.MustCompile(`tonumber\(epoch\) \+ 1`)}},
 	{"u64", []*regexp.Regexp{regexp.MustCompile(`string\.byte\(a, i\)|#a ~= #b|'18446744073709551615'`)}},
 	{"outbox_hash", []*regexp.Regexp{regexp.MustCompile(`9007199254740991`)}},
 	{"claim_value", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('GET'`)}},

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 --[[ ack.lua — acknowledge messages of one connection, fenced by generation.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n>=2)
     [1] generation   decimal uint64 (0..18446744073709551615, no sign, no leading
                      zeros), the caller's ownership generation
@@ -20,7 +20,7 @@
                                  decimals, as append.lua defines); nothing written
   Writes    HSET _gen generation (only when above the floor); HDEL msg ids.
             The reserved fields stay: without a TTL a drained connection keeps
-            its 3 small fields until drop.lua
+            its 4 small fields until drop.lua
   Atomicity every check precedes the first write
   Memory    flags=allow-oom: it removes messages (its one other write, HSET, overwrites the
             existing _gen field with at most 20 bytes), so a gateway can drain its

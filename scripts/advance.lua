@@ -1,7 +1,7 @@
 #!lua
 --[[ advance.lua — raise a connection's ack-generation floor without acking.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=2)
     [1] generation   decimal uint64 (0..18446744073709551615, no sign, no leading
                      zeros), the new owner's generation
@@ -9,7 +9,8 @@
                      expiry as it is (a new hash then never expires)
   Returns   1 the floor was raised to generation (and the TTL re-armed); on a
               connection that does not exist, a new incarnation is created with
-              no messages (_seq "0", _gen generation, _epoch now), so the floor
+              no messages (_seq "0", _gen generation, _epoch now, _rid the
+              server's replication ID, as append.lua writes them), so the floor
               holds for the appends and acks that follow, until drop.lua or expiry
             0 generation is not above the floor (0 on an absent connection:
               nothing is created)
@@ -19,8 +20,8 @@
                              or _seq, _gen, _epoch missing or not canonical
                              decimals, as append.lua defines); nothing written
   Writes    HSET _gen generation and PEXPIRE ttl_ms (only when raised); on an
-            absent connection HSET _seq "0" _gen generation _epoch <now>
-  Memory    no allow-oom: on an absent connection it creates a hash (3 small
+            absent connection HSET _seq "0" _gen generation _epoch <now> _rid <replid>
+  Memory    no allow-oom: on an absent connection it creates a hash (4 small
             fields), so when maxmemory is reached under noeviction Redis refuses
             it up front (OOM, nothing written) and the caller retries the takeover
   Atomicity every check precedes the first write
@@ -90,6 +91,18 @@ local function now_us()
   return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 -- </snippet>
+-- <snippet:replid>
+-- The replication ID of the history this server is on (INFO replication
+-- master_replid, 40 hex characters), stored as _rid with an outbox epoch: a
+-- promoted replica, or a restarted primary, has a new one. INFO is allowed in
+-- scripts and costs about 4 us of server time; a plain find, because
+-- string.match over INFO's text costs 2 us more.
+local function replid()
+  local info = redis.call('INFO', 'replication')
+  local at = string.find(info, 'master_replid:', 1, true)
+  return at and string.sub(info, at + 14, at + 53) or ''
+end
+-- </snippet>
 
 if not u64(gen) or cmp(gen, MAX) > 0 then
   return redis.error_reply('BADARG generation must be a decimal uint64 without leading zeros')
@@ -121,7 +134,9 @@ end
 if absent then
   -- A new incarnation that holds only the fence: a raised floor is never lost
   -- to a connection that has no hash yet.
-  redis.call('HSET', key, '_seq', '0', '_gen', gen, '_epoch', now_us())
+  -- With the server's replication ID, as append.lua stores it with an epoch:
+  -- the first append keeps this epoch.
+  redis.call('HSET', key, '_seq', '0', '_gen', gen, '_epoch', now_us(), '_rid', replid())
 else
   redis.call('HSET', key, '_gen', gen)
 end

@@ -1,7 +1,7 @@
 #!lua
 --[[ append.lua — append a message to a connection's unacknowledged tail, once per id.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=4)
     [1] msg_id        1..256 bytes, not starting with "_"
     [2] payload       any bytes, at most 4194304 (4 MiB)
@@ -11,23 +11,34 @@
   Returns   {seq, epoch, created} (three integers, all exact: below 2^53)
               seq      the message's sequence number: 1, 2, 3... per incarnation
               epoch    server time in microseconds when this incarnation of the
-                       hash was created
+                       hash was created, or re-minted: when the server's
+                       replication ID (INFO replication master_replid) is not
+                       the _rid stored with the epoch — a failover or restart
+                       since, which may have lost appends acknowledged with
+                       it — the epoch becomes max(now, epoch + 1) before
+                       anything else (seq goes on), so no (epoch, seq) pair
+                       is handed out twice
               created  1 appended now; 0 msg_id was already in the tail and its
                        existing seq is returned (an idempotent retry; the stored
                        payload is kept)
   Errors    BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             FULL <what>      a new msg_id while the tail holds max_unacked, or while
-                             _seq is at 2^53-1 (the last exact integer); nothing written
+                             _seq is at 2^53-1 (the last exact integer), or a new
+                             epoch would pass 2^53-1; nothing written
             CORRUPT <what>   the key is not a well-formed outbox hash (another type,
                              or reserved fields missing or not canonical decimals:
                              _seq 0..2^53-1, _gen a uint64, _epoch 1..2^53-1);
                              nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq 1 and
-            HSET msg_id "<seq>:<payload>" (only for a new msg_id);
-            PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
+  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
+            replication ID: HSET _epoch <new epoch> _rid <replid> (also on a
+            retry); then HINCRBY _seq 1 and HSET msg_id "<seq>:<payload>"
+            (only for a new msg_id); PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
   Atomicity every check precedes the first write
-  Complexity O(1) (plus the payload's size)
+  Length    70 lines of code besides its snippets: the new epoch after a failover
+            (about 8 lines) must be minted in the same step as the seq it
+            protects, or a seq could be handed out under the old epoch
+  Complexity O(1) (plus the payload's size, and one INFO replication)
 ]]
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
@@ -94,6 +105,34 @@ local function now_us()
   return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 -- </snippet>
+-- <snippet:replid>
+-- The replication ID of the history this server is on (INFO replication
+-- master_replid, 40 hex characters), stored as _rid with an outbox epoch: a
+-- promoted replica, or a restarted primary, has a new one. INFO is allowed in
+-- scripts and costs about 4 us of server time; a plain find, because
+-- string.match over INFO's text costs 2 us more.
+local function replid()
+  local info = redis.call('INFO', 'replication')
+  local at = string.find(info, 'master_replid:', 1, true)
+  return at and string.sub(info, at + 14, at + 53) or ''
+end
+-- </snippet>
+-- <snippet:next_epoch>
+-- The epoch of an outbox hash whose _rid is not the server's (it came through
+-- a failover or restart, which may have lost appends acknowledged with its
+-- epoch): now, or epoch + 1 when this server's clock is not past epoch, so it
+-- is above every epoch handed out before; nil when that would pass 2^53-1.
+-- (Both are canonical decimals: ordered by length, then bytes.)
+local function next_epoch(epoch, now)
+  if #now < #epoch or (#now == #epoch and now <= epoch) then
+    if tonumber(epoch) >= EXACT then
+      return nil
+    end
+    return string.format('%d', tonumber(epoch) + 1)
+  end
+  return now
+end
+-- </snippet>
 
 if #id < 1 or #id > 256 or string.byte(id, 1) == 95 then
   return redis.error_reply('BADARG msg_id must be 1..256 bytes and not start with "_"')
@@ -112,7 +151,7 @@ end
 -- One read on the common path: the reserved fields, which exist together or
 -- not at all (anything else is not ours), and the id's value on a retry.
 -- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
-local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch', id)
+local r = redis.pcall('HMGET', key, '_seq', '_gen', '_epoch', id, '_rid')
 if r.err then
   return redis.error_reply('CORRUPT the key holds something other than an outbox hash')
 end
@@ -132,7 +171,7 @@ if r[1] or r[2] or r[3] then
       return redis.error_reply('FULL _seq is at 2^53-1, the last exact sequence number')
     end
     if max ~= '0' then
-      local held = redis.call('HLEN', key) - 3
+      local held = redis.call('HLEN', key) - (r[5] and 4 or 3)
       if held >= tonumber(max) then
         return redis.error_reply('FULL the tail holds ' .. string.format('%d', held) .. ' unacked messages')
       end
@@ -142,14 +181,27 @@ elseif redis.call('EXISTS', key) == 1 then
   return redis.error_reply('CORRUPT reserved fields _seq, _gen, _epoch missing')
 end
 
+-- The price of never handing out an (epoch, seq) twice: one INFO per append.
+local rid, now = replid(), now_us()
+
 local seq, created
+if epoch and r[5] ~= rid then
+  -- Appends acknowledged with this epoch may be lost (the hash came through a
+  -- failover or restart): their seqs would be handed out again. A new epoch,
+  -- above the old one even if this server's clock is behind; seq goes on.
+  epoch = next_epoch(epoch, now)
+  if not epoch then
+    return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
+  end
+  redis.call('HSET', key, '_epoch', epoch, '_rid', rid)
+end
 if oldseq then
   seq, created = tonumber(oldseq), 0
 else
   if not epoch then
-    -- A new incarnation, stamped with the server's clock.
-    epoch = now_us()
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+    -- A new incarnation, stamped with the server's clock and replication ID.
+    epoch = now
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
   end
   seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
   redis.call('HSET', key, id, string.format('%d', seq) .. ':' .. payload)

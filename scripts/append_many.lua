@@ -1,7 +1,7 @@
 #!lua
 --[[ append_many.lua — append a burst of messages to one connection's tail: all or none, once per id.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n>=3)
     [1] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
@@ -11,7 +11,12 @@
   Returns   {epoch, seq1, created1, seq2, created2, ...} (integers): per message,
             in ARGV order, what append.lua returns for it
               epoch    server time in microseconds when this incarnation of the
-                       hash was created
+                       hash was created, or re-minted as append.lua does it: when
+                       the server's replication ID (INFO replication
+                       master_replid) is not the _rid stored with the epoch,
+                       the epoch becomes max(now, epoch + 1) before anything
+                       else (also when every msg_id is a retry; seq goes on),
+                       so no (epoch, seq) pair is handed out twice
               seq      the message's sequence number; the new messages of one call
                        get consecutive seqs, in ARGV order
               created  1 appended now; 0 msg_id was already in the tail, or given
@@ -19,20 +24,24 @@
                        (the stored payload is kept)
   Errors    BADARG <what>    before any write; nothing written
             FULL <what>      the new messages do not all fit under max_unacked, or
-                             _seq would pass 2^53-1 (the last exact integer);
-                             nothing written (all or nothing)
+                             _seq would pass 2^53-1 (the last exact integer), or
+                             a new epoch would; nothing written (all or nothing)
             CORRUPT <what>   the key is not a well-formed outbox hash (another type,
                              reserved fields missing or not canonical decimals, as
                              append.lua checks them, or a msg_id's value not
                              "<seq>:<payload>"); nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now>; then HINCRBY _seq <new count>
+  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
+            replication ID: HSET _epoch <new epoch> _rid <replid> (also when none
+            is new); then HINCRBY _seq <new count>
             and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
             are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
   Atomicity every check precedes the first write; the burst is one script call
-  Length    102 lines of code besides its snippets: every message validated
+  Length    110 lines of code besides its snippets: every message validated
             before the first write, then classified (new, already in the tail,
-            or given twice), numbered and written in one HSET, all or nothing
-  Complexity O(number of messages) (plus the payloads' size)
+            or given twice), numbered and written in one HSET, all or nothing;
+            and the new epoch after a failover, minted in the same step as the
+            seqs it protects (as append.lua)
+  Complexity O(number of messages) (plus the payloads' size, and one INFO replication)
 ]]
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
@@ -100,6 +109,34 @@ local function now_us()
   return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 -- </snippet>
+-- <snippet:replid>
+-- The replication ID of the history this server is on (INFO replication
+-- master_replid, 40 hex characters), stored as _rid with an outbox epoch: a
+-- promoted replica, or a restarted primary, has a new one. INFO is allowed in
+-- scripts and costs about 4 us of server time; a plain find, because
+-- string.match over INFO's text costs 2 us more.
+local function replid()
+  local info = redis.call('INFO', 'replication')
+  local at = string.find(info, 'master_replid:', 1, true)
+  return at and string.sub(info, at + 14, at + 53) or ''
+end
+-- </snippet>
+-- <snippet:next_epoch>
+-- The epoch of an outbox hash whose _rid is not the server's (it came through
+-- a failover or restart, which may have lost appends acknowledged with its
+-- epoch): now, or epoch + 1 when this server's clock is not past epoch, so it
+-- is above every epoch handed out before; nil when that would pass 2^53-1.
+-- (Both are canonical decimals: ordered by length, then bytes.)
+local function next_epoch(epoch, now)
+  if #now < #epoch or (#now == #epoch and now <= epoch) then
+    if tonumber(epoch) >= EXACT then
+      return nil
+    end
+    return string.format('%d', tonumber(epoch) + 1)
+  end
+  return now
+end
+-- </snippet>
 
 ttl, max = int_arg(ttl), int_arg(max)
 if not ttl then
@@ -109,7 +146,7 @@ if not max then
   return redis.error_reply('BADARG max_unacked must be a decimal integer >= 0')
 end
 local byte = string.byte
-local fields = {'_seq', '_gen', '_epoch'}
+local fields = {'_seq', '_gen', '_epoch', '_rid'}
 for i = 3, n, 2 do
   local id = ARGV[i]
   if #id < 1 or #id > 256 or byte(id, 1) == 95 then
@@ -122,7 +159,8 @@ for i = 3, n, 2 do
 end
 
 -- One read: the reserved fields, which exist together or not at all (anything
--- else is not ours), and every id's value.
+-- else is not ours; _rid is absent on a hash written before it existed), and
+-- every id's value.
 -- (pcall: a key of another type answers CORRUPT, not Redis's WRONGTYPE.)
 local r = redis.pcall('HMGET', key, unpack(fields))
 if r.err then
@@ -141,8 +179,8 @@ end
 -- Per message (by ARGV index of its msg_id): the stored seq (a string) of an
 -- id already in the tail; firsts maps each new id to its first ARGV index.
 local old, firsts, fresh = {}, {}, 0
-for j = 4, #r do
-  local i = j * 2 - 5 -- the msg_id's ARGV index
+for j = 5, #r do
+  local i = j * 2 - 7 -- the msg_id's ARGV index
   if r[j] then
     local s = string.match(r[j], '^([1-9]%d*):')
     if not s or #s > 16 or tonumber(s) > EXACT then
@@ -160,7 +198,7 @@ end
 if fresh > 0 and max ~= '0' then
   local held = 0
   if epoch then
-    held = redis.call('HLEN', key) - 3
+    held = redis.call('HLEN', key) - (r[4] and 4 or 3)
   end
   if held + fresh > tonumber(max) then
     return redis.error_reply('FULL ' .. string.format('the tail holds %d unacked messages, %d more do not fit',
@@ -168,13 +206,28 @@ if fresh > 0 and max ~= '0' then
   end
 end
 
+-- The price of never handing out an (epoch, seq) twice: one INFO per call.
+local rid, now = replid(), now_us()
+
+if epoch and r[4] ~= rid then
+  -- As append.lua: appends acknowledged with this epoch may be lost (the hash
+  -- came through a failover or restart): their seqs would be handed out
+  -- again. A new epoch, above the old one even if this server's clock is
+  -- behind; seq goes on.
+  epoch = next_epoch(epoch, now)
+  if not epoch then
+    return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
+  end
+  redis.call('HSET', key, '_epoch', epoch, '_rid', rid)
+end
+
 -- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
 local out = {0}
 if fresh > 0 then
   if not epoch then
-    -- A new incarnation, stamped with the server's clock.
-    epoch = now_us()
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch)
+    -- A new incarnation, stamped with the server's clock and replication ID.
+    epoch = now
+    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
   end
   local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
   local set, given = {}, {} -- given: the seq each new id got

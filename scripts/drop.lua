@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 --[[ drop.lua — forget a connection: its tail, sequence, floor and epoch.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=0)
   Returns   1 the connection existed and is removed; 0 it did not exist
   Errors    BADARG <what>    an argument was given; nothing done (any key type is

@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 --[[ unacked.lua — read a connection's unacknowledged tail, for replay.
   KEYS (n=1)
-    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, <msg_id> -> "<seq>:<payload>"
+    [1] prefix..conn_id   HASH  _seq, _gen, _epoch, _rid, <msg_id> -> "<seq>:<payload>"
   ARGV (n=0)
   Returns   {epoch, generation, id1, value1, id2, value2, ...}: epoch an integer
             (as in append.lua's reply; exact, below 2^53), the rest strings
@@ -78,12 +78,12 @@ local seq, epoch, gen
 local i, last = 1, n
 while i < last do
   local f = all[i]
-  if f == '_epoch' or f == '_gen' or f == '_seq' then
+  if f == '_epoch' or f == '_gen' or f == '_seq' or f == '_rid' then
     if f == '_epoch' then
       epoch = all[i + 1]
     elseif f == '_gen' then
       gen = all[i + 1]
-    else
+    elseif f == '_seq' then
       seq = all[i + 1]
     end
     all[i], all[i + 1], all[last - 1], all[last] = all[last - 1], all[last], f, all[i + 1]

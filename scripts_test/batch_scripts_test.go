@@ -160,7 +160,7 @@ func TestScriptAppendMany(t *testing.T) {
 	two := outboxHash("7", "3", "a", "6:x", "b", "7:y")
 	old := int64(1700000000000000)
 	big := strings.Repeat("\x00:", 2<<20) // 4 MiB, the limit
-	fresh := map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxEpochMark, "m1": "1:hello", "m2": "2:"}
+	fresh := map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m1": "1:hello", "m2": "2:"}
 	many := make([]string, 0, 2+2*1001)
 	many = append(many, "0", "0")
 	for i := range 1001 {
@@ -185,7 +185,41 @@ func TestScriptAppendMany(t *testing.T) {
 		{name: "new connection over the limit", args: []string{"0", "1", "c", "1", "d", "2"}, want: outboxErr("FULL")},
 		{name: "payload at the limit", args: []string{"0", "0", "m", big},
 			want:  []any{outboxEpochInt, int64(1), int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m": "1:" + big}, afterTTL: -1},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m": "1:" + big}, afterTTL: -1},
+
+		// As append.lua: a hash that came through a failover or restart
+		// (another _rid, or none: written before _rid existed) gets a new
+		// epoch before anything else, also when every id is a retry; seq
+		// goes on. The limit counts messages only, with or without _rid.
+		{name: "another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"0", "0", "c", "z", "d", "w"},
+			want:  []any{outboxEpochInt, int64(8), int64(1), int64(9), int64(1)},
+			after: outboxWith(two, "c", "8:z", "d", "9:w", "_seq", "9", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "no replication id", seed: outboxWith(two, "_rid", "-"), args: []string{"0", "0", "c", "z"},
+			want:  []any{outboxEpochInt, int64(8), int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "retries on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), ttl: 1000, args: []string{"60000", "0", "b", "", "a", "x"},
+			want:  []any{outboxEpochInt, int64(7), int64(0), int64(6), int64(0)},
+			after: outboxWith(two, "_epoch", outboxEpochMark), afterTTL: 60000},
+		{name: "new and retried on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"0", "0", "a", "x", "c", "z"},
+			want:  []any{outboxEpochInt, int64(6), int64(0), int64(8), int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "new epoch above an epoch ahead of the clock", seed: outboxWith(two, "_rid", outboxOtherRid, "_epoch", "8999999999999999"),
+			args: []string{"0", "0", "c", "z"}, want: []any{int64(9000000000000000), int64(8), int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", "9000000000000000"), afterTTL: -1},
+		{name: "a fence-only hash keeps its epoch", seed: outboxHash("0", "5"), args: []string{"0", "0", "c", "z"},
+			want:  []any{outboxOldEpochInt, int64(1), int64(1)},
+			after: outboxWith(outboxHash("0", "5"), "c", "1:z", "_seq", "1"), afterTTL: -1},
+		{name: "no replication id, exactly fits", seed: outboxWith(two, "_rid", "-"), args: []string{"0", "4", "c", "z", "d", "w"},
+			want:  []any{outboxEpochInt, int64(8), int64(1), int64(9), int64(1)},
+			after: outboxWith(two, "c", "8:z", "d", "9:w", "_seq", "9", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "no epoch above 2^53-1", seed: outboxWith(two, "_rid", outboxOtherRid, "_epoch", "9007199254740991"),
+			args: []string{"0", "0", "c", "z"}, want: outboxErr("FULL")},
+		{name: "no epoch above 2^53-1, retries only", seed: outboxWith(two, "_rid", outboxOtherRid, "_epoch", "9007199254740991"),
+			args: []string{"0", "0", "a", "x"}, want: outboxErr("FULL")},
+		{name: "full on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"0", "3", "c", "z", "d", "w"}, want: outboxErr("FULL")},
+		{name: "full without replication id", seed: outboxWith(two, "_rid", "-"), args: []string{"0", "3", "c", "z", "d", "w"}, want: outboxErr("FULL")},
+		{name: "corrupt value on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid, "c", "junk"), args: []string{"0", "0", "c", "z"}, want: outboxErr("CORRUPT")},
+
 		{name: "payload over the limit, second", seed: two, args: []string{"0", "0", "c", "p", "d", big + "x"}, want: outboxErr("BADARG")},
 		{name: "reserved id, second", seed: two, args: []string{"0", "0", "c", "p", "_seq", "p"}, want: outboxErr("BADARG")},
 		{name: "empty id", args: []string{"0", "0", "", "p"}, want: outboxErr("BADARG")},

@@ -140,8 +140,9 @@ func TestEdgeOutboxWellFormed(t *testing.T) {
 // epoch is an integer in append's and unacked's replies alike.
 func TestEdgeSeqExact(t *testing.T) {
 	const epoch = "1700000000000000"
-	seed := []string{"HSET", "_seq", "99999999999998", "_gen", "0", "_epoch", epoch}
 	c := newClient(t, standaloneURL(t))
+	// With the server's replication ID, so the epoch stays (append.lua).
+	seed := []string{"HSET", "_seq", "99999999999998", "_gen", "0", "_epoch", epoch, "_rid", outboxRid(t, c)}
 	loadScripts(t, c)
 	key := keyFor(t, "edges:")
 	do(t, c, append([]string{seed[0], key}, seed[1:]...)...)
@@ -179,7 +180,7 @@ func TestEdgeSeqExactStore(t *testing.T) {
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
 	s := store.NewOutbox(c, store.WithPrefix(prefix))
-	do(t, c, "HSET", prefix+"c", "_seq", "99999999999998", "_gen", "0", "_epoch", "1700000000000000")
+	do(t, c, "HSET", prefix+"c", "_seq", "99999999999998", "_gen", "0", "_epoch", "1700000000000000", "_rid", outboxRid(t, c))
 	a, err := s.AppendWithID(ctx, "c", "m1", []byte("p1"))
 	if err != nil || a.Seq != 99999999999999 || !a.Created || a.Epoch != 1700000000000000 {
 		t.Fatalf("AppendWithID = %+v, %v; want seq 99999999999999", a, err)
@@ -209,9 +210,9 @@ func TestEdgeAdvanceAbsent(t *testing.T) {
 	if got != "1" || code != "" {
 		t.Fatalf("advance on no connection = %s (error %q), want 1", got, code)
 	}
-	if after.Type != "hash" || after.Hash["_seq"] != "0" || after.Hash["_gen"] != "2" || len(after.Hash) != 3 ||
-		len(after.Hash["_epoch"]) != 16 || after.PTTL <= 55000 || after.PTTL > 60000 {
-		t.Errorf("after advance on no connection: %+v, want {_seq 0, _gen 2, _epoch now} with PTTL 60000", after)
+	if after.Type != "hash" || after.Hash["_seq"] != "0" || after.Hash["_gen"] != "2" || len(after.Hash) != 4 ||
+		len(after.Hash["_epoch"]) != 16 || len(after.Hash["_rid"]) != 40 || after.PTTL <= 55000 || after.PTTL > 60000 {
+		t.Errorf("after advance on no connection: %+v, want {_seq 0, _gen 2, _epoch now, _rid the server's} with PTTL 60000", after)
 	}
 	got, code, _, after = edgeRun(t, "advance", nil, "0", "60000")
 	if got != "0" || code != "" || after.Type != "none" {

@@ -155,6 +155,7 @@ var (
 	harnessStandalone harnessShared
 	harnessCluster1   harnessShared
 	harnessCluster3   harnessShared
+	harnessReplicated harnessShared // a primary with one replica (bench_wait_test.go)
 )
 
 func (h *harnessShared) get(tb testing.TB, start func() (string, func() error, error)) string {
@@ -169,7 +170,7 @@ func (h *harnessShared) get(tb testing.TB, start func() (string, func() error, e
 // harnessStopShared stops every shared server that was started.
 func harnessStopShared() error {
 	var errs []error
-	for _, h := range []*harnessShared{&harnessStandalone, &harnessCluster1, &harnessCluster3} {
+	for _, h := range []*harnessShared{&harnessStandalone, &harnessCluster1, &harnessCluster3, &harnessReplicated} {
 		// Once.Do here waits for a start still in flight and marks one that
 		// never ran as done, so nothing can start after this.
 		h.once.Do(func() { h.err = errors.New("scripts_test: shared Redis requested after TestMain finished") })

@@ -35,6 +35,14 @@ const outboxOldEpoch = "1700000000000000"
 // outboxOldEpochInt is outboxOldEpoch as replies carry it: an integer.
 const outboxOldEpochInt = int64(1700000000000000)
 
+// outboxRidMark stands, in a seeded or wanted hash, for the server's
+// replication ID (INFO replication master_replid): append.lua keeps the epoch
+// of a hash whose _rid is the server's, and mints a new one otherwise.
+const outboxRidMark = "<rid>"
+
+// outboxOtherRid is a replication ID that no server has.
+const outboxOtherRid = "0123456789abcdef0123456789abcdef01234567"
+
 // outboxNoKey as a case's after means: the key must not exist.
 var outboxNoKey map[string]string
 
@@ -58,10 +66,10 @@ type outboxCase struct {
 // outboxErr is a wanted error reply, by its first word.
 type outboxErr string
 
-// outboxHash builds a seeded outbox hash: _seq, _gen, _epoch (outboxOldEpoch), then
-// id, value pairs.
+// outboxHash builds a seeded outbox hash: _seq, _gen, _epoch (outboxOldEpoch),
+// _rid (the server's, outboxRidMark), then id, value pairs.
 func outboxHash(seq, gen string, pairs ...string) map[string]string {
-	h := map[string]string{"_seq": seq, "_gen": gen, "_epoch": outboxOldEpoch}
+	h := map[string]string{"_seq": seq, "_gen": gen, "_epoch": outboxOldEpoch, "_rid": outboxRidMark}
 	for i := 0; i+1 < len(pairs); i += 2 {
 		h[pairs[i]] = pairs[i+1]
 	}
@@ -191,8 +199,34 @@ func outboxReply(r rueidis.RedisResult) any {
 	return v
 }
 
+// outboxRid returns the replication ID of the server behind c (one node).
+func outboxRid(t *testing.T, c rueidis.Client) string {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("replication").Build()).ToString()
+	if err != nil {
+		t.Fatalf("INFO replication: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v
+		}
+	}
+	t.Fatalf("no master_replid in INFO replication:\n%s", info)
+	return ""
+}
+
+// outboxResolveRid replaces outboxRidMark in h's _rid with rid.
+func outboxResolveRid(h map[string]string, rid string) map[string]string {
+	if h == nil || h["_rid"] != outboxRidMark {
+		return h
+	}
+	return outboxWith(h, "_rid", rid)
+}
+
 func runOutboxCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc outboxCase) {
 	key := "outbox-scripts:" + t.Name()
+	rid := outboxRid(t, c)
+	tc.seed, tc.after = outboxResolveRid(tc.seed, rid), outboxResolveRid(tc.after, rid)
 	outboxSeed(t, c, key, tc.seed, tc.ttl)
 	before, beforeTTL := outboxRaw(t, c, key)
 
@@ -307,10 +341,10 @@ func TestOutboxScriptAppend(t *testing.T) {
 	runOutboxCases(t, "append", []outboxCase{
 		{name: "new connection", args: []string{"m1", "hello", "0", "0"},
 			want:  []any{int64(1), outboxEpochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m1": "1:hello"}, afterTTL: -1},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m1": "1:hello"}, afterTTL: -1},
 		{name: "new connection with ttl", args: []string{"m1", "hello", "5000", "0"},
 			want:  []any{int64(1), outboxEpochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m1": "1:hello"}, afterTTL: 5000},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m1": "1:hello"}, afterTTL: 5000},
 		{name: "next seq", seed: two, args: []string{"m8", "p", "0", "0"},
 			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "m8", "8:p", "_seq", "8"), afterTTL: -1},
 		{name: "seq continues on a drained hash", seed: outboxHash("41", "2"), args: []string{"m", "p", "0", "0"},
@@ -333,13 +367,35 @@ func TestOutboxScriptAppend(t *testing.T) {
 			want: []any{int64(8), int64(1700000000000000), int64(1)}, after: outboxWith(two, "c:\x00", "8:a:b\x00\r\n", "_seq", "8"), afterTTL: -1},
 		{name: "empty payload", args: []string{"m", "", "0", "0"},
 			want:  []any{int64(1), outboxEpochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m": "1:"}, afterTTL: -1},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m": "1:"}, afterTTL: -1},
 		{name: "payload at the limit", args: []string{"m", big, "0", "0"},
 			want:  []any{int64(1), outboxEpochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "m": "1:" + big}, afterTTL: -1},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, "m": "1:" + big}, afterTTL: -1},
 		{name: "id of 256 bytes", args: []string{strings.Repeat("i", 256), "p", "0", "0"},
 			want:  []any{int64(1), outboxEpochMark, int64(1)},
-			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, strings.Repeat("i", 256): "1:p"}, afterTTL: -1},
+			after: map[string]string{"_seq": "1", "_gen": "0", "_epoch": outboxEpochMark, "_rid": outboxRidMark, strings.Repeat("i", 256): "1:p"}, afterTTL: -1},
+
+		// A hash that came through a failover or restart (another _rid, or
+		// none: written before _rid existed) gets a new epoch; seq goes on.
+		{name: "another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"c", "z", "0", "0"},
+			want:  []any{int64(8), outboxEpochMark, int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "no replication id", seed: outboxWith(two, "_rid", "-"), args: []string{"c", "z", "0", "0"},
+			want:  []any{int64(8), outboxEpochMark, int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "retry on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"a", "x", "0", "0"},
+			want:  []any{int64(6), outboxEpochMark, int64(0)},
+			after: outboxWith(two, "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "new epoch above an epoch ahead of the clock", seed: outboxWith(two, "_rid", outboxOtherRid, "_epoch", "8999999999999999"),
+			args: []string{"c", "z", "0", "0"}, want: []any{int64(8), int64(9000000000000000), int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", "9000000000000000"), afterTTL: -1},
+		{name: "no replication id, below the limit", seed: outboxWith(two, "_rid", "-"), args: []string{"c", "z", "0", "3"},
+			want:  []any{int64(8), outboxEpochMark, int64(1)},
+			after: outboxWith(two, "c", "8:z", "_seq", "8", "_epoch", outboxEpochMark), afterTTL: -1},
+		{name: "no epoch above 2^53-1", seed: outboxWith(two, "_rid", outboxOtherRid, "_epoch", "9007199254740991"),
+			args: []string{"c", "z", "0", "0"}, want: outboxErr("FULL")},
+		{name: "full on another replication id", seed: outboxWith(two, "_rid", outboxOtherRid), args: []string{"c", "z", "0", "2"}, want: outboxErr("FULL")},
+		{name: "full without replication id", seed: outboxWith(two, "_rid", "-"), args: []string{"c", "z", "0", "2"}, want: outboxErr("FULL")},
 
 		{name: "payload over the limit", seed: two, args: []string{"c", big + "x", "0", "0"}, want: outboxErr("BADARG")},
 		{name: "payload over the limit, new", args: []string{"c", big + "x", "0", "0"}, want: outboxErr("BADARG")},
@@ -425,9 +481,9 @@ func TestOutboxScriptAdvance(t *testing.T) {
 	runOutboxCases(t, "advance", []outboxCase{
 		// A raised fence is never lost: on no connection, a fence-only incarnation.
 		{name: "no such connection", args: []string{"5", "0"}, want: int64(1),
-			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark}, afterTTL: -1},
+			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark, "_rid": outboxRidMark}, afterTTL: -1},
 		{name: "no such connection, ttl", args: []string{"5", "60000"}, want: int64(1),
-			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark}, afterTTL: 60000},
+			after: map[string]string{"_seq": "0", "_gen": "5", "_epoch": outboxEpochMark, "_rid": outboxRidMark}, afterTTL: 60000},
 		{name: "no such connection, generation 0", args: []string{"0", "60000"}, want: int64(0), after: outboxNoKey},
 		{name: "extra argument", seed: h, args: []string{"9", "0", "x"}, want: outboxErr("BADARG")},
 		{name: "raise", seed: h, args: []string{"4", "0"}, want: int64(1), after: outboxWith(h, "_gen", "4"), afterTTL: -1},

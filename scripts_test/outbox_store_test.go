@@ -501,3 +501,96 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 		t.Errorf("DBSIZE after refused calls = %d, %v; want 0", n, err)
 	}
 }
+
+// TestOutboxEpochAfterSnapshotRestore is the reproduction of (epoch,
+// seq) reuse, for Append and AppendMany: appends acknowledged after the last
+// snapshot are lost when the server comes back from it (a restart, like a
+// failover, gives the server a new replication ID), and the appends that
+// follow take their seqs again, so they must carry a new epoch: no (epoch,
+// seq) names two messages. The tail keeps the snapshot's messages, with the
+// new epoch.
+func TestOutboxEpochAfterSnapshotRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := newServer(t, redisproc.Options{})
+	o := store.NewOutbox(newClient(t, srv.URL()))
+	many := func(ids ...string) []store.Outgoing {
+		out := make([]store.Outgoing, len(ids))
+		for i, id := range ids {
+			out[i] = store.Outgoing{ID: id, Payload: []byte(id)}
+		}
+		return out
+	}
+	type pair struct {
+		conn       string
+		epoch, seq uint64
+	}
+	named := map[pair]string{}
+	name := func(conn string, as ...store.Appended) {
+		for _, a := range as {
+			p := pair{conn, a.Epoch, a.Seq}
+			if prev, ok := named[p]; ok && prev != a.ID {
+				t.Errorf("%s: (epoch %d, seq %d) names %s and %s", conn, a.Epoch, a.Seq, prev, a.ID)
+			}
+			named[p] = a.ID
+		}
+	}
+	appendOne := func(conn, id string) store.Appended {
+		t.Helper()
+		a, err := o.AppendWithID(ctx, conn, id, []byte(id))
+		if err != nil || !a.Created {
+			t.Fatalf("AppendWithID(%s, %s) = %+v, %v", conn, id, a, err)
+		}
+		name(conn, a)
+		return a
+	}
+	appendMany := func(conn string, ids ...string) []store.Appended {
+		t.Helper()
+		as, err := o.AppendMany(ctx, conn, many(ids...))
+		if err != nil || len(as) != len(ids) {
+			t.Fatalf("AppendMany(%s, %v) = %+v, %v", conn, ids, as, err)
+		}
+		name(conn, as...)
+		return as
+	}
+	// Before the snapshot: each connection made by the other call.
+	appendOne("one", "a1")
+	appendMany("one", "a2")
+	appendMany("many", "b1", "b2")
+	appendOne("many", "b3")
+	if _, err := srv.Do("SAVE"); err != nil {
+		t.Fatal(err)
+	}
+	lostOne, lostMany := appendOne("one", "a3"), appendMany("many", "b4", "b5")
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v\n%s", err, srv.Log())
+	}
+	// A client of its own (the old one's connections died with the server;
+	// a write is not retried on a lost connection).
+	o = store.NewOutbox(newClient(t, srv.URL()))
+	// Back from the snapshot: a3, b4 and b5 are gone; their seqs are handed
+	// out again, under a new epoch.
+	again := appendMany("one", "x3", "x4")
+	if again[0].Seq != lostOne.Seq || again[0].Epoch <= lostOne.Epoch {
+		t.Errorf("AppendMany after the restore = %+v; want seq %d again with an epoch above %d", again[0], lostOne.Seq, lostOne.Epoch)
+	}
+	b := appendOne("many", "y4")
+	if b.Seq != lostMany[0].Seq || b.Epoch <= lostMany[0].Epoch {
+		t.Errorf("AppendWithID after the restore = %+v; want seq %d again with an epoch above %d", b, lostMany[0].Seq, lostMany[0].Epoch)
+	}
+	for conn, want := range map[string]uint64{"one": again[0].Epoch, "many": b.Epoch} {
+		tail, err := o.Tail(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tail.Epoch != want {
+			t.Errorf("%s: Tail's epoch %d, want the new %d", conn, tail.Epoch, want)
+		}
+		for _, m := range tail.Messages {
+			name(conn, store.Appended{ID: m.ID, Seq: m.Seq, Epoch: tail.Epoch})
+		}
+	}
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/rueidis"
 )
@@ -24,14 +25,18 @@ import (
 // Every id is validated before anything is sent. When a group fails (a
 // connection error), the error names its first id and the other groups'
 // results are still filled in; a failed group's ids are reported false, and
-// may or may not have been claimed.
+// may or may not have been claimed. With WithWaitReplicas, a group is
+// followed by WAIT on its own connection (per hash slot on a cluster), and
+// when any group's replicas did not confirm it the error wraps
+// ErrNotReplicated, naming that group's first id, with every result filled
+// in: its claims happened on the primary but may not survive a failover.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	if s.ev.obs == nil {
-		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim)
+		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil)
 	}
 	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
-	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome))
+	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome), t)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
 	return out, err
@@ -41,10 +46,10 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 // ClaimMany (seen_many.lua: one consistent read per group).
 func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s.ev.obs == nil {
-		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen)
+		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil)
 	}
 	t := newTally(OutcomeSeen, OutcomeNotSeen)
-	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }))
+	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "seen_many", "seen_many", "", len(ids))
 	return out, err
@@ -57,22 +62,23 @@ func readClaim(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 }
 func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 
 // many validates every id (nothing is sent when one is invalid: a nil
-// result) and runs the batch.
+// result) and runs the batch. t is the observer's tally of read's counts, or nil.
 func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool)) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
 	for _, id := range ids {
 		if err := s.check(ctx, op, id); err != nil {
 			return nil, err
 		}
 	}
-	return s.batch(ctx, op, ids, one, many, args, read)
+	return s.batch(ctx, op, ids, one, many, args, read, t)
 }
 
 // batch runs one (single-key script) or many (batch script) per slot group of
 // ids in one DoMulti and reads one integer per id; valid reports whether an
-// integer is a reply the script can give.
+// integer is a reply the script can give. The items of a group its replicas
+// did not confirm move, in t, from their verdicts to the errors.
 func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool)) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
 	out := make([]bool, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -82,7 +88,7 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		// One group of every id in order (a standalone or Sentinel server, or
 		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
-		return out, readBatch(op, ids, nil, r, out, read)
+		return out, readGroup(op, ids, nil, r, out, read, t)
 	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
@@ -97,20 +103,38 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		}
 		calls[g] = call{s: many, keys: gk, args: args}
 	}
-	var first error
+	var first, unrepl error
 	for g, r := range execMulti(ctx, s.c, calls) {
-		idx := groups[g]
-		if err := readBatch(op, ids, idx, r, out, read); err != nil && first == nil {
+		err := readGroup(op, ids, groups[g], r, out, read, t)
+		if first == nil {
 			first = err
 		}
+		if unrepl == nil && errors.Is(err, ErrNotReplicated) {
+			unrepl = err
+		}
+	}
+	if unrepl != nil && !errors.Is(first, ErrNotReplicated) {
+		// Another group's error comes first: the unconfirmed writes still say so.
+		first = errors.Join(first, unrepl)
 	}
 	return out, first
 }
 
+// readGroup is readBatch, telling t when the group was not confirmed.
+func readGroup(op string, ids []string, idx []int, r reply, out []bool, read func(int64) (bool, bool), t *tally) error {
+	mark := t.mark()
+	err := readBatch(op, ids, idx, r, out, read)
+	if r.unreplicated != nil {
+		t.unconfirmed(mark, err)
+	}
+	return err
+}
+
 // readBatch reads one group's reply into out: an integer for a single-key
 // call, an array of len(idx) integers for a batch call. idx nil stands for
-// every id in order.
-func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []bool,
+// every id in order. A group its replicas did not confirm (WithWaitReplicas)
+// has its results read, and returns ErrNotReplicated naming its first id.
+func readBatch(op string, ids []string, idx []int, r reply, out []bool,
 	read func(int64) (bool, bool)) error {
 	n := len(idx)
 	at := func(j int) int { return idx[j] }
@@ -121,7 +145,7 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 	id := ids[at(0)]
 	if idx != nil && n == 1 {
 		n, err := replyInt(op, id, r)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNotReplicated) {
 			return err
 		}
 		v, ok := read(n)
@@ -129,7 +153,7 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 			return errorf(op, id, ErrUnexpectedReply, "reply %d", n)
 		}
 		out[idx[0]] = v
-		return nil
+		return err
 	}
 	if err := r.Error(); err != nil {
 		return opError(op, id, err)
@@ -162,5 +186,6 @@ func readBatch(op string, ids []string, idx []int, r rueidis.RedisResult, out []
 		}
 		out[i] = v
 	}
-	return first
+	// One key's error does not hide that the others' writes are unconfirmed.
+	return errors.Join(first, r.replicated(op, id))
 }

@@ -48,8 +48,9 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 	return &Claims{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, ev: newEvents("claims", cfg)}
 }
 
-// OpenClaims connects to url (redis://, rediss://, unix://; see rueidis.ParseURL)
-// with ClientOptions and returns a claims store that owns the client: Close
+// OpenClaims connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns
+// a claims store that owns the client: Close
 // closes it. An invalid option fails here, before connecting; errors show the
 // URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {

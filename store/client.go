@@ -13,7 +13,23 @@ import (
 // ClientOptions returns the rueidis options that OpenClaims, OpenOutbox and
 // OpenRecords connect with: rueidis.ParseURL(url) (redis://, rediss://,
 // unix://) plus the settings the stores are measured to run best with (see
-// BENCHMARKS.md):
+// BENCHMARKS.md).
+//
+// A URL with master_set names a Sentinel deployment, as rueidis.ParseURL
+// reads it: the host and every addr parameter are sentinels, and the client
+// follows the master that they name through failovers:
+//
+//	redis://:password@sentinel-1:26379?addr=sentinel-2:26379&addr=sentinel-3:26379&master_set=mymaster
+//
+// The URL's user and password then authenticate to the master AND to the
+// sentinels (sentinels with requirepass; ParseURL alone sends them to the
+// master only), rediss:// uses TLS for both, and the sentinels are asked
+// again for the master every 5 s on top of their +switch-master events
+// (Sentinel.TopologyRefreshInterval), so a missed event cannot pin the client
+// to a demoted master. Sentinels with credentials of their own: start from
+// these options and set Sentinel.Username and Sentinel.Password.
+//
+// The settings:
 //
 //   - DisableCache: true. The stores never use client-side caching, so the
 //     per-connection cache and the CLIENT TRACKING handshake are pure cost.
@@ -28,13 +44,19 @@ import (
 //	opt, err := store.ClientOptions("redis://127.0.0.1:6379")
 //	// ... adjust opt ...
 //	c, err := rueidis.NewClient(opt)
-func ClientOptions(url string) (rueidis.ClientOption, error) {
-	opt, err := rueidis.ParseURL(url)
+func ClientOptions(rawURL string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(rawURL)
 	if err != nil {
-		return rueidis.ClientOption{}, openError(url, err)
+		return rueidis.ClientOption{}, openError(rawURL, err)
 	}
 	opt.DisableCache = true
 	opt.MaxFlushDelay = 20 * time.Microsecond
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+		opt.Sentinel.Dialer = opt.Dialer
+		opt.Sentinel.TopologyRefreshInterval = 5 * time.Second
+	}
 	return opt, nil
 }
 

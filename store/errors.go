@@ -39,6 +39,12 @@ var (
 	// ErrUnexpectedReply: Redis answered with a reply of the wrong shape, or the
 	// stored value is not what a store wrote (script code CORRUPT).
 	ErrUnexpectedReply = errors.New("unexpected reply")
+	// ErrNotReplicated: with WithWaitReplicas, the write happened on the
+	// primary but fewer replicas than asked confirmed it in time, so a
+	// failover may still undo it. The operation's other results describe the
+	// write as the primary made it; retrying an idempotent write (AppendWithID
+	// with the same id, a fenced Update...) waits again.
+	ErrNotReplicated = errors.New("not replicated (written on the primary; a failover may undo it)")
 )
 
 // codeErrors maps a script error's first word to its sentinel.

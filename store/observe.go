@@ -278,6 +278,7 @@ type tally struct {
 	start time.Time
 	outs  []Outcome
 	n     []int
+	order []int // per item counted by add, in order: its index in outs (see unconfirmed)
 	fails int   // items that ended with an error
 	err   error // the first item's error, or the error that refused the batch
 	whole bool  // err refused the whole batch: nothing was sent
@@ -296,10 +297,35 @@ func (t *tally) add(out Outcome) {
 	for i, o := range t.outs {
 		if o == out {
 			t.n[i]++
+			t.order = append(t.order, i)
 			return
 		}
 	}
+	t.order = append(t.order, len(t.outs))
 	t.outs, t.n = append(t.outs, out), append(t.n, 1)
+}
+
+// mark is where the items counted from now on begin, for unconfirmed.
+func (t *tally) mark() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.order)
+}
+
+// unconfirmed moves the items counted by add since mark to the failed ones,
+// with err: a group of a batch whose replicas did not confirm it
+// (ErrNotReplicated) ran, but its verdicts are not results the caller may
+// rely on, so they are reported as errors, as a single write's would be.
+func (t *tally) unconfirmed(mark int, err error) {
+	if t == nil || mark >= len(t.order) {
+		return
+	}
+	for _, i := range t.order[mark:] {
+		t.n[i]--
+	}
+	t.failed(len(t.order)-mark, err)
+	t.order = t.order[:mark]
 }
 
 // failed counts k items that ended with err (the first error is kept).

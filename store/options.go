@@ -18,6 +18,9 @@ type config struct {
 	maxUnack  int      // Outbox: the most unacked messages per connection, 0 = unbounded
 	observer  Observer // nil: no events
 	err       error    // the first invalid option, returned by every call
+
+	waitReplicas int           // WithWaitReplicas: replicas per write, 0 = none
+	waitTimeout  time.Duration // WithWaitReplicas: WAIT's timeout
 }
 
 // WithPrefix sets the key prefix; a key is prefix + id, built in Go, so the
@@ -64,6 +67,42 @@ func WithMaxUnacked(n int) Option {
 			c.err = fmt.Errorf("redisonce: WithMaxUnacked(%d): %w: negative limit", n, ErrInvalidArgument)
 		}
 		c.maxUnack = n
+	}
+}
+
+// WithWaitReplicas makes every write of a Redis store wait until n replicas
+// have it: each write script is sent with `WAIT n timeout` behind it, in one
+// round trip on one connection, and a write that fewer than n replicas
+// confirmed within timeout returns ErrNotReplicated (wrapped, with the
+// operation's results: the write DID happen on the primary, but a failover
+// before the replicas catch up may undo it) — never a silent success. This is
+// what keeps an acknowledged write through a Sentinel or cluster failover
+// (Redis replicates asynchronously); see the README's "Guarantees and limits".
+//
+// Writes are every operation but Seen, Unacked/Tail and Get (read-only
+// scripts never wait), including Claim and Acquire calls that find the key
+// already there, ClaimMany and AckMany (one WAIT per hash slot of the batch),
+// and the Do flows' claim, commit, release, update and delete — but not their
+// lease heartbeats (an extension lost in a failover only shortens the lease,
+// and the final write is fenced and waits). A Do whose claim is not confirmed
+// returns ErrNotReplicated before running fn (its lease expires on its own);
+// one whose final write is not confirmed returns it after fn ran. A write now
+// takes a dedicated pooled connection (rueidis runs every DoMulti holding a
+// blocking command that way) and at least one replica round trip: see
+// BENCHMARKS.md for the cost.
+//
+// Default n = 0: no WAIT. n > 0 needs timeout > 0 (WAIT 0 would block for
+// ever; sub-millisecond timeouts round up to 1 ms); a negative n or, with
+// n > 0, a timeout <= 0 is invalid (every call then returns
+// ErrInvalidArgument). The in-memory stores accept the option and ignore it:
+// they have no replicas.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) {
+		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
+			c.err = fmt.Errorf("redisonce: WithWaitReplicas(%d, %v): %w: want n >= 0 and, with n > 0, a timeout > 0",
+				n, timeout, ErrInvalidArgument)
+		}
+		c.waitReplicas, c.waitTimeout = n, timeout
 	}
 }
 

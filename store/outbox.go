@@ -13,7 +13,7 @@ const DefaultOutboxPrefix = "gateway:outbox:"
 const (
 	// MaxMessageIDLen is the longest outbox message id, in bytes. Message ids are
 	// 1..MaxMessageIDLen bytes of any value that does not start with "_" (the
-	// prefix of the hash's reserved fields _seq, _gen and _epoch).
+	// prefix of the hash's reserved fields _seq, _gen, _epoch and _rid).
 	MaxMessageIDLen = 256
 	// MaxPayloadLen is the largest outbox payload, in bytes: 4 MiB, the default
 	// largest message a gRPC server receives (MaxRecvMsgSize). Every payload of a
@@ -49,7 +49,7 @@ type Message struct {
 	Payload []byte
 }
 
-// Appended is the result of AppendWithID.
+// Appended is the result of AppendWithID, and of each message of AppendMany.
 type Appended struct {
 	// ID is the message id.
 	ID string
@@ -61,6 +61,16 @@ type Appended struct {
 	// did not exist: at the start, or after DropConn or TTL expiry). Seq restarts
 	// at 1 in a new incarnation and Epoch changes with it, so a client that
 	// dedupes on (Epoch, Seq) is never fooled by a restarted sequence.
+	//
+	// The Redis store also mints a new Epoch (above the old one; Seq goes on)
+	// on the first Append or AppendMany after the hash came through a
+	// failover or a restart of its server — when the server's replication ID
+	// is not the one stored with the epoch — because appends acknowledged
+	// just before may be lost and their seqs would come again. So an (Epoch, Seq) pair never names
+	// two messages, with or without WithWaitReplicas; a client that sees the
+	// Epoch change replays the tail as new (messages it already has come
+	// again under the new Epoch: duplicates, never losses). See the README's
+	// "Guarantees and limits".
 	Epoch uint64
 	// Created is true when this call appended the message, false when the id was
 	// already in the tail (the stored payload is kept, nothing is written).

@@ -36,7 +36,10 @@ type Outgoing struct {
 //     Epoch.
 //
 // Every message is validated before anything is sent; at most MaxAppendMany
-// messages per call. With no messages it sends nothing.
+// messages per call. With no messages it sends nothing. The Epoch is re-minted
+// after a failover as AppendWithID's is (see Appended.Epoch), also when every
+// message is a retry. With WithWaitReplicas a burst its replicas did not
+// confirm returns its results with ErrNotReplicated.
 func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
 	if s.ev.obs == nil {
 		return s.appendMany(ctx, conn, msgs)
@@ -119,8 +122,9 @@ func mintIDs(msgs []Outgoing) []string {
 	return ids
 }
 
-// parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...}.
-func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]Appended, error) {
+// parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...};
+// with ErrNotReplicated when its replicas did not confirm it.
+func parseAppendedMany(op, conn string, ids []string, r reply) ([]Appended, error) {
 	if err := r.Error(); err != nil {
 		return nil, opError(op, conn, err)
 	}
@@ -144,5 +148,5 @@ func parseAppendedMany(op, conn string, ids []string, r rueidis.RedisResult) ([]
 		}
 		out[i] = Appended{ID: ids[i], Seq: seq, Epoch: epoch, Created: created == 1}
 	}
-	return out, nil
+	return out, r.replicated(op, conn)
 }

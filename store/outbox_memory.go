@@ -15,6 +15,9 @@ import (
 // Its epochs are the clock's time in microseconds at creation, raised when
 // needed so that each is greater than every epoch the store handed out before
 // (a fake clock that stands still still yields a new epoch after DropConn).
+// It has no replicas and no failover, so it never re-mints an epoch the way
+// Outbox does after one (see Appended.Epoch), and it accepts and ignores
+// WithWaitReplicas.
 type MemoryOutbox struct {
 	mu        sync.Mutex
 	conns     map[string]*memConn
@@ -26,7 +29,8 @@ type MemoryOutbox struct {
 	ev        events
 }
 
-// memConn is one connection's hash: _seq, _gen, _epoch and the messages.
+// memConn is one connection's hash: _seq, _gen, _epoch and the messages
+// (no _rid: a memory store has no replication ID).
 type memConn struct {
 	seq, gen, epoch uint64
 	msgs            map[string]memMessage

@@ -22,9 +22,10 @@ var (
 // the node that takes the connection over replays them in order with Unacked.
 //
 // Connection conn is one hash, prefix + conn, holding the reserved fields _seq
-// (last sequence number), _gen (ack-generation floor, decimal uint64) and _epoch
-// (server time in microseconds when this incarnation of the hash was created),
-// and one field per message: id -> "<seq>:<payload>".
+// (last sequence number), _gen (ack-generation floor, decimal uint64), _epoch
+// (server time in microseconds when this incarnation of the hash was created)
+// and _rid (the replication ID of the server that minted _epoch; see
+// Appended.Epoch), and one field per message: id -> "<seq>:<payload>".
 //
 // Acks are fenced: each owner of a connection acks with its generation (for
 // example a counter bumped on every reconnect); an ack raises the floor to its
@@ -34,7 +35,7 @@ var (
 // the new one acks anything.
 //
 // Acks never remove the reserved fields: without a TTL (WithTTL) a drained
-// connection keeps its 3 small fields, and its seq line, until DropConn.
+// connection keeps its 4 small fields, and its seq line, until DropConn.
 // Outbox is safe for concurrent use, and any number of Outbox values on any
 // number of processes share one seq line and one floor per connection.
 type Outbox struct {
@@ -62,8 +63,8 @@ func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
 	return &Outbox{redisStore: newRedisStore(c, cfg), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack), ev: newEvents("outbox", cfg)}
 }
 
-// OpenOutbox connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) with ClientOptions and returns an outbox that owns the
+// OpenOutbox connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 	s := NewOutbox(nil, opts...)
@@ -196,7 +197,7 @@ func (s *Outbox) ackMany(ctx context.Context, conn string, msgIDs []string, gene
 // calls it as it takes a connection over. It does nothing when generation is not
 // above the floor. On a connection that does not exist yet (a takeover before
 // the first Append, or after DropConn or expiry) it creates a new incarnation
-// holding only the floor (3 small fields, with the store's TTL), so no Ack below
+// holding only the floor (4 small fields, with the store's TTL), so no Ack below
 // generation succeeds until the connection is dropped or expires. A raise
 // re-arms the store's TTL. Appends are not fenced: they carry no generation.
 func (s *Outbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
@@ -245,8 +246,9 @@ func (s *Outbox) DropConn(ctx context.Context, conn string) error {
 	return err
 }
 
-// parseAppended reads append.lua's {seq, epoch, created}.
-func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
+// parseAppended reads append.lua's {seq, epoch, created}; with
+// ErrNotReplicated when its replicas did not confirm it.
+func parseAppended(op, conn string, r reply) (Appended, error) {
 	if err := r.Error(); err != nil {
 		return Appended{}, opError(op, conn, err)
 	}
@@ -266,11 +268,11 @@ func parseAppended(op, conn string, r rueidis.RedisResult) (Appended, error) {
 	if n[0] == 0 || n[1] == 0 || n[2] > 1 {
 		return Appended{}, errorf(op, conn, ErrUnexpectedReply, "seq %d, epoch %d, created %d", n[0], n[1], n[2])
 	}
-	return Appended{Seq: n[0], Epoch: n[1], Created: n[2] == 1}, nil
+	return Appended{Seq: n[0], Epoch: n[1], Created: n[2] == 1}, r.replicated(op, conn)
 }
 
 // parseTail reads unacked.lua's {epoch, generation, id1, value1, ...}.
-func parseTail(op, conn string, r rueidis.RedisResult) (Tail, error) {
+func parseTail(op, conn string, r reply) (Tail, error) {
 	if err := r.Error(); err != nil {
 		return Tail{}, opError(op, conn, err)
 	}

@@ -54,8 +54,8 @@ func NewRecords(c rueidis.Client, opts ...Option) *Records {
 	return &Records{redisStore: newRedisStore(c, cfg), ttl: cfg.recordsTTL(), ev: newEvents("records", cfg)}
 }
 
-// OpenRecords connects to url (redis://, rediss://, unix://; see
-// rueidis.ParseURL) with ClientOptions and returns a records store that owns
+// OpenRecords connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
 	s := NewRecords(nil, opts...)
@@ -109,8 +109,9 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 }
 
 // parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
-// and a token exactly when acquired.
-func parseAcquired(op, key string, r rueidis.RedisResult) (Record, bool, error) {
+// and a token exactly when acquired; with ErrNotReplicated when its replicas
+// did not confirm it.
+func parseAcquired(op, key string, r reply) (Record, bool, error) {
 	arr, err := replyArray(op, key, r, 10)
 	if err != nil {
 		return Record{}, false, err
@@ -129,7 +130,7 @@ func parseAcquired(op, key string, r rueidis.RedisResult) (Record, bool, error) 
 	if (acquired == 1) != (rec.Token != "") {
 		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
 	}
-	return rec, acquired == 1, nil
+	return rec, acquired == 1, r.replicated(op, key)
 }
 
 // Get returns key's record, without its token, and true; (Record{}, false,

@@ -11,14 +11,14 @@ import (
 // owns it, its key prefix and the first invalid option. Claims, Outbox and
 // Records embed it; it holds no store's logic.
 type redisStore struct {
-	c      rueidis.Client
+	c      redisClient // with the store's WithWaitReplicas
 	owned  bool
 	prefix string
 	err    error // the first invalid option, returned by every call
 }
 
 func newRedisStore(c rueidis.Client, cfg config) redisStore {
-	return redisStore{c: c, prefix: cfg.prefix, err: cfg.err}
+	return redisStore{c: newRedisClient(c, cfg), prefix: cfg.prefix, err: cfg.err}
 }
 
 // open connects to url with ClientOptions and takes ownership of the client
@@ -31,7 +31,7 @@ func (s *redisStore) open(url string) error {
 	if err != nil {
 		return err
 	}
-	s.c, s.owned = c, true
+	s.c.Client, s.owned = c, true
 	return nil
 }
 
@@ -96,7 +96,8 @@ func (s *redisStore) keys(ids []string) []string {
 }
 
 // exec runs sc on key (key(id)) with the store's client: EVALSHA, and EVAL
-// when the node answers NOSCRIPT.
-func (s *redisStore) exec(ctx context.Context, sc *script, key string, args ...string) rueidis.RedisResult {
+// when the node answers NOSCRIPT; with WithWaitReplicas a write is followed by
+// WAIT on its connection (script.go).
+func (s *redisStore) exec(ctx context.Context, sc *script, key string, args ...string) reply {
 	return sc.exec(ctx, s.c, key, args...)
 }

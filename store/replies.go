@@ -11,8 +11,10 @@ import (
 // type and shape and answers ErrUnexpectedReply (or the script's error mapped
 // by opError), never a panic. store/replies_test.go feeds them malformed replies.
 
-// replyInt reads an integer reply, mapping script errors to sentinels.
-func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
+// replyInt reads an integer reply, mapping script errors to sentinels. A
+// write that its replicas did not confirm returns its integer with
+// ErrNotReplicated (WithWaitReplicas).
+func replyInt(op, id string, r reply) (int64, error) {
 	if err := r.Error(); err != nil {
 		return 0, opError(op, id, err)
 	}
@@ -27,7 +29,7 @@ func replyInt(op, id string, r rueidis.RedisResult) (int64, error) {
 	if err != nil {
 		return 0, errorf(op, id, ErrUnexpectedReply, "%v", err)
 	}
-	return n, nil
+	return n, r.replicated(op, id)
 }
 
 // replyString reads a string reply element. Unlike RedisMessage.ToString it
@@ -41,8 +43,9 @@ func replyString(m *rueidis.RedisMessage) (string, error) {
 }
 
 // replyArray reads an array reply of exactly n elements, mapping script errors
-// to sentinels.
-func replyArray(op, key string, r rueidis.RedisResult, n int) ([]rueidis.RedisMessage, error) {
+// to sentinels. It leaves r.replicated to the caller, which reports it with
+// what it parsed.
+func replyArray(op, key string, r reply, n int) ([]rueidis.RedisMessage, error) {
 	if err := r.Error(); err != nil {
 		return nil, opError(op, key, err)
 	}

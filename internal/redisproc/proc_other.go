@@ -13,3 +13,6 @@ var sigterm os.Signal = os.Kill
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 func killGroup(p *os.Process) { _ = p.Kill() }
+
+// Without Unix signals a server cannot be paused: Pause and Resume fail.
+var sigstop, sigcont os.Signal

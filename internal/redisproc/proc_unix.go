@@ -17,3 +17,8 @@ func killGroup(p *os.Process) {
 		_ = p.Kill()
 	}
 }
+
+var (
+	sigstop os.Signal = syscall.SIGSTOP
+	sigcont os.Signal = syscall.SIGCONT
+)

@@ -13,6 +13,10 @@
 // sent SIGKILL when the process that started it dies, so a crashed test binary
 // leaves no orphan behind.
 //
+// StartCluster builds a Redis Cluster of such servers, and StartSentinel a
+// primary with replicas watched by Redis Sentinel, for failover tests (Pause,
+// Kill and RestartAsReplicaOf play the faults).
+//
 // The package uses the standard library only.
 package redisproc
 
@@ -79,6 +83,12 @@ type Options struct {
 	// Args are extra raw command-line arguments appended last, as separate
 	// elements, e.g. []string{"--cluster-node-timeout", "2000"}.
 	Args []string
+	// SentinelConfig, when set, runs the process as a Redis Sentinel: Start
+	// writes it to Dir/sentinel.conf (unless that file exists: a Sentinel
+	// rewrites its own config, and Restart keeps what it learnt) and starts
+	// `redis-server Dir/sentinel.conf --sentinel` with the usual directives.
+	// StartSentinel builds a whole deployment.
+	SentinelConfig string
 }
 
 // LookPath finds a redis-server executable: on PATH first, then in /usr/sbin,
@@ -198,7 +208,17 @@ var errAddrInUse = errors.New("address already in use")
 // the process is gone when launch returns.
 func (s *Server) launch() (*process, error) {
 	o := s.opts
-	cmd := exec.Command(o.Binary, serverArgs(o)...)
+	args := serverArgs(o)
+	if o.SentinelConfig != "" {
+		conf := filepath.Join(o.Dir, "sentinel.conf")
+		if _, err := os.Stat(conf); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(conf, []byte(o.SentinelConfig), 0o644); err != nil {
+				return nil, fmt.Errorf("redisproc: %w", err)
+			}
+		}
+		args = append([]string{conf, "--sentinel"}, args...)
+	}
+	cmd := exec.Command(o.Binary, args...)
 	cmd.Dir = o.Dir
 	log := &tailBuffer{}
 	cmd.Stdout = log
@@ -382,6 +402,52 @@ func (s *Server) Kill() error {
 	<-s.proc.done
 	s.proc = nil
 	return nil
+}
+
+// Pause stops the server's process with SIGSTOP, as a long GC pause or a
+// stalled VM would: it keeps its connections but answers nothing (the kernel
+// still accepts and buffers bytes for it) until Resume. Unix only.
+func (s *Server) Pause() error { return s.signal(sigstop, "pause") }
+
+// Resume continues a paused server (SIGCONT). Unix only.
+func (s *Server) Resume() error { return s.signal(sigcont, "resume") }
+
+func (s *Server) signal(sig os.Signal, what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return fmt.Errorf("redisproc: %s: the server on port %d is not running", what, s.Port)
+	}
+	if sig == nil {
+		return fmt.Errorf("redisproc: %s: not supported on this system", what)
+	}
+	if err := s.proc.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redisproc: %s: %w", what, err)
+	}
+	return nil
+}
+
+// RestartAsReplicaOf restarts the server (see Restart) as a replica of
+// primary ("host:port"): any --replicaof among its Args is replaced, for this
+// and every later Restart. A failover test brings a killed primary back this
+// way, as the replica of the one that was promoted in its place.
+func (s *Server) RestartAsReplicaOf(primary string) error {
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return fmt.Errorf("redisproc: replica of %q: %w", primary, err)
+	}
+	s.mu.Lock()
+	var args []string
+	for i := 0; i < len(s.opts.Args); i++ {
+		if s.opts.Args[i] == "--replicaof" || s.opts.Args[i] == "--slaveof" {
+			i += 2 // the directive and its host and port
+			continue
+		}
+		args = append(args, s.opts.Args[i])
+	}
+	s.opts.Args = append(args, "--replicaof", host, port)
+	s.mu.Unlock()
+	return s.Restart()
 }
 
 // Restart starts the server again on the same port and Dir with the same

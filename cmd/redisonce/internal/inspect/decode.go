@@ -6,7 +6,7 @@
 //
 //	claims   STRING  "1" (or any value not starting with "~") = processed;
 //	                 "~<token>" = in flight, the key's PTTL is the lease left
-//	outbox   HASH    _seq, _gen, _epoch (µs), <msg_id> -> "<seq>:<payload>"
+//	outbox   HASH    _seq, _gen, _epoch (µs), _rid, <msg_id> -> "<seq>:<payload>"
 //	records  HASH    status, payload, created_ms, updated_ms, expires_ms,
 //	                 lease_ms, fence, fp, token
 //
@@ -94,7 +94,7 @@ func DecodeTail(key string, fields map[string]string, pttl int64) (Tail, error) 
 		return t, err
 	}
 	for id, v := range fields {
-		if id == "_epoch" || id == "_gen" || id == "_seq" {
+		if id == "_epoch" || id == "_gen" || id == "_seq" || id == "_rid" {
 			continue
 		}
 		seq, payload, ok := strings.Cut(v, ":")

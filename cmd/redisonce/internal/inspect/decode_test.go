@@ -38,7 +38,7 @@ func TestDecodeClaim(t *testing.T) {
 }
 
 func TestDecodeTail(t *testing.T) {
-	fields := map[string]string{"_epoch": "1700000000000000", "_gen": "18446744073709551615", "_seq": "7",
+	fields := map[string]string{"_epoch": "1700000000000000", "_gen": "18446744073709551615", "_seq": "7", "_rid": "0123456789abcdef0123456789abcdef01234567",
 		"b": "7:second", "a": "6:fi:rst"}
 	got, err := DecodeTail("k", fields, -1)
 	want := Tail{Key: "k", EpochUs: 1700000000000000, Generation: "18446744073709551615", Seq: 7, TTLms: -1,

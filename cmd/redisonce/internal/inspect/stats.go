@@ -137,7 +137,7 @@ type Size struct {
 func (s *OutboxStats) Add(ctx context.Context, c rueidis.Client, keys []string) error {
 	cmds := make(rueidis.Commands, 0, 2*len(keys))
 	for _, k := range keys {
-		cmds = append(cmds, c.B().Hmget().Key(k).Field("_epoch", "_gen", "_seq").Build(), c.B().Hlen().Key(k).Build())
+		cmds = append(cmds, c.B().Hmget().Key(k).Field("_epoch", "_gen", "_seq", "_rid").Build(), c.B().Hlen().Key(k).Build())
 	}
 	res := c.DoMulti(ctx, cmds...)
 	for i, k := range keys {
@@ -153,7 +153,7 @@ func (s *OutboxStats) Add(ctx context.Context, c rueidis.Client, keys []string) 
 			continue
 		}
 		fields := map[string]string{}
-		for j, name := range []string{"_epoch", "_gen", "_seq"} {
+		for j, name := range []string{"_epoch", "_gen", "_seq", "_rid"} {
 			if v, err := vals[j].ToString(); err == nil {
 				fields[name] = v
 			}

@@ -57,6 +57,13 @@ func Connect(ctx context.Context, rawURL string) (*Server, error) {
 	}
 	opt.DisableCache = true // no client-side caching: RESP2 servers and proxies are fine too
 	opt.Dialer.Timeout = DialTimeout
+	if opt.Sentinel.MasterSet != "" {
+		// The sentinels take the URL's credentials and TLS too, as with
+		// store.ClientOptions (rueidis.ParseURL gives them to the master only).
+		opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+		opt.Sentinel.Dialer.Timeout = DialTimeout
+	}
 	opt.ClientName = "redisonce-cli"
 	type result struct {
 		c   rueidis.Client

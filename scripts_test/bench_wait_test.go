@@ -1,0 +1,90 @@
+package scripts_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+// harnessStartReplicated starts a primary with one replica and waits until
+// the primary counts it online; it returns the primary's URL.
+func harnessStartReplicated() (string, func() error, error) {
+	if _, err := redisproc.LookPath(); err != nil {
+		return "", nil, harnessMissing(true, "no redis-server binary: this benchmark starts a primary and a replica")
+	}
+	p, err := redisproc.Start(redisproc.Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	if err != nil {
+		return "", nil, err
+	}
+	r, err := redisproc.Start(redisproc.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(p.Port)}})
+	if err != nil {
+		return "", nil, errors.Join(err, p.Stop())
+	}
+	stop := func() error { return errors.Join(r.Stop(), p.Stop()) }
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := p.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(r.Port)+",state=online,") {
+			return p.URL(), stop, nil
+		}
+		if time.Now().After(deadline) {
+			return "", nil, errors.Join(fmt.Errorf("the replica never came online: %v", err), stop())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkWaitReplicas is the cost of WithWaitReplicas(1, 1s): Claim and
+// Append on a primary with one replica (on the same machine), without the
+// option and with it, at 1 and 64 goroutines.
+func BenchmarkWaitReplicas(b *testing.B) {
+	url := harnessReplicated.get(b, harnessStartReplicated)
+	for _, wait := range []int{0, 1} {
+		opts := func(b *testing.B) []store.Option {
+			o := []store.Option{store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)}
+			if wait > 0 {
+				o = append(o, store.WithWaitReplicas(wait, time.Second))
+			}
+			return o
+		}
+		b.Run("Claim/wait="+strconv.Itoa(wait), func(b *testing.B) {
+			benchEach(b, func(b *testing.B, g int) {
+				s, err := store.OpenClaims(url, opts(b)...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ids := benchIDs(b.N)
+				ctx := context.Background()
+				benchParallel(b, g, func(i int) error {
+					ok, err := s.Claim(ctx, ids[i])
+					if err == nil && !ok {
+						err = errBenchUnexpected
+					}
+					return err
+				})
+			})
+		})
+		b.Run("Append/wait="+strconv.Itoa(wait), func(b *testing.B) {
+			benchEach(b, func(b *testing.B, g int) {
+				s, err := store.OpenOutbox(url, opts(b)...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ids := benchIDs(b.N)
+				ctx := context.Background()
+				benchParallel(b, g, func(i int) error {
+					_, err := s.AppendWithID(ctx, "conn"+strconv.Itoa(i%64), ids[i], []byte("payload"))
+					return err
+				})
+			})
+		})
+	}
+}
