@@ -92,3 +92,37 @@ func TestKeepAlive(t *testing.T) {
 		}
 	})
 }
+
+// An extension in flight when the flow ends is cancelled by stop: the flow
+// is over, nothing failed, so the observer hears no "extend" event for it
+// (an error event there would page someone for nothing). An extension whose
+// own timeout passed is still reported, as an error.
+func TestObserveExtendCutShortByStop(t *testing.T) {
+	var got []Event
+	ev := events{obs: ObserverFunc(func(_ context.Context, e Event) { got = append(got, e) }), store: "claims", prefix: "p:"}
+	inFlight := make(chan struct{})
+	extend := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(ctx context.Context) (bool, error) {
+		close(inFlight)
+		<-ctx.Done()
+		return false, ctx.Err()
+	})
+	h := keepAlive(context.Background(), 30*time.Millisecond, Lease{ID: "m", Token: "tok"}, "do", ErrLeaseLost, extend)
+	<-inFlight // the first beat (after 10ms) is waiting on its extension
+	h.stop()
+	if len(got) != 0 {
+		t.Errorf("events after stop cut an extension short: %+v, want none", got)
+	}
+
+	bctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	timedOut := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(ctx context.Context) (bool, error) {
+		<-ctx.Done()
+		return false, ctx.Err()
+	})
+	if _, err := timedOut(bctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timed-out extension: err %v", err)
+	}
+	if len(got) != 1 || got[0].Outcome != OutcomeError || !errors.Is(got[0].Err, context.DeadlineExceeded) {
+		t.Errorf("timed-out extension: events %+v, want one error event", got)
+	}
+}

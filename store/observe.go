@@ -248,11 +248,16 @@ func found(ok bool, yes Outcome) Outcome {
 
 // observeExtend wraps a Do flow's lease extension so that each one is
 // reported as an "extend" event: extended, or lost (the store's word for a
-// lease another caller holds), or the error.
+// lease another caller holds), or the error. An extension cut short because
+// the flow ended (the heartbeat's stop cancels the one in flight) is not
+// reported: nothing failed.
 func (ev *events) observeExtend(key, script string, lost Outcome, extend extendFunc) extendFunc {
 	return func(ctx context.Context) (bool, error) {
 		start := time.Now()
 		held, err := extend(ctx)
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return held, err
+		}
 		out := OutcomeExtended
 		if !held {
 			out = lost
