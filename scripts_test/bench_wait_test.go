@@ -41,8 +41,9 @@ func harnessStartReplicated() (string, func() error, error) {
 }
 
 // BenchmarkWaitReplicas is the cost of WithWaitReplicas(1, 1s): Claim and
-// Append on a primary with one replica (on the same machine), without the
-// option and with it, at 1 and 64 goroutines.
+// Append, and the batches ClaimMany and AppendMany of 16 (one WAIT per call:
+// ns/op is per batch), on a primary with one replica (on the same machine),
+// without the option and with it, at 1 and 64 goroutines.
 func BenchmarkWaitReplicas(b *testing.B) {
 	url := harnessReplicated.get(b, harnessStartReplicated)
 	for _, wait := range []int{0, 1} {
@@ -82,6 +83,43 @@ func BenchmarkWaitReplicas(b *testing.B) {
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
 					_, err := s.AppendWithID(ctx, "conn"+strconv.Itoa(i%64), ids[i], []byte("payload"))
+					return err
+				})
+			})
+		})
+		b.Run("ClaimMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
+			benchEach(b, func(b *testing.B, g int) {
+				s, err := store.OpenClaims(url, opts(b)...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ids := benchIDs(16 * b.N)
+				ctx := context.Background()
+				benchParallel(b, g, func(i int) error {
+					ok, err := s.ClaimMany(ctx, ids[16*i:16*i+16])
+					if err == nil && !ok[0] {
+						err = errBenchUnexpected
+					}
+					return err
+				})
+			})
+		})
+		b.Run("AppendMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
+			benchEach(b, func(b *testing.B, g int) {
+				s, err := store.OpenOutbox(url, opts(b)...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ids := benchIDs(16 * b.N)
+				ctx := context.Background()
+				benchParallel(b, g, func(i int) error {
+					msgs := make([]store.Outgoing, 16)
+					for j := range msgs {
+						msgs[j] = store.Outgoing{ID: ids[16*i+j], Payload: []byte("payload")}
+					}
+					_, err := s.AppendMany(ctx, "conn"+strconv.Itoa(i%64), msgs)
 					return err
 				})
 			})
