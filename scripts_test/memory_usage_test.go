@@ -113,7 +113,7 @@ func TestMemoryPerKey(t *testing.T) {
 	if err := ob.Ack(ctx, "empty", msgs[0].ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	check("outbox tail, drained (_seq, _gen, _epoch)", usage(empty), 240)
+	check("outbox tail, drained (_seq, _gen, _epoch, _rid)", usage(empty), 240)
 	perMessage("outbox, listpack tail (100 msgs, 32 B payload)", "small", 100, 32, "listpack", 144)
 	perMessage("outbox, hashtable tail (1000 msgs, 32 B payload)", "large", 1000, 32, "hashtable", 256)
 	perMessage("outbox, hashtable tail (100 msgs, 256 B payload)", "wide", 100, 256, "hashtable", 800)
