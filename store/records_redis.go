@@ -190,11 +190,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	}
 	// update.lua answers 1 (updated) or 0 (an ExpiresAt in the past deleted
 	// the record): nothing else travels back.
-	r := s.exec(ctx, scriptUpdate, s.key(key), args...)
-	if rueidis.IsRedisNil(r.Error()) {
-		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got nil")
-	}
-	n, err := replyInt(op, key, r)
+	n, err := replyInt(op, key, s.exec(ctx, scriptUpdate, s.key(key), args...))
 	if err != nil {
 		return err
 	}

@@ -123,8 +123,7 @@ func (s *script) exec(ctx context.Context, c redisClient, key string, args ...st
 // Groups on a cluster go out concurrently. A group whose WAIT counts fewer
 // than n replicas, or fails, marks each of its results unreplicated, except
 // results that are errors themselves (an error reply wrote nothing; a lost
-// connection is reported as such). A nil reply is a result (update.lua's
-// "expired at once").
+// connection is reported as such). A nil reply is a result: the script ran.
 func (c redisClient) doMulti(ctx context.Context, cmds []rueidis.Completed, write bool) []reply {
 	out := make([]reply, len(cmds))
 	if !write || c.waitN == 0 {
