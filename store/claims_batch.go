@@ -155,15 +155,9 @@ func readBatch(op string, ids []string, idx []int, r reply, out []bool,
 		out[idx[0]] = v
 		return err
 	}
-	if err := r.Error(); err != nil {
-		return opError(op, id, err)
-	}
-	vals, err := r.ToArray()
+	vals, err := replyArray(op, id, r, n)
 	if err != nil {
-		return errorf(op, id, ErrUnexpectedReply, "want an array reply: %v", err)
-	}
-	if len(vals) != n {
-		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", n, len(vals))
+		return err
 	}
 	var first error
 	for j := range n {
