@@ -227,7 +227,8 @@ func (k call) eval(c rueidis.Client) rueidis.Completed {
 func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	res := execMultiOnce(ctx, c, calls)
 	delay := 5 * time.Millisecond
-	for deadline := time.Now().Add(tryAgainFor); time.Now().Before(deadline); {
+	var deadline time.Time // from the first TRYAGAIN: no clock read without one
+	for {
 		var again []int
 		for i := range res {
 			if isTryAgain(res[i].Error()) {
@@ -235,6 +236,11 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 			}
 		}
 		if len(again) == 0 {
+			return res
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(tryAgainFor)
+		} else if !time.Now().Before(deadline) {
 			return res
 		}
 		select {
@@ -251,7 +257,6 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 			res[again[j]] = r
 		}
 	}
-	return res
 }
 
 // tryAgainFor bounds the TRYAGAIN retries of one batch: a slot migration
