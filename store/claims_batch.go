@@ -94,7 +94,8 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 	calls := make([]call, len(groups))
 	for g, idx := range groups {
 		if len(idx) == 1 {
-			calls[g] = call{s: one, key: keys[idx[0]], args: args}
+			i := idx[0]
+			calls[g] = call{s: one, keys: keys[i : i+1], args: args} // no copy of the key
 			continue
 		}
 		gk := make([]string, len(idx))
