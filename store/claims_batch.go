@@ -94,7 +94,8 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 	calls := make([]call, len(groups))
 	for g, idx := range groups {
 		if len(idx) == 1 {
-			calls[g] = call{s: one, key: keys[idx[0]], args: args}
+			i := idx[0]
+			calls[g] = call{s: one, keys: keys[i : i+1], args: args} // no copy of the key
 			continue
 		}
 		gk := make([]string, len(idx))
@@ -155,15 +156,9 @@ func readBatch(op string, ids []string, idx []int, r reply, out []bool,
 		out[idx[0]] = v
 		return err
 	}
-	if err := r.Error(); err != nil {
-		return opError(op, id, err)
-	}
-	vals, err := r.ToArray()
+	vals, err := replyArray(op, id, r, n)
 	if err != nil {
-		return errorf(op, id, ErrUnexpectedReply, "want an array reply: %v", err)
-	}
-	if len(vals) != n {
-		return errorf(op, id, ErrUnexpectedReply, "want %d elements, got %d", n, len(vals))
+		return err
 	}
 	var first error
 	for j := range n {

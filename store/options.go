@@ -10,14 +10,13 @@ import (
 type Option func(*config)
 
 type config struct {
-	prefix    string
-	prefixSet bool
-	ttl       time.Duration
-	ttlSet    bool
-	now       func() time.Time
-	maxUnack  int      // Outbox: the most unacked messages per connection, 0 = unbounded
-	observer  Observer // nil: no events
-	err       error    // the first invalid option, returned by every call
+	prefix   string
+	ttl      time.Duration
+	ttlSet   bool
+	now      func() time.Time
+	maxUnack int      // Outbox: the most unacked messages per connection, 0 = unbounded
+	observer Observer // nil: no events
+	err      error    // the first invalid option, returned by every call
 
 	waitReplicas int           // WithWaitReplicas: replicas per write, 0 = none
 	waitTimeout  time.Duration // WithWaitReplicas: WAIT's timeout
@@ -27,7 +26,7 @@ type config struct {
 // prefix may hold a hash tag like "{app}:". Defaults: Claims "bq:idemp:",
 // Outbox "gateway:outbox:", Records "idempotency:".
 func WithPrefix(p string) Option {
-	return func(c *config) { c.prefix, c.prefixSet = p, true }
+	return func(c *config) { c.prefix = p }
 }
 
 // WithTTL sets how long a key lives after a write. Claims: the dedupe window of a

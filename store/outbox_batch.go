@@ -125,15 +125,9 @@ func mintIDs(msgs []Outgoing) []string {
 // parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...};
 // with ErrNotReplicated when its replicas did not confirm it.
 func parseAppendedMany(op, conn string, ids []string, r reply) ([]Appended, error) {
-	if err := r.Error(); err != nil {
-		return nil, opError(op, conn, err)
-	}
-	vals, err := r.ToArray()
+	vals, err := replyArray(op, conn, r, 1+2*len(ids))
 	if err != nil {
-		return nil, errorf(op, conn, ErrUnexpectedReply, "want an array reply: %v", err)
-	}
-	if len(vals) != 1+2*len(ids) {
-		return nil, errorf(op, conn, ErrUnexpectedReply, "want %d elements, got %d", 1+2*len(ids), len(vals))
+		return nil, err
 	}
 	epoch, err := replyUint(&vals[0])
 	if err != nil || epoch == 0 {

@@ -249,15 +249,9 @@ func (s *Outbox) DropConn(ctx context.Context, conn string) error {
 // parseAppended reads append.lua's {seq, epoch, created}; with
 // ErrNotReplicated when its replicas did not confirm it.
 func parseAppended(op, conn string, r reply) (Appended, error) {
-	if err := r.Error(); err != nil {
-		return Appended{}, opError(op, conn, err)
-	}
-	vals, err := r.ToArray()
+	vals, err := replyArray(op, conn, r, 3)
 	if err != nil {
-		return Appended{}, errorf(op, conn, ErrUnexpectedReply, "want an array reply: %v", err)
-	}
-	if len(vals) != 3 {
-		return Appended{}, errorf(op, conn, ErrUnexpectedReply, "want 3 elements, got %d", len(vals))
+		return Appended{}, err
 	}
 	var n [3]uint64
 	for i := range vals {

@@ -190,11 +190,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	}
 	// update.lua answers 1 (updated) or 0 (an ExpiresAt in the past deleted
 	// the record): nothing else travels back.
-	r := s.exec(ctx, scriptUpdate, s.key(key), args...)
-	if rueidis.IsRedisNil(r.Error()) {
-		return errorf(op, key, ErrUnexpectedReply, "want 0 or 1, got nil")
-	}
-	n, err := replyInt(op, key, r)
+	n, err := replyInt(op, key, s.exec(ctx, scriptUpdate, s.key(key), args...))
 	if err != nil {
 		return err
 	}
@@ -351,11 +347,6 @@ func (u Update) args(op, key string) ([]string, error) {
 // integers (a decimal string is accepted too); the rest are strings, the fence
 // a decimal uint64.
 func parseRecord(op, key string, a []rueidis.RedisMessage) (Record, error) {
-	return parseRecordOpt(op, key, a, true)
-}
-
-// parseRecordOpt is parseRecord; withPayload false leaves Payload nil (no copy).
-func parseRecordOpt(op, key string, a []rueidis.RedisMessage, withPayload bool) (Record, error) {
 	var s [9]string
 	var t [4]int64
 	for i := range s {
@@ -387,14 +378,10 @@ func parseRecordOpt(op, key string, a []rueidis.RedisMessage, withPayload bool) 
 	if s[0] == "" {
 		return Record{}, errorf(op, key, ErrUnexpectedReply, "empty status")
 	}
-	var payload []byte
-	if withPayload {
-		payload = payloadBytes(s[1])
-	}
 	return Record{
 		Key:         key,
 		Status:      Status(s[0]),
-		Payload:     payload,
+		Payload:     payloadBytes(s[1]),
 		CreatedAt:   msTime(t[0]),
 		UpdatedAt:   msTime(t[1]),
 		ExpiresAt:   msTime(t[2]),

@@ -346,3 +346,35 @@ func TestReplyErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTryAgainRetried: a batch call that a cluster refuses with TRYAGAIN (a
+// slot being migrated) is sent again until it runs; one that stays refused
+// returns the TRYAGAIN error after the retries.
+func TestTryAgainRetried(t *testing.T) {
+	for _, refusals := range []int{1, 3, 1000} {
+		ctrl := gomock.NewController(t)
+		c := mock.NewClient(ctrl)
+		c.EXPECT().Mode().Return(rueidis.ClientModeStandalone).AnyTimes()
+		calls := 0
+		c.EXPECT().DoMulti(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+			calls++
+			r := mock.Result(arr(i64(1), i64(0)))
+			if calls <= refusals {
+				r = mock.Result(mock.RedisError("TRYAGAIN Multiple keys request during rehashing of slot"))
+			}
+			return []rueidis.RedisResult{r}
+		}).AnyTimes()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		got, err := store.NewClaims(c).ClaimMany(ctx, []string{"a", "b"})
+		cancel()
+		if refusals < 1000 {
+			if err != nil || calls != refusals+1 || !cmp.Equal(got, []bool{true, false}) {
+				t.Errorf("%d refusals: got %v, %v after %d calls; want [true false], nil after %d", refusals, got, err, calls, refusals+1)
+			}
+			continue
+		}
+		if !strings.Contains(fmt.Sprint(err), "TRYAGAIN") || calls < 3 {
+			t.Errorf("refused every time: got %v after %d calls; want the TRYAGAIN error after retries", err, calls)
+		}
+	}
+}

@@ -46,7 +46,8 @@ func mustScript(name string) *script {
 	return s
 }
 
-// evalsha builds EVALSHA(_RO) sha 1 key args...
+// evalsha builds EVALSHA(_RO) sha len(keys) keys... args...; a batch script's
+// keys are all in one hash slot.
 //
 // Read-only commands are pinned (never recycled into rueidis's command pool):
 // rueidis retries a read-only command on a new connection when its connection
@@ -54,20 +55,20 @@ func mustScript(name string) *script {
 // writer goroutine may still be reading it — a data race (rueidis v1.0.79,
 // client.go Do; seen by TestFaultClientKill under -race). Writes are never
 // retried after a connection error, so they keep the pool.
-func (s *script) evalsha(c rueidis.Client, key string, args []string) rueidis.Completed {
+func (s *script) evalsha(c rueidis.Client, keys, args []string) rueidis.Completed {
 	if s.ro {
-		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build().Pin()
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin()
 	}
-	return c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build()
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
-// eval builds EVAL(_RO) source 1 key args..., which also caches the script on the
-// node that runs it.
-func (s *script) eval(c rueidis.Client, key string, args []string) rueidis.Completed {
+// eval builds EVAL(_RO) source len(keys) keys... args..., which also caches the
+// script on the node that runs it.
+func (s *script) eval(c rueidis.Client, keys, args []string) rueidis.Completed {
 	if s.ro {
-		return c.B().EvalRo().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build().Pin() // see evalsha
+		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
 	}
-	return c.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()
+	return c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
 // redisClient is the client a Redis store runs its scripts on, with the
@@ -98,16 +99,17 @@ type reply struct {
 // acknowledgement a write script is sent as one DoMulti of [EVALSHA, WAIT n
 // timeout] (see doMulti).
 func (s *script) exec(ctx context.Context, c redisClient, key string, args ...string) reply {
+	keys := []string{key}
 	if s.ro || s.noWait || c.waitN == 0 {
-		r := c.Do(ctx, s.evalsha(c.Client, key, args))
+		r := c.Do(ctx, s.evalsha(c.Client, keys, args))
 		if isNoScript(r.Error()) {
-			r = c.Do(ctx, s.eval(c.Client, key, args))
+			r = c.Do(ctx, s.eval(c.Client, keys, args))
 		}
 		return reply{RedisResult: r}
 	}
-	r := c.doMulti(ctx, []rueidis.Completed{s.evalsha(c.Client, key, args)}, true)
+	r := c.doMulti(ctx, []rueidis.Completed{s.evalsha(c.Client, keys, args)}, true)
 	if isNoScript(r[0].Error()) {
-		r = c.doMulti(ctx, []rueidis.Completed{s.eval(c.Client, key, args)}, true)
+		r = c.doMulti(ctx, []rueidis.Completed{s.eval(c.Client, keys, args)}, true)
 	}
 	return r[0]
 }
@@ -123,8 +125,7 @@ func (s *script) exec(ctx context.Context, c redisClient, key string, args ...st
 // Groups on a cluster go out concurrently. A group whose WAIT counts fewer
 // than n replicas, or fails, marks each of its results unreplicated, except
 // results that are errors themselves (an error reply wrote nothing; a lost
-// connection is reported as such). A nil reply is a result (update.lua's
-// "expired at once").
+// connection is reported as such). A nil reply is a result: the script ran.
 func (c redisClient) doMulti(ctx context.Context, cmds []rueidis.Completed, write bool) []reply {
 	out := make([]reply, len(cmds))
 	if !write || c.waitN == 0 {
@@ -179,43 +180,12 @@ func (c redisClient) acknowledged(r rueidis.RedisResult) error {
 	return nil
 }
 
-// call is one entry of a batch: the script on key, or, for a batch script
-// (claim_many.lua...), on keys, all of one hash slot.
+// call is one entry of a batch: the script on keys (one key, or for a batch
+// script, claim_many.lua..., several of one hash slot).
 type call struct {
 	s    *script
-	key  string
 	keys []string
 	args []string
-}
-
-// evalshaKeys is evalsha with several keys, all in one hash slot.
-func (s *script) evalshaKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
-	if s.ro {
-		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
-	}
-	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-}
-
-// evalKeys is eval with several keys, all in one hash slot.
-func (s *script) evalKeys(c rueidis.Client, keys []string, args []string) rueidis.Completed {
-	if s.ro {
-		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build().Pin() // see evalsha
-	}
-	return c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-}
-
-func (k call) evalsha(c rueidis.Client) rueidis.Completed {
-	if k.keys != nil {
-		return k.s.evalshaKeys(c, k.keys, k.args)
-	}
-	return k.s.evalsha(c, k.key, k.args)
-}
-
-func (k call) eval(c rueidis.Client) rueidis.Completed {
-	if k.keys != nil {
-		return k.s.evalKeys(c, k.keys, k.args)
-	}
-	return k.s.eval(c, k.key, k.args)
 }
 
 // execMulti is execMultiOnce, retried for the entries a cluster answers
@@ -228,7 +198,8 @@ func (k call) eval(c rueidis.Client) rueidis.Completed {
 func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	res := execMultiOnce(ctx, c, calls)
 	delay := 5 * time.Millisecond
-	for deadline := time.Now().Add(tryAgainFor); time.Now().Before(deadline); {
+	var deadline time.Time // from the first TRYAGAIN: no clock read without one
+	for {
 		var again []int
 		for i := range res {
 			if isTryAgain(res[i].Error()) {
@@ -236,6 +207,11 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 			}
 		}
 		if len(again) == 0 {
+			return res
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(tryAgainFor)
+		} else if !time.Now().Before(deadline) {
 			return res
 		}
 		select {
@@ -252,7 +228,6 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 			res[again[j]] = r
 		}
 	}
-	return res
 }
 
 // tryAgainFor bounds the TRYAGAIN retries of one batch: a slot migration
@@ -276,7 +251,7 @@ func execMultiOnce(ctx context.Context, c redisClient, calls []call) []reply {
 	write := false
 	cmds := make([]rueidis.Completed, len(calls))
 	for i, k := range calls {
-		cmds[i] = k.evalsha(c.Client)
+		cmds[i] = k.s.evalsha(c.Client, k.keys, k.args)
 		write = write || (!k.s.ro && !k.s.noWait)
 	}
 	res := c.doMulti(ctx, cmds, write)
@@ -306,9 +281,9 @@ func execMultiOnce(ctx context.Context, c redisClient, calls []call) []reply {
 		for _, i := range retry {
 			k := calls[i]
 			if useEval {
-				cmds = append(cmds, k.eval(c.Client))
+				cmds = append(cmds, k.s.eval(c.Client, k.keys, k.args))
 			} else {
-				cmds = append(cmds, k.evalsha(c.Client))
+				cmds = append(cmds, k.s.evalsha(c.Client, k.keys, k.args))
 			}
 		}
 		again := c.doMulti(ctx, cmds, write)
