@@ -3,9 +3,7 @@ package scripts_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,16 +26,10 @@ func harnessStartReplicated() (string, func() error, error) {
 		return "", nil, errors.Join(err, p.Stop())
 	}
 	stop := func() error { return errors.Join(r.Stop(), p.Stop()) }
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, err := p.Do("INFO", "replication")
-		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(r.Port)+",state=online,") {
-			return p.URL(), stop, nil
-		}
-		if time.Now().After(deadline) {
-			return "", nil, errors.Join(fmt.Errorf("the replica never came online: %v", err), stop())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := redisproc.WaitLinked(p, r, 10*time.Second); err != nil {
+		return "", nil, errors.Join(err, stop())
 	}
+	return p.URL(), stop, nil
 }
 
 // BenchmarkWaitReplicas is the cost of WithWaitReplicas(1, 1s): Claim and
