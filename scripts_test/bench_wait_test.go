@@ -48,11 +48,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		}
 		b.Run("Claim/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenClaims(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -66,11 +62,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("Append/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenOutbox(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -81,11 +73,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("ClaimMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenClaims(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -99,11 +87,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("AppendMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenOutbox(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
