@@ -53,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -240,7 +241,7 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 		return
 	}
 	hd := w.Header()
-	copyHeader(hd, resp.header)
+	maps.Copy(hd, resp.header)
 	hd.Set(HeaderReplayed, "true")
 	w.WriteHeader(resp.status)
 	if len(resp.body) > 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 )
@@ -57,7 +58,7 @@ func (r *recorder) WriteHeader(code int) {
 		return
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
-		copyHeader(r.w.Header(), r.header)
+		maps.Copy(r.w.Header(), r.header)
 		r.w.WriteHeader(code)
 		return
 	}
@@ -124,7 +125,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 // writes go straight through. why is recorded.
 func (r *recorder) pass(why error) {
 	r.passed = why
-	copyHeader(r.w.Header(), r.sent)
+	maps.Copy(r.w.Header(), r.sent)
 	r.w.WriteHeader(r.status)
 	if r.body.Len() > 0 {
 		_, _ = r.w.Write(r.body.Bytes())
@@ -163,16 +164,9 @@ func (r *recorder) deliver() {
 	if r.passed != nil {
 		return
 	}
-	copyHeader(r.w.Header(), r.sent)
+	maps.Copy(r.w.Header(), r.sent)
 	r.w.WriteHeader(r.status)
 	if r.body.Len() > 0 {
 		_, _ = r.w.Write(r.body.Bytes())
-	}
-}
-
-// copyHeader sets every header of src on dst (replacing dst's values).
-func copyHeader(dst, src http.Header) {
-	for name, vs := range src {
-		dst[name] = vs
 	}
 }

@@ -21,10 +21,17 @@ import (
 // benchGoroutines are the concurrency levels of every store benchmark.
 var benchGoroutines = []int{1, 64}
 
-// benchClient opens a client with the options the stores open theirs with.
+// benchClient opens a client on the shared standalone server with the
+// options the stores open theirs with.
 func benchClient(b *testing.B) rueidis.Client {
 	b.Helper()
-	opt, err := store.ClientOptions(benchURL(b))
+	return benchClientAt(b, benchURL(b))
+}
+
+// benchClientAt is benchClient on the server at url.
+func benchClientAt(b *testing.B, url string) rueidis.Client {
+	b.Helper()
+	opt, err := store.ClientOptions(url)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,9 +3,7 @@ package scripts_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,16 +26,10 @@ func harnessStartReplicated() (string, func() error, error) {
 		return "", nil, errors.Join(err, p.Stop())
 	}
 	stop := func() error { return errors.Join(r.Stop(), p.Stop()) }
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, err := p.Do("INFO", "replication")
-		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(r.Port)+",state=online,") {
-			return p.URL(), stop, nil
-		}
-		if time.Now().After(deadline) {
-			return "", nil, errors.Join(fmt.Errorf("the replica never came online: %v", err), stop())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := redisproc.WaitLinked(p, r, 10*time.Second); err != nil {
+		return "", nil, errors.Join(err, stop())
 	}
+	return p.URL(), stop, nil
 }
 
 // BenchmarkWaitReplicas is the cost of WithWaitReplicas(1, 1s): Claim and
@@ -56,11 +48,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		}
 		b.Run("Claim/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenClaims(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -74,11 +62,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("Append/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenOutbox(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -89,11 +73,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("ClaimMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenClaims(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -107,11 +87,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("AppendMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s, err := store.OpenOutbox(url, opts(b)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
+				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {

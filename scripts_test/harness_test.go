@@ -18,7 +18,7 @@
 // A test that kills, restarts or fills up a server gets a private one from
 // newServer.
 //
-// For benchmarks, benchURL and newClientTB take a testing.TB. Other helper
+// For benchmarks, benchURL and harnessNewClient take a testing.TB. Other helper
 // names start with "harness" to stay out of the way of the tests.
 package scripts_test
 
@@ -134,12 +134,6 @@ func newServer(t *testing.T, o redisproc.Options) *redisproc.Server {
 func benchURL(tb testing.TB) string {
 	tb.Helper()
 	return harnessStandaloneURL(tb)
-}
-
-// newClientTB is newClient for benchmarks (any testing.TB).
-func newClientTB(tb testing.TB, url string) rueidis.Client {
-	tb.Helper()
-	return harnessNewClient(tb, url)
 }
 
 // harnessShared is one lazily started server (or cluster) shared by the test

@@ -21,22 +21,21 @@ func newReplicated(t *testing.T) (primary, replica *redisproc.Server) {
 	t.Helper()
 	primary = newServer(t, redisproc.Options{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	replica = newServer(t, redisproc.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := primary.Do("INFO", "replication")
-		if err == nil && strings.Contains(info, ",port="+strconv.Itoa(replica.Port)+",state=online,") {
-			// And it answers WAIT: a busy machine may take a while.
-			if _, err := primary.Do("SET", "newReplicated", "1"); err != nil {
-				t.Fatal(err)
-			}
-			if n, err := primary.Do("WAIT", "1", "1000"); err == nil && n == "1" {
-				return primary, replica
-			}
+	if err := redisproc.WaitLinked(primary, replica, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// And it answers WAIT: a busy machine may take a while.
+	if _, err := primary.Do("SET", "newReplicated", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := primary.Do("WAIT", "1", "1000")
+		if err == nil && n == "1" {
+			return primary, replica
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the replica never linked up: %v %s", err, info)
+			t.Fatalf("the replica is linked but WAIT 1 answers %q, %v", n, err)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -483,18 +482,10 @@ func newClusterReplica(t *testing.T, m *redisproc.Server) *redisproc.Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for {
-		info, err := m.Do("INFO", "replication")
-		rinfo, rerr := r.Do("INFO", "replication")
-		if err == nil && rerr == nil && strings.Contains(info, ",port="+strconv.Itoa(r.Port)+",state=online,") &&
-			strings.Contains(rinfo, "master_link_status:up") {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became %s's replica: %v %s", r.Addr, m.Addr, err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := redisproc.WaitLinked(m, r, time.Until(deadline)); err != nil {
+		t.Fatalf("%s never became %s's replica: %v", r.Addr, m.Addr, err)
 	}
+	return r
 }
 
 // connOn returns a connection id whose key (prefix + id) lives on node n.

@@ -349,6 +349,14 @@ func splitRecords(f []string) []map[string]string {
 	return out
 }
 
+// WaitLinked waits up to timeout until replica reports master_link_status:up
+// and primary lists it as online, as StartSentinel does for its replicas: a
+// test that starts a replica itself (Args --replicaof) calls it before
+// counting on WAIT.
+func WaitLinked(primary, replica *Server, timeout time.Duration) error {
+	return waitLinked(primary, replica, time.Now().Add(timeout))
+}
+
 // waitLinked waits until replica s reports master_link_status:up and its
 // primary lists it as online. (After a diskless sync the primary counts a
 // replica online, and WAIT counts it, only from its first REPLCONF ACK, which

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -122,22 +122,6 @@ func measureClusterClaimMany(ctx context.Context, cfg config, ids []string, prog
 func writeCluster(w io.Writer, r *clusterResult) {
 	fmt.Fprintf(w, "### ClaimMany(100) on a 3-master cluster, ids hash-tagged per batch (servers pinned: %s), 64 goroutines\n\n", r.pinned)
 	fmt.Fprintf(w, "| variant | ids/s (median of rounds) | rounds | allocs/id |\n|---|---:|---|---:|\n")
-	lo, hi := minMax(r.store)
-	fmt.Fprintf(w, "| redisonce Claims.ClaimMany (one claim_many.lua call per batch) | %s | %s–%s | %.2f |\n", fmtRate(median(r.store)), fmtRate(lo), fmtRate(hi), r.allocs)
-	lo, hi = minMax(r.prev)
-	fmt.Fprintf(w, "| ClaimMany before claim_many (one claim.lua EVALSHA per id, DoMulti) | %s | %s–%s | %.2f |\n\n", fmtRate(median(r.prev)), fmtRate(lo), fmtRate(hi), r.pAlloc)
+	fmt.Fprintf(w, "| redisonce Claims.ClaimMany (one claim_many.lua call per batch) | %s | %s–%s | %.2f |\n", fmtRate(median(r.store)), fmtRate(slices.Min(r.store)), fmtRate(slices.Max(r.store)), r.allocs)
+	fmt.Fprintf(w, "| ClaimMany before claim_many (one claim.lua EVALSHA per id, DoMulti) | %s | %s–%s | %.2f |\n\n", fmtRate(median(r.prev)), fmtRate(slices.Min(r.prev)), fmtRate(slices.Max(r.prev)), r.pAlloc)
 }
-
-func minMax(v []float64) (lo, hi float64) {
-	for i, x := range v {
-		if i == 0 || x < lo {
-			lo = x
-		}
-		if i == 0 || x > hi {
-			hi = x
-		}
-	}
-	return lo, hi
-}
-
-var _ = time.Second

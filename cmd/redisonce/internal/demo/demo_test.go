@@ -44,3 +44,23 @@ func TestRunFailsWhenEffectsDiffer(t *testing.T) {
 		t.Errorf("no FAIL row, or an ok line:\n%s", out.String())
 	}
 }
+
+// A simulated process reaches the master through password-protected
+// sentinels, as the stores' own clients do (store.ClientOptions).
+func TestProcessSentinelURL(t *testing.T) {
+	if _, err := redisproc.LookPath(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: %v", err)
+		}
+		t.Skip(err)
+	}
+	dep := redisproc.StartSentinelT(t, redisproc.SentinelOptions{Server: redisproc.Options{Password: "s3cret"}})
+	p, err := (&Env{url: dep.URL()}).newProcess()
+	if err != nil {
+		t.Fatalf("newProcess on %s: %v", dep.URL(), err)
+	}
+	defer p.client.Close()
+	if err := p.client.Do(context.Background(), p.client.B().Ping().Build()).Error(); err != nil {
+		t.Errorf("PING through the process's client: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
+	"github.com/redisonce/redisonce/store"
 )
 
 // process is one simulated process of the fleet: its own client, whose
@@ -21,9 +22,11 @@ type process struct {
 	conns  []net.Conn
 }
 
-// newProcess opens a client on the demo's server for one simulated process.
+// newProcess opens a client on the demo's server for one simulated process,
+// with the options the stores open their own clients with
+// (store.ClientOptions: Sentinel credentials included).
 func (d *Env) newProcess() (*process, error) {
-	opt, err := rueidis.ParseURL(d.url)
+	opt, err := store.ClientOptions(d.url)
 	if err != nil {
 		return nil, err
 	}

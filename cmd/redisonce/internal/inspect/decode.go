@@ -15,6 +15,7 @@ package inspect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,9 @@ type Message struct {
 	Preview string `json:"preview"` // the payload's start, quoted
 }
 
+// tailReserved are an outbox hash's fields that are not messages.
+var tailReserved = []string{"_epoch", "_gen", "_seq", "_rid"}
+
 // DecodeTail reads an outbox hash. Fields other than the reserved ones are
 // messages; with only the reserved fields given (stats reads no more), the
 // tail has no Messages.
@@ -94,7 +98,7 @@ func DecodeTail(key string, fields map[string]string, pttl int64) (Tail, error) 
 		return t, err
 	}
 	for id, v := range fields {
-		if id == "_epoch" || id == "_gen" || id == "_seq" || id == "_rid" {
+		if slices.Contains(tailReserved, id) {
 			continue
 		}
 		seq, payload, ok := strings.Cut(v, ":")

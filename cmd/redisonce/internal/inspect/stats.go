@@ -135,36 +135,13 @@ type Size struct {
 // Add reads a batch of outbox keys of one node (HMGET of the reserved
 // fields and HLEN per key: payloads are not read) and counts them.
 func (s *OutboxStats) Add(ctx context.Context, c rueidis.Client, keys []string) error {
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
-	for _, k := range keys {
-		cmds = append(cmds, c.B().Hmget().Key(k).Field("_epoch", "_gen", "_seq", "_rid").Build(), c.B().Hlen().Key(k).Build())
-	}
-	res := c.DoMulti(ctx, cmds...)
-	for i, k := range keys {
-		vals, err := res[2*i].ToArray()
-		n, _ := res[2*i+1].AsInt64()
-		if err == nil && n == 0 {
-			continue // gone since SCAN
+	return s.readHashes(ctx, c, keys, tailReserved, func(key string, fields map[string]string, hlen int) {
+		if _, err := DecodeTail(key, fields, -1); err != nil {
+			s.addForeign(key)
+			return
 		}
-		if skip, err := s.counted(k, err); skip || err != nil {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		fields := map[string]string{}
-		for j, name := range []string{"_epoch", "_gen", "_seq", "_rid"} {
-			if v, err := vals[j].ToString(); err == nil {
-				fields[name] = v
-			}
-		}
-		if _, err := DecodeTail(k, fields, -1); err != nil {
-			s.addForeign(k)
-			continue
-		}
-		s.add(k, int(n)-len(fields))
-	}
-	return nil
+		s.add(key, hlen-len(fields))
+	})
 }
 
 func (s *OutboxStats) add(key string, unacked int) {
@@ -199,34 +176,9 @@ func (s *RecordsStats) Add(ctx context.Context, c rueidis.Client, keys []string)
 	if err != nil {
 		return err
 	}
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
-	for _, k := range keys {
-		cmds = append(cmds, c.B().Hmget().Key(k).Field(RecordFields...).Build(), c.B().Hlen().Key(k).Build())
-	}
-	res := c.DoMulti(ctx, cmds...)
-	for i, k := range keys {
-		vals, err := res[2*i].ToArray()
-		n, _ := res[2*i+1].AsInt64()
-		if err == nil && n == 0 {
-			continue // gone since SCAN
-		}
-		if skip, err := s.counted(k, err); skip || err != nil {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		fields := map[string]string{}
-		for j, name := range RecordFields {
-			if j < len(vals) {
-				if v, err := vals[j].ToString(); err == nil {
-					fields[name] = v
-				}
-			}
-		}
-		s.add(k, fields, now)
-	}
-	return nil
+	return s.readHashes(ctx, c, keys, RecordFields, func(key string, fields map[string]string, _ int) {
+		s.add(key, fields, now)
+	})
 }
 
 func (s *RecordsStats) add(key string, fields map[string]string, now int64) {
@@ -245,4 +197,38 @@ func (s *RecordsStats) add(key string, fields map[string]string, now int64) {
 			s.OldestExpired = &KeyMs{Key: key, Ms: now - rec.LeaseMs}
 		}
 	}
+}
+
+// readHashes reads names and the length of each hash of keys (HMGET and HLEN
+// per key, one pipeline) and calls add with the fields present and the
+// length, for each key still there and of the hash type (see counted).
+func (cn *Counts) readHashes(ctx context.Context, c rueidis.Client, keys, names []string, add func(key string, fields map[string]string, hlen int)) error {
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, c.B().Hmget().Key(k).Field(names...).Build(), c.B().Hlen().Key(k).Build())
+	}
+	res := c.DoMulti(ctx, cmds...)
+	for i, k := range keys {
+		vals, err := res[2*i].ToArray()
+		n, _ := res[2*i+1].AsInt64()
+		if err == nil && n == 0 {
+			continue // gone since SCAN
+		}
+		if skip, err := cn.counted(k, err); skip || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		fields := map[string]string{}
+		for j, name := range names {
+			if j < len(vals) {
+				if v, err := vals[j].ToString(); err == nil {
+					fields[name] = v
+				}
+			}
+		}
+		add(k, fields, int(n))
+	}
+	return nil
 }

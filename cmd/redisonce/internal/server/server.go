@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/store"
 )
 
 // DialTimeout bounds connecting to one node; CmdTimeout one command or batch.
@@ -44,26 +46,23 @@ type Node struct {
 // the URL's password.
 func Connect(ctx context.Context, rawURL string) (*Server, error) {
 	where := Redacted(rawURL)
-	opt, err := rueidis.ParseURL(rawURL)
+	if _, err := url.Parse(rawURL); err != nil {
+		// url.Parse quotes the whole URL, and its reason may quote part of
+		// the password: show neither.
+		return nil, errors.New("bad --url: it does not parse as a URL (not shown: it may hold a password); " +
+			"%-escape @ : / % in the user and password; want redis://[user:password@]host:port[/db], rediss://... (TLS) or unix:///path")
+	}
+	// The stores' own options (no client-side caching, so RESP2 servers and
+	// proxies are fine too; a Sentinel URL's credentials and TLS for the
+	// sentinels as well), with the CLI's dial timeouts.
+	opt, err := store.ClientOptions(rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			// url.Parse quotes the whole URL, and its reason may quote part of
-			// the password: show neither.
-			return nil, errors.New("bad --url: it does not parse as a URL (not shown: it may hold a password); " +
-				"%-escape @ : / % in the user and password; want redis://[user:password@]host:port[/db], rediss://... (TLS) or unix:///path")
-		}
-		return nil, fmt.Errorf("bad --url %q: %v; want redis://[user:password@]host:port[/db], rediss://... (TLS) or unix:///path", where, err)
+		// err is `redisonce: open "<URL without its password>": <why>`.
+		return nil, fmt.Errorf("bad --url: %s; want redis://[user:password@]host:port[/db], rediss://... (TLS) or unix:///path",
+			strings.TrimPrefix(err.Error(), "redisonce: "))
 	}
-	opt.DisableCache = true // no client-side caching: RESP2 servers and proxies are fine too
 	opt.Dialer.Timeout = DialTimeout
-	if opt.Sentinel.MasterSet != "" {
-		// The sentinels take the URL's credentials and TLS too, as with
-		// store.ClientOptions (rueidis.ParseURL gives them to the master only).
-		opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
-		opt.Sentinel.TLSConfig = opt.TLSConfig
-		opt.Sentinel.Dialer.Timeout = DialTimeout
-	}
+	opt.Sentinel.Dialer.Timeout = DialTimeout
 	opt.ClientName = "redisonce-cli"
 	type result struct {
 		c   rueidis.Client
