@@ -207,14 +207,15 @@ if fresh > 0 and max ~= '0' then
 end
 
 -- The price of never handing out an (epoch, seq) twice: one INFO per call.
-local rid, now = replid(), now_us()
+-- (The clock is read only where an epoch is minted, as append.lua.)
+local rid = replid()
 
 if epoch and r[4] ~= rid then
   -- As append.lua: appends acknowledged with this epoch may be lost (the hash
   -- came through a failover or restart): their seqs would be handed out
   -- again. A new epoch, above the old one even if this server's clock is
   -- behind; seq goes on.
-  epoch = next_epoch(epoch, now)
+  epoch = next_epoch(epoch, now_us())
   if not epoch then
     return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
   end
@@ -226,7 +227,7 @@ local out = {0}
 if fresh > 0 then
   if not epoch then
     -- A new incarnation, stamped with the server's clock and replication ID.
-    epoch = now
+    epoch = now_us()
     redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
   end
   local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
