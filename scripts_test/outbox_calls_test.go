@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
@@ -91,6 +92,64 @@ func TestOutboxScriptsReadTheClockOnlyForAnEpoch(t *testing.T) {
 			}
 			if calls["info"] != 1 {
 				t.Errorf("INFO ran %d times, want 1 (the replication ID)", calls["info"])
+			}
+		})
+	}
+}
+
+// TestOutboxScriptsOneWritePerAppend: on a hash of this server's history,
+// append.lua and append_many.lua write the new messages and the next _seq in
+// one HSET (no HINCRBY: _seq was read and checked already), plus the PEXPIRE
+// a ttl asks for; a retry writes nothing but that PEXPIRE.
+func TestOutboxScriptsOneWritePerAppend(t *testing.T) {
+	srv := newServer(t, redisproc.Options{})
+	c := newClient(t, srv.URL())
+	ctx := context.Background()
+	for _, name := range []string{"append", "append_many"} {
+		s, _ := redisonce.Get(name)
+		outboxLoadScript(t, c, s)
+	}
+	appendS, _ := redisonce.Get("append")
+	manyS, _ := redisonce.Get("append_many")
+	ours := outboxWith(outboxHash("7", "3", "a", "6:x"), "_rid", outboxRid(t, c))
+
+	cases := []struct {
+		name  string
+		s     redisonce.Script
+		args  []string
+		after map[string]string
+		calls map[string]int64 // hset, hincrby, pexpire wanted
+	}{
+		{"append", appendS, []string{"m", "p", "0", "0"}, outboxWith(ours, "_seq", "8", "m", "8:p"),
+			map[string]int64{"hset": 1}},
+		{"append with ttl and max", appendS, []string{"m", "p", "60000", "5"}, outboxWith(ours, "_seq", "8", "m", "8:p"),
+			map[string]int64{"hset": 1, "pexpire": 1}},
+		{"append, retry", appendS, []string{"a", "p", "60000", "0"}, ours,
+			map[string]int64{"pexpire": 1}},
+		{"append_many", manyS, []string{"0", "0", "m", "p", "a", "q", "n", "r", "m", "s"},
+			outboxWith(ours, "_seq", "9", "m", "8:p", "n", "9:r"), map[string]int64{"hset": 1}},
+		{"append_many with ttl", manyS, []string{"60000", "5", "m", "p"}, outboxWith(ours, "_seq", "8", "m", "8:p"),
+			map[string]int64{"hset": 1, "pexpire": 1}},
+		{"append_many, retries only", manyS, []string{"0", "0", "a", "p"}, ours, map[string]int64{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "outbox-writes:" + t.Name()
+			outboxSeed(t, c, key, ours, 0)
+			if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+				t.Fatalf("CONFIG RESETSTAT: %v", err)
+			}
+			if err := outboxEval(c, tc.s, key, tc.args...).Error(); err != nil {
+				t.Fatalf("%s: %v", tc.s.Name, err)
+			}
+			calls := commandCalls(t, c)
+			for _, cmd := range []string{"hset", "hincrby", "pexpire"} {
+				if calls[cmd] != tc.calls[cmd] {
+					t.Errorf("%s ran %d times, want %d", strings.ToUpper(cmd), calls[cmd], tc.calls[cmd])
+				}
+			}
+			if h, _ := outboxRaw(t, c, key); !cmp.Equal(h, tc.after) {
+				t.Errorf("hash afterwards (-want +got):\n%s", cmp.Diff(tc.after, h))
 			}
 		})
 	}
