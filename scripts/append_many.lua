@@ -30,11 +30,11 @@
                              reserved fields missing or not canonical decimals, as
                              append.lua checks them, or a msg_id's value not
                              "<seq>:<payload>"); nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
-            replication ID: HSET _epoch <new epoch> _rid <replid> (also when none
-            is new); then HINCRBY _seq <new count>
-            and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
-            are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
+  Writes    another replication ID: HSET _epoch <new epoch> _rid <replid> (also
+            when none is new); then, only when there are new ones, one HSET of
+            _seq <last seq> and every new msg_id -> "<seq>:<payload>" (on a new
+            hash with _gen "0" _epoch <now> _rid <replid>); PEXPIRE ttl_ms when
+            ttl_ms > 0 (also when none is new)
   Atomicity every check precedes the first write; the burst is one script call
   Length    110 lines of code besides its snippets: every message validated
             before the first write, then classified (new, already in the tail,
@@ -225,13 +225,16 @@ end
 -- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
 local out = {0}
 if fresh > 0 then
+  -- The seqs go on from the _seq read above (checked: _seq + fresh stays
+  -- below 2^53; false on a new hash), written with the messages in one HSET,
+  -- as append.lua.
+  local seq = tonumber(r[1] or '0')
+  local set, given = {'_seq', string.format('%d', seq + fresh)}, {} -- given: the seq each new id got
   if not epoch then
     -- A new incarnation, stamped with the server's clock and replication ID.
     epoch = now_us()
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
+    set[3], set[4], set[5], set[6], set[7], set[8] = '_gen', '0', '_epoch', epoch, '_rid', rid
   end
-  local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
-  local set, given = {}, {} -- given: the seq each new id got
   for i = 3, n, 2 do
     local id = ARGV[i]
     if old[i] then
