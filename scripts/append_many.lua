@@ -225,9 +225,9 @@ end
 -- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
 local out = {0}
 if fresh > 0 then
-  -- The seqs go on from the _seq read above (checked: _seq + fresh stays
-  -- below 2^53; false on a new hash), written with the messages in one HSET,
-  -- as append.lua.
+  -- The seqs go on from the _seq read above (checked: _seq + fresh is at
+  -- most 2^53-1; false on a new hash), written with the messages in one
+  -- HSET, as append.lua.
   local seq = tonumber(r[1] or '0')
   local set, given = {'_seq', string.format('%d', seq + fresh)}, {} -- given: the seq each new id got
   if not epoch then
