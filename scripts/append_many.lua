@@ -30,11 +30,11 @@
                              reserved fields missing or not canonical decimals, as
                              append.lua checks them, or a msg_id's value not
                              "<seq>:<payload>"); nothing written
-  Writes    new hash: HSET _gen "0" _epoch <now> _rid <replid>; another
-            replication ID: HSET _epoch <new epoch> _rid <replid> (also when none
-            is new); then HINCRBY _seq <new count>
-            and one HSET of every new msg_id -> "<seq>:<payload>" (only when there
-            are new ones); PEXPIRE ttl_ms when ttl_ms > 0 (also when none is new)
+  Writes    another replication ID: HSET _epoch <new epoch> _rid <replid> (also
+            when none is new); then, only when there are new ones, one HSET of
+            _seq <last seq> and every new msg_id -> "<seq>:<payload>" (on a new
+            hash with _gen "0" _epoch <now> _rid <replid>); PEXPIRE ttl_ms when
+            ttl_ms > 0 (also when none is new)
   Atomicity every check precedes the first write; the burst is one script call
   Length    110 lines of code besides its snippets: every message validated
             before the first write, then classified (new, already in the tail,
@@ -207,14 +207,15 @@ if fresh > 0 and max ~= '0' then
 end
 
 -- The price of never handing out an (epoch, seq) twice: one INFO per call.
-local rid, now = replid(), now_us()
+-- (The clock is read only where an epoch is minted, as append.lua.)
+local rid = replid()
 
 if epoch and r[4] ~= rid then
   -- As append.lua: appends acknowledged with this epoch may be lost (the hash
   -- came through a failover or restart): their seqs would be handed out
   -- again. A new epoch, above the old one even if this server's clock is
   -- behind; seq goes on.
-  epoch = next_epoch(epoch, now)
+  epoch = next_epoch(epoch, now_us())
   if not epoch then
     return redis.error_reply('FULL _epoch is at 2^53-1, the last exact epoch')
   end
@@ -224,13 +225,16 @@ end
 -- The reply: {epoch, seq, created, ...}; epoch goes in front at the end.
 local out = {0}
 if fresh > 0 then
+  -- The seqs go on from the _seq read above (checked: _seq + fresh is at
+  -- most 2^53-1; false on a new hash), written with the messages in one
+  -- HSET, as append.lua.
+  local seq = tonumber(r[1] or '0')
+  local set, given = {'_seq', string.format('%d', seq + fresh)}, {} -- given: the seq each new id got
   if not epoch then
     -- A new incarnation, stamped with the server's clock and replication ID.
-    epoch = now
-    redis.call('HSET', key, '_gen', '0', '_epoch', epoch, '_rid', rid)
+    epoch = now_us()
+    set[3], set[4], set[5], set[6], set[7], set[8] = '_gen', '0', '_epoch', epoch, '_rid', rid
   end
-  local seq = redis.call('HINCRBY', key, '_seq', fresh) - fresh
-  local set, given = {}, {} -- given: the seq each new id got
   for i = 3, n, 2 do
     local id = ARGV[i]
     if old[i] then

@@ -16,9 +16,12 @@
                              acquire.lua defines it); nothing written
   Writes    HSET lease_ms (only when the caller owns the pending record)
   Atomicity the checks precede the single HSET
-  Memory    flags=allow-oom: its HSET overwrites lease_ms with a time of the same
-            length (13 digits from 2001 to 2286), so a live owner keeps its
-            lease when maxmemory is reached under noeviction
+  Memory    flags=allow-oom: its HSET overwrites the existing lease_ms field with
+            a deadline of at most 16 digits, usually as long as the one it
+            replaces (13 digits from 2001 to 2286); it grows by up to 15 bytes
+            only when the record had no lease ("0") or lease_ms passes 263
+            years. So a live owner keeps its lease when maxmemory is reached
+            under noeviction
   Complexity O(1)
 ]]
 if #ARGV ~= 2 then

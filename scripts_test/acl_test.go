@@ -35,7 +35,7 @@ const aclSetUser = "ACL SETUSER app on >app-secret resetchannels " +
 	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* -@all " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
 	"+evalsha +evalsha_ro +eval +eval_ro +script|load " +
-	"+del +exists +get +hdel +hgetall +hincrby +hlen +hmget +hset +info " +
+	"+del +exists +get +hdel +hgetall +hlen +hmget +hset +info " +
 	"+persist +pexpire +pexpireat +set +time"
 
 // aclUserURL is the URL the tests connect with as the app user.

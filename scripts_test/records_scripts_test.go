@@ -457,6 +457,10 @@ func TestScriptRenew(t *testing.T) {
 	runRecCases(t, "renew", []recCase{
 		{name: "owner", seed: recSeed(h), args: []string{"tokA", "3000"}, want: []string{"1"}, after: renewed, expireAt: recFar},
 		{name: "owner, leading zero", seed: recSeed(h), args: []string{"tokA", "03000"}, want: []string{"1"}, after: renewed, expireAt: recFar},
+		// A pending record without a lease ("0") gets one: lease_ms grows
+		// from 1 to 13 digits (renew.lua's Memory entry says so).
+		{name: "owner, no lease yet", seed: recSeed(recHash("expires_ms", recFar, "lease_ms", "0")), args: []string{"tokA", "3000"},
+			want: []string{"1"}, after: renewed, expireAt: recFar},
 		{name: "absent", args: []string{"tokA", "3000"}, want: []string{"0"}},
 		{name: "another owner", seed: recSeed(h), args: []string{"tokB", "3000"}, want: []string{"-1"}, after: h, expireAt: recFar},
 		{name: "completed", seed: recSeed(recHash("expires_ms", recFar, "status", "completed")), args: []string{"tokA", "3000"},

@@ -76,7 +76,7 @@ func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 
 // Append adds payload to conn's tail under a new message id (32 lower-case hex
 // characters from crypto/rand) and returns the id and its seq. The seq comes
-// from the server (HINCRBY in append.lua), so it is monotonic across every
+// from the server (_seq + 1 in append.lua), so it is monotonic across every
 // process and restart for as long as the connection's hash exists. Append is the
 // seed contract; AppendWithID gives the epoch too and makes retries safe.
 func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error) {
