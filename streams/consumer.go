@@ -303,7 +303,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// own, cancelled when it ends.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.cfg.concurrency)}
+	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.cfg.concurrency), running: map[string]chan struct{}{}}
 	r.loop(ctx)
 
 	done := make(chan struct{})

@@ -173,8 +173,8 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 	var ev events
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
-	// A short lease: the copies read in the same batch as the first find it
-	// in flight and come back when its lease could have ended.
+	// The copies read in the same batch as the first wait for it in this
+	// process, then find the id processed.
 	c, err := streams.New(rc, claims, "s", "g", "c1", h, streams.WithIDField("msg_id"), streams.WithLease(300*time.Millisecond),
 		streams.WithObserver(&ev))
 	if err != nil {
@@ -387,3 +387,61 @@ func TestNewInvalid(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestConsumerCluster: on a 3-master cluster, the stream, the dead-letter
+// stream and the claim keys live in different slots (on different masters).
+func TestConsumerCluster(t *testing.T) {
+	if _, err := redisproc.LookPath(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: %v", err)
+		}
+		t.Skip(err)
+	}
+	cl := redisproc.StartClusterT(t, 3, redisproc.Options{})
+	rc := newClient(t, cl.URL())
+	ctx := context.Background()
+	slot := func(key string) int64 {
+		n, err := rc.Do(ctx, rc.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The claim keys "c:pay/<entry id>" spread over every slot.
+	if slot("pay") == slot("pay:dead") || slot("pay") == slot("c:pay/1-0") {
+		t.Fatalf("the keys share a slot: %d %d %d", slot("pay"), slot("pay:dead"), slot("c:pay/1-0"))
+	}
+	claims := store.NewClaims(rc, store.WithPrefix("c:"))
+	var ev events
+	var runs sync.Map
+	h := func(_ context.Context, m streams.Message) error {
+		if m.Values["n"] == "poison" {
+			return errors.New("poison")
+		}
+		if _, dup := runs.LoadOrStore(m.Values["n"], true); dup {
+			t.Errorf("entry %s ran twice", m.Values["n"])
+		}
+		return nil
+	}
+	for _, name := range []string{"c1", "c2"} {
+		c, err := streams.New(rc, claims, "pay", "g", name, h, streams.WithLease(500*time.Millisecond),
+			streams.WithRetryDelay(10*time.Millisecond), streams.WithDeadLetter("pay:dead", 2), streams.WithObserver(&ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runConsumer(t, c)
+	}
+	const n = 200
+	xadd(t, rc, "pay", "n", "poison")
+	for i := range n {
+		xadd(t, rc, "pay", "n", strconv.Itoa(i))
+	}
+	waitFor(t, 20*time.Second, "every entry acked and the poison dead-lettered", func() bool {
+		return ev.get(store.OutcomeAcked) == n && ev.get(streams.OutcomeDeadLettered) == 1
+	})
+	if l, err := rc.Do(ctx, rc.B().Xlen().Key("pay:dead").Build()).AsInt64(); err != nil || l != 1 {
+		t.Errorf("XLEN pay:dead = %d, %v; want 1", l, err)
+	}
+	waitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, rc, "pay", "g") == 0 })
+}
+const workerEnv = "REDISONCE_STREAMS_WORKER"

@@ -30,6 +30,38 @@ type run struct {
 	slots        chan struct{}
 	handlers     sync.WaitGroup
 	shuttingDown atomic.Bool
+	// running maps the claim ids this Run is handling to a channel closed
+	// when that handling ends: a second entry with the same id (a producer's
+	// duplicate read in the same batch) waits for it instead of finding it
+	// in flight and waiting out the lease.
+	mu      sync.Mutex
+	running map[string]chan struct{}
+}
+
+// begin registers claim id as handled here, first waiting for a handling of
+// the same id in this Run to end; end, the returned func, unregisters it.
+func (r *run) begin(id string) (end func()) {
+	for {
+		r.mu.Lock()
+		wait, busy := r.running[id]
+		if !busy {
+			ch := make(chan struct{})
+			r.running[id] = ch
+			r.mu.Unlock()
+			return func() {
+				r.mu.Lock()
+				delete(r.running, id)
+				r.mu.Unlock()
+				close(ch)
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-r.hctx.Done():
+			return func() {}
+		}
+	}
 }
 
 // reserve blocks for one free handler slot, then takes up to every free
@@ -220,7 +252,9 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
 	}
+	end := r.begin(m.ClaimID)
 	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
+	end()
 	switch {
 	case err == nil:
 		if aerr := r.ack(m.ID); aerr != nil {
