@@ -444,4 +444,5 @@ func TestConsumerCluster(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, rc, "pay", "g") == 0 })
 }
+
 const workerEnv = "REDISONCE_STREAMS_WORKER"
