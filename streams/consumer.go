@@ -303,7 +303,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// own, cancelled when it ends.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.cfg.concurrency), running: map[string]chan struct{}{}}
+	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, 2*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
+		stopping: ctx.Done(), running: map[string]chan struct{}{}, acks: make(chan string, 2*ackMax)}
+	acked := make(chan struct{})
+	go func() { defer close(acked); r.ackLoop() }()
+	defer func() {
+		close(r.acks) // every handler has returned: flush the last acks
+		<-acked
+	}()
 	r.loop(ctx)
 
 	done := make(chan struct{})

@@ -24,10 +24,16 @@ const settleTimeout = 5 * time.Second
 type run struct {
 	c    *Consumer
 	hctx context.Context // the handlers' context: cancelled when the grace ends
-	// slots holds one element per running (or reserved) handler: acquire
-	// sends, release receives. Go wakes blocked senders in order, so the
-	// reclaim loop is not starved by the read loop's reservations.
-	slots        chan struct{}
+	// slots holds one element per entry read and not settled yet (running,
+	// or waiting for a worker), up to twice the concurrency: reading ahead
+	// keeps the handlers busy while the next read is on its way. Acquire
+	// sends, release receives.
+	slots chan struct{}
+	// workers holds one element per running handler, up to the concurrency.
+	workers chan struct{}
+	// stopping is closed when Run's context is done: entries read ahead and
+	// not started are then left for other consumers.
+	stopping     <-chan struct{}
 	handlers     sync.WaitGroup
 	shuttingDown atomic.Bool
 	// running maps the claim ids this Run is handling to a channel closed
@@ -36,6 +42,42 @@ type run struct {
 	// in flight and waiting out the lease.
 	mu      sync.Mutex
 	running map[string]chan struct{}
+	// acks feeds ackLoop the ids of entries to XACK: a handler slot is free
+	// as soon as its claim is committed, and one XACK carries many ids.
+	acks chan string
+}
+
+// ackMax is the most entry ids one XACK carries.
+const ackMax = 256
+
+// ackLoop acknowledges the ids sent on r.acks, as many per XACK as have
+// queued up, until r.acks is closed and drained. An XACK that fails leaves
+// its entries pending: they are reclaimed, found processed, and acked again.
+func (r *run) ackLoop() {
+	c := r.c
+	ids := make([]string, 0, ackMax)
+	for id := range r.acks {
+		ids = append(ids[:0], id)
+	fill:
+		for len(ids) < ackMax {
+			select {
+			case id, ok := <-r.acks:
+				if !ok {
+					break fill
+				}
+				ids = append(ids, id)
+			default:
+				break fill
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hctx), settleTimeout)
+		start := time.Now()
+		err := c.client.Do(ctx, c.client.B().Xack().Key(c.stream).Group(c.group).Id(ids...).Build()).Error()
+		cancel()
+		if err != nil {
+			c.report(r.hctx, "ack", ids[0], store.OutcomeError, start, fmt.Errorf("redisonce: streams: ack %d entries of %q: %w", len(ids), c.stream, err))
+		}
+	}
 }
 
 // begin registers claim id as handled here, first waiting for a handling of
@@ -222,7 +264,8 @@ func (r *run) start(m Message) {
 	go r.handle(m)
 }
 
-// handle settles one entry; it holds one slot, released when it returns.
+// handle settles one entry once a worker is free; it holds one slot,
+// released when it returns.
 func (r *run) handle(m Message) {
 	defer r.handlers.Done()
 	defer r.release(1)
@@ -231,7 +274,19 @@ func (r *run) handle(m Message) {
 	if c.cfg.observer != nil {
 		start = time.Now()
 	}
-	out, err := r.settle(&m)
+	r.workers <- struct{}{}
+	defer func() { <-r.workers }()
+	var out store.Outcome
+	var err error
+	select {
+	case <-r.stopping:
+		// Read ahead, never started: reclaimable at once by another consumer.
+		m.ClaimID = c.claimID(&m)
+		r.park(m.ID, 0)
+		out = store.OutcomeReleased
+	default:
+		out, err = r.settle(&m)
+	}
 	c.report(r.hctx, "handle", m.ClaimID, out, start, err)
 }
 
@@ -257,10 +312,7 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	end()
 	switch {
 	case err == nil:
-		if aerr := r.ack(m.ID); aerr != nil {
-			// Still pending: a reclaim finds the id processed and acks it.
-			return store.OutcomeError, aerr
-		}
+		r.acks <- m.ID
 		if ran {
 			return store.OutcomeAcked, nil
 		}
@@ -309,9 +361,7 @@ func (r *run) deadLetter(m *Message, reason string) (store.Outcome, error) {
 	})
 	switch {
 	case err == nil:
-		if aerr := r.ack(m.ID); aerr != nil {
-			return store.OutcomeError, aerr
-		}
+		r.acks <- m.ID
 		if ran {
 			return OutcomeDeadLettered, nil
 		}
@@ -326,17 +376,6 @@ func (r *run) deadLetter(m *Message, reason string) (store.Outcome, error) {
 	default:
 		return store.OutcomeError, err
 	}
-}
-
-// ack acknowledges entry id (XACK).
-func (r *run) ack(id string) error {
-	c := r.c
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hctx), settleTimeout)
-	defer cancel()
-	if err := c.client.Do(ctx, c.client.B().Xack().Key(c.stream).Group(c.group).Id(id).Build()).Error(); err != nil {
-		return fmt.Errorf("redisonce: streams: ack %s of %q: %w", id, c.stream, err)
-	}
-	return nil
 }
 
 // park leaves entry id pending, reclaimable (by any consumer) once after has
