@@ -40,7 +40,11 @@
 // them leaves the first one done and the message unprocessed: the
 // redelivery runs the whole handler again, and the first write happens twice.
 // Claims.Do makes the handler run to completion once; it cannot undo half
-// of a run that died.
+// of a run that died. A process can also die after the effect and before
+// Claims.Do commits it (a few milliseconds): an effect that must never repeat
+// should be idempotent for the message id too, e.g. one script or
+// transaction that checks the lease token, records the id, and makes the
+// writes (the README's "fenced pattern"; TestFencedPattern checks it).
 //
 // # Ids
 //
