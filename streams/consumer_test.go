@@ -447,3 +447,93 @@ func TestConsumerCluster(t *testing.T) {
 }
 
 const workerEnv = "REDISONCE_STREAMS_WORKER"
+
+// TestConsumerMissingIDField: an entry without the WithIDField field is not
+// handled: dead-lettered when a dead-letter stream is set, else left pending
+// and reported invalid (never dropped).
+func TestConsumerMissingIDField(t *testing.T) {
+	_, rc := newServer(t)
+	claims := store.NewClaims(rc, store.WithPrefix("mid:"))
+	var runs atomic.Int64
+	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
+	var evDL, evNone events
+	withDL, err := streams.New(rc, claims, "a", "g", "c1", h, streams.WithIDField("msg_id"), streams.WithDeadLetter("a:dead", 3), streams.WithObserver(&evDL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := streams.New(rc, claims, "b", "g", "c1", h, streams.WithIDField("msg_id"), streams.WithObserver(&evNone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runConsumer(t, withDL)
+	runConsumer(t, without)
+	xadd(t, rc, "a", "other", "x")
+	xadd(t, rc, "b", "other", "x")
+	waitFor(t, 10*time.Second, "both settled", func() bool {
+		return evDL.get(streams.OutcomeDeadLettered) == 1 && evNone.get(store.OutcomeInvalid) == 1
+	})
+	if runs.Load() != 0 {
+		t.Errorf("the handler ran %d times for entries without an id", runs.Load())
+	}
+	if l, _ := rc.Do(context.Background(), rc.B().Xlen().Key("a:dead").Build()).AsInt64(); l != 1 {
+		t.Errorf("XLEN a:dead = %d, want 1", l)
+	}
+	waitFor(t, 5*time.Second, "a acked", func() bool { return pending(t, rc, "a", "g") == 0 })
+	if p := pending(t, rc, "b", "g"); p != 1 {
+		t.Errorf("b: %d pending, want 1 (left for an operator, not dropped)", p)
+	}
+}
+
+// TestConsumerShutdownReleasesReadAhead: entries read ahead and not started
+// when Run's context is done are left pending with their idle time past the
+// min idle, so another consumer reclaims them at once; none of them runs in
+// the stopping consumer.
+func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
+	_, rc := newServer(t)
+	claims := store.NewClaims(rc, store.WithPrefix("ra:"))
+	release := make(chan struct{})
+	var started atomic.Int64
+	h := func(ctx context.Context, m streams.Message) error {
+		started.Add(1)
+		<-release
+		return nil
+	}
+	var ev events
+	const lease = 5 * time.Second
+	c1, err := streams.New(rc, claims, "s", "g", "c1", h, streams.WithConcurrency(2), streams.WithLease(lease), streams.WithObserver(&ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		xadd(t, rc, "s", "n", strconv.Itoa(i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c1.Run(ctx) }()
+	// 2 handlers busy, 2 entries read ahead and waiting for a worker.
+	waitFor(t, 5*time.Second, "2 handlers started and 4 entries read", func() bool {
+		return started.Load() == 2 && pending(t, rc, "s", "g") == 4
+	})
+	cancel()
+	// The entries waiting for a worker are released while both handlers
+	// still run.
+	waitFor(t, 5*time.Second, "the 2 read-ahead entries released", func() bool { return ev.get(store.OutcomeReleased) == 2 })
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if started.Load() != 2 || ev.get(store.OutcomeAcked) != 2 || ev.get(store.OutcomeReleased) != 2 {
+		t.Errorf("started %d, acked %d, released %d; want 2, 2, 2", started.Load(), ev.get(store.OutcomeAcked), ev.get(store.OutcomeReleased))
+	}
+	// The released entries are idle for the whole min idle (the lease)
+	// already: XAUTOCLAIM with it takes them now.
+	res, err := rc.Do(context.Background(), rc.B().Xautoclaim().Key("s").Group("g").Consumer("c2").
+		MinIdleTime(strconv.FormatInt(lease.Milliseconds(), 10)).Start("0-0").Count(10).Justid().Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := res[1].AsStrSlice()
+	if len(ids) != 2 {
+		t.Errorf("XAUTOCLAIM min-idle %v took %v, want the 2 released entries", lease, ids)
+	}
+}

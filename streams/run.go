@@ -274,20 +274,29 @@ func (r *run) handle(m Message) {
 	if c.cfg.observer != nil {
 		start = time.Now()
 	}
-	r.workers <- struct{}{}
-	defer func() { <-r.workers }()
 	var out store.Outcome
 	var err error
 	select {
+	case r.workers <- struct{}{}:
+		select {
+		case <-r.stopping:
+			out = r.releaseUnstarted(&m)
+		default:
+			out, err = r.settle(&m)
+		}
+		<-r.workers
 	case <-r.stopping:
-		// Read ahead, never started: reclaimable at once by another consumer.
-		m.ClaimID = c.claimID(&m)
-		r.park(m.ID, 0)
-		out = store.OutcomeReleased
-	default:
-		out, err = r.settle(&m)
+		out = r.releaseUnstarted(&m)
 	}
 	c.report(r.hctx, "handle", m.ClaimID, out, start, err)
+}
+
+// releaseUnstarted leaves an entry read ahead and never started to the
+// other consumers: reclaimable at once.
+func (r *run) releaseUnstarted(m *Message) store.Outcome {
+	m.ClaimID = r.c.claimID(m)
+	r.park(m.ID, 0)
+	return store.OutcomeReleased
 }
 
 // settle runs m through Claims.Do and acks or parks it; it returns the
