@@ -308,7 +308,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, 2*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
-		stopping: ctx.Done(), running: map[string]chan struct{}{}, acks: make(chan string, 2*ackMax)}
+		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
 	defer func() {

@@ -537,3 +537,43 @@ func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 		t.Errorf("XAUTOCLAIM min-idle %v took %v, want the 2 released entries", lease, ids)
 	}
 }
+
+// TestConsumerOwnReclaim: a consumer's own entry, reclaimed while its handler
+// runs longer than the lease, is not run again and does not take a worker:
+// with 2 handlers, a new entry is handled while the slow one runs.
+func TestConsumerOwnReclaim(t *testing.T) {
+	_, rc := newServer(t)
+	claims := store.NewClaims(rc, store.WithPrefix("own:"))
+	const lease = 200 * time.Millisecond
+	var runs atomic.Int64
+	var fastDone atomic.Int64
+	h := func(ctx context.Context, m streams.Message) error {
+		if m.Values["n"] == "slow" {
+			runs.Add(1)
+			time.Sleep(6 * lease)
+			if fastDone.Load() == 0 {
+				t.Error("the fast entry waited for the slow one")
+			}
+			return nil
+		}
+		fastDone.Add(1)
+		return nil
+	}
+	var ev events
+	c, err := streams.New(rc, claims, "s", "g", "c1", h, streams.WithConcurrency(2), streams.WithLease(lease),
+		streams.WithReclaimInterval(10*time.Millisecond), streams.WithObserver(&ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runConsumer(t, c)
+	xadd(t, rc, "s", "n", "slow")
+	time.Sleep(4 * lease) // reclaimed by its own consumer, several times
+	xadd(t, rc, "s", "n", "fast")
+	waitFor(t, 10*time.Second, "both acked", func() bool { return ev.get(store.OutcomeAcked) == 2 })
+	if runs.Load() != 1 {
+		t.Errorf("the slow handler ran %d times, want 1", runs.Load())
+	}
+	if ev.get(store.OutcomeInFlight) < 1 {
+		t.Error("the slow entry was never reclaimed (it was idle for 6 leases)")
+	}
+}

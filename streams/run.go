@@ -42,6 +42,9 @@ type run struct {
 	// in flight and waiting out the lease.
 	mu      sync.Mutex
 	running map[string]chan struct{}
+	// entries are the entry ids this Run holds (running or read ahead): a
+	// reclaim that takes one of its own back does not run it twice.
+	entries map[string]struct{}
 	// acks feeds ackLoop the ids of entries to XACK: a handler slot is free
 	// as soon as its claim is committed, and one XACK carries many ids.
 	acks chan string
@@ -259,9 +262,34 @@ func pendingCount(res rueidis.RedisResult) int64 {
 }
 
 // start runs the handler for m in a goroutine; it holds one reserved slot.
+// An entry this Run already holds (its own, reclaimed while its handler
+// runs longer than the lease) is parked for another lease instead.
 func (r *run) start(m Message) {
+	r.mu.Lock()
+	_, held := r.entries[m.ID]
+	if !held {
+		r.entries[m.ID] = struct{}{}
+	}
+	r.mu.Unlock()
 	r.handlers.Add(1)
-	go r.handle(m)
+	if held {
+		go func() {
+			defer r.handlers.Done()
+			defer r.release(1)
+			start := time.Now()
+			r.park(m.ID, r.c.minIdle)
+			r.c.report(r.hctx, "handle", r.c.claimID(&m), store.OutcomeInFlight, start, nil)
+		}()
+		return
+	}
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.entries, m.ID)
+			r.mu.Unlock()
+		}()
+		r.handle(m)
+	}()
 }
 
 // handle settles one entry once a worker is free; it holds one slot,
