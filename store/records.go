@@ -212,6 +212,12 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
+// IsPermanent reports whether err is marked Permanent (and not also
+// Retryable), and is not a context error: what Records.Do stores as failed.
+// Integrations use it for their failure policy (the streams runner
+// dead-letters such an entry at once).
+func IsPermanent(err error) bool { return storeFailure(err) }
+
 // storeFailure says whether Do stores fn's error as a failed record.
 func storeFailure(err error) bool {
 	var p permanentError

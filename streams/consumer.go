@@ -13,7 +13,8 @@
 //	the handler failed                   left pending, reclaimable      failed
 //	                                       after WithRetryDelay
 //	failed on its MaxDeliveries-th       XADD to the dead-letter        dead_lettered
-//	  delivery, or delivered more often    stream, then XACK
+//	  delivery, or delivered more often,   stream, then XACK
+//	  or failed with store.Permanent(err)
 //	cancelled by a shutdown              left pending, reclaimable      released
 //	                                       at once by another consumer
 //	a store or Redis error               left pending (reclaimed after  error
@@ -164,7 +165,9 @@ func WithIDField(name string) Option {
 // WithDeadLetter moves an entry to the stream key after maxDeliveries
 // deliveries: when its handler fails on the maxDeliveries-th delivery, or when
 // it is delivered more often than that (a handler that kills its process, a
-// consumer killed each time). The dead letter is an XADD of the entry's fields
+// consumer killed each time) — and at once when the handler's error is
+// marked store.Permanent (a retry cannot succeed). Without a dead-letter
+// stream a permanent error is retried like any other. The dead letter is an XADD of the entry's fields
 // plus "redisonce.stream", "redisonce.id", "redisonce.deliveries" and
 // "redisonce.error", followed by an XACK of the entry. It runs through
 // Claims.Do like a handler, so it happens once per claim id and never while

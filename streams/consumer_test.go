@@ -268,6 +268,9 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 		if m.Values["n"] == "poison" {
 			return fmt.Errorf("cannot apply (delivery %d)", m.Deliveries)
 		}
+		if m.Values["n"] == "declined" {
+			return store.Permanent(errors.New("card declined"))
+		}
 		return nil
 	}
 	const retry = 100 * time.Millisecond
@@ -280,12 +283,16 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 	runConsumer(t, c)
 	poison := xadd(t, rc, "s", "n", "poison")
 	xadd(t, rc, "s", "n", "flaky")
-	waitFor(t, 15*time.Second, "flaky acked and poison dead-lettered", func() bool {
-		return ev.get(store.OutcomeAcked) == 1 && ev.get(streams.OutcomeDeadLettered) == 1
+	xadd(t, rc, "s", "n", "declined")
+	waitFor(t, 15*time.Second, "flaky acked, poison and declined dead-lettered", func() bool {
+		return ev.get(store.OutcomeAcked) == 1 && ev.get(streams.OutcomeDeadLettered) == 2
 	})
 	mu.Lock()
-	flaky, poisonTries := tries["flaky"], len(tries["poison"])
+	flaky, poisonTries, declinedTries := tries["flaky"], len(tries["poison"]), len(tries["declined"])
 	mu.Unlock()
+	if declinedTries != 1 {
+		t.Errorf("declined (a store.Permanent error) ran %d times, want 1: dead-lettered at once", declinedTries)
+	}
 	if len(flaky) != 2 || flaky[1].Sub(flaky[0]) < retry {
 		t.Errorf("flaky ran at %v, want twice, the retry at least %v later", flaky, retry)
 	}
@@ -293,8 +300,14 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 		t.Errorf("poison ran %d times, want 3 (WithDeadLetter(..., 3))", poisonTries)
 	}
 	dead, err := rc.Do(context.Background(), rc.B().Xrange().Key("s:dead").Start("-").End("+").Build()).AsXRange()
-	if err != nil || len(dead) != 1 {
-		t.Fatalf("dead letters = %v, %v; want 1", dead, err)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead letters = %v, %v; want 2", dead, err)
+	}
+	if dead[0].FieldValues["n"] == "declined" {
+		dead[0], dead[1] = dead[1], dead[0]
+	}
+	if v := dead[1].FieldValues; v["n"] != "declined" || v["redisonce.error"] != "card declined" || v["redisonce.deliveries"] != "1" {
+		t.Errorf("dead letter of the declined entry = %v", v)
 	}
 	v := dead[0].FieldValues
 	if v["n"] != "poison" || v["redisonce.stream"] != "s" || v["redisonce.id"] != poison || v["redisonce.deliveries"] != "3" ||

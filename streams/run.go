@@ -368,7 +368,7 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	case r.shuttingDown.Load() && r.hctx.Err() != nil:
 		r.park(m.ID, 0)
 		return store.OutcomeReleased, err
-	case c.cfg.maxDeliveries > 0 && m.Deliveries >= c.cfg.maxDeliveries:
+	case c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || store.IsPermanent(err)):
 		return r.deadLetter(m, err.Error())
 	default:
 		r.park(m.ID, c.cfg.retryDelay)
