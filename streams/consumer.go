@@ -10,7 +10,7 @@
 //	a duplicate of a processed id        XACK (the effect ran before)   duplicate
 //	in flight (another consumer holds    left pending, reclaimable      in_flight
 //	  the id's lease)                      after RetryAfter
-//	the handler failed                   left pending, reclaimable      failed
+//	the handler failed (or panicked)     left pending, reclaimable      failed
 //	                                       after WithRetryDelay
 //	failed on its MaxDeliveries-th       XADD to the dead-letter        dead_lettered
 //	  delivery, or delivered more often,   stream, then XACK
@@ -93,7 +93,8 @@ type Message struct {
 // Handler applies one message's effect. Its context carries the claim's
 // lease (store.LeaseFromContext) and is cancelled when the lease is lost or
 // when a shutdown's grace period ends. Its effect must be all-or-nothing (see
-// the package doc).
+// the package doc). A handler that panics has failed: the panic is
+// recovered, and its value is in the error the entry is reported with.
 type Handler func(ctx context.Context, m Message) error
 
 // Outcomes a Consumer reports (store.Event.Outcome, with Store "streams" and

@@ -263,7 +263,7 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 		defer mu.Unlock()
 		tries[m.Values["n"]] = append(tries[m.Values["n"]], time.Now())
 		if m.Values["n"] == "flaky" && len(tries["flaky"]) == 1 {
-			return errors.New("transient")
+			panic("transient") // a panic is a failure: retried, not a crash
 		}
 		if m.Values["n"] == "poison" {
 			return fmt.Errorf("cannot apply (delivery %d)", m.Deliveries)

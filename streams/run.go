@@ -345,7 +345,14 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
 	}
 	end := r.begin(m.ClaimID)
-	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
+	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("redisonce: streams: handler panicked on entry %s of %q: %v", m.ID, c.stream, p)
+			}
+		}()
+		return c.handle(ctx, *m)
+	})
 	end()
 	switch {
 	case err == nil:
