@@ -222,7 +222,12 @@ func WithReclaimInterval(d time.Duration) Option {
 // the first consumer started is skipped) or "$" (only entries added from now
 // on). An existing group is left as it is.
 func WithStartID(id string) Option {
-	return func(c *config) { c.startID = id }
+	return func(c *config) {
+		if id == "" {
+			c.err = fmt.Errorf("streams: empty start id: %w", store.ErrInvalidArgument)
+		}
+		c.startID = id
+	}
 }
 
 // WithShutdownGrace sets how long Run waits, once its context is done, for

@@ -393,6 +393,9 @@ func TestNewInvalid(t *testing.T) {
 		"dead letter":  second(streams.New(nil, claims, "s", "g", "c", h, streams.WithDeadLetter("", 3))),
 		"max 0":        second(streams.New(nil, claims, "s", "g", "c", h, streams.WithDeadLetter("d", 0))),
 		"id field":     second(streams.New(nil, claims, "s", "g", "c", h, streams.WithIDField(""))),
+		"start id":     second(streams.New(nil, claims, "s", "g", "c", h, streams.WithStartID(""))),
+		"nil claims":   second(streams.New(nil, nil, "s", "g", "c", h)),
+		"same streams": second(streams.New(newClient(t, "redis://"+redisAddr), claims, "s", "g", "c", h, streams.WithDeadLetter("s", 3))),
 	} {
 		if !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
