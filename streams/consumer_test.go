@@ -197,18 +197,30 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 	waitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, rc, "s", "g") == 0 })
 }
 
-// TestConsumerSlowHandlerPacedByLease: a handler that runs 4 leases long
-// while a second consumer keeps reclaiming its entry: the effect runs once,
-// and the in-flight redeliveries are paced by the lease (RetryAfter), not by
-// the reclaim interval.
+// TestConsumerSlowHandlerPacedByLease: a handler that runs 3 leases long
+// while a second consumer keeps reclaiming its entry: no second run starts
+// while a first run's context is live (on a machine loaded enough to delay
+// the lease extensions past the lease, the first run is cancelled, and only
+// then may another start), and the in-flight redeliveries are paced by the
+// lease (RetryAfter), not by the reclaim interval.
 func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	_, rc := newServer(t)
 	claims := store.NewClaims(rc, store.WithPrefix("slow:"))
-	const lease = 600 * time.Millisecond
-	const handler = 4 * lease
-	var runs atomic.Int64
+	const lease = time.Second
+	const handler = 3 * lease
+	type span struct{ start, end time.Time }
+	var mu sync.Mutex
+	var runs []span // each run: its start, and when its context ended (or it returned)
 	h := func(ctx context.Context, m streams.Message) error {
-		runs.Add(1)
+		mu.Lock()
+		i := len(runs)
+		runs = append(runs, span{start: time.Now()})
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			runs[i].end = time.Now()
+			mu.Unlock()
+		}()
 		select {
 		case <-time.After(handler):
 			return nil
@@ -239,10 +251,24 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	// one comes a lease after the delivery: at most elapsed/(lease/2) of
 	// them. A reclaim every 20 ms without the pacing would make ~elapsed/20ms.
 	bound := int(elapsed/(lease/2)) + 1
-	t.Logf("handler %v, elapsed %v: %d run(s), %d in-flight redeliveries (bound %d; %d reclaim ticks)",
-		handler, elapsed.Round(time.Millisecond), runs.Load(), inFlight, bound, elapsed/reclaim)
-	if runs.Load() != 1 {
-		t.Errorf("the handler ran %d times, want 1", runs.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	var spans []string
+	for _, r := range runs {
+		spans = append(spans, fmt.Sprintf("+%v..+%v", r.start.Sub(start).Round(time.Millisecond), r.end.Sub(start).Round(time.Millisecond)))
+	}
+	t.Logf("handler %v, elapsed %v: %d run(s) %v, %d in-flight redeliveries (bound %d; %d reclaim ticks)",
+		handler, elapsed.Round(time.Millisecond), len(runs), spans, inFlight, bound, elapsed/reclaim)
+	if len(runs) == 0 {
+		t.Fatal("the handler never ran")
+	}
+	for i := 1; i < len(runs); i++ {
+		if runs[i].start.Before(runs[i-1].end) {
+			t.Errorf("run %d started at +%v while run %d's context was live (until +%v)", i, runs[i].start.Sub(start), i-1, runs[i-1].end.Sub(start))
+		}
+	}
+	if len(runs) > 1 {
+		t.Logf("the first run lost its lease (extensions delayed past the lease on a loaded machine) and was cancelled first")
 	}
 	if inFlight < 1 || inFlight > bound {
 		t.Errorf("%d in-flight redeliveries, want 1..%d (the entry was idle past the lease, so reclaimed at least once)", inFlight, bound)

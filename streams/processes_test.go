@@ -25,8 +25,8 @@ const (
 	procDuplicates = 200 // re-published: every 10th id XADDed again
 	procWorkers    = 3
 	procConcurrent = 8
-	procLease      = time.Second
-	procVictim     = "m0100" // its first handler is SIGKILLed mid-run
+	procLease      = 2 * time.Second // extensions every 667 ms: room for a loaded machine
+	procVictim     = "m0100"         // its first handler is SIGKILLed mid-run
 )
 
 // procSlow are ids whose handler runs 2.5 leases: slower than the reclaim
