@@ -1,0 +1,129 @@
+package scripts_test
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The records' expiry rule, on the raw keys: expires_ms is the retention a
+// record was given; the key expires then, except while the record is
+// pending with a lease that runs past it, when the key lives until lease_ms
+// (acquire.lua, renew.lua and update.lua move it), so a live owner never
+// loses its record to expiry. A write that leaves no live lease past a
+// retention that has run out gives the record its retention again, from now:
+// expires_ms = now + (expires_ms - created_ms). recRunCase checks the rule on
+// every records case (PEXPIRETIME against expires_ms and lease_ms).
+
+// recAt is a deadline d from the machine's clock (the servers run on it), in
+// ms, for seeds: the cases' {now} placeholders are the script's own TIME.
+func recAt(d time.Duration) string {
+	return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10)
+}
+
+// recSeedKeyAt writes h raw with the key expiring at at (ms), whatever
+// expires_ms says: a record whose key a lease kept alive.
+func recSeedKeyAt(h map[string]string, at string) [][]string {
+	cmd := []string{"HSET", "$K"}
+	for _, f := range slices.Sorted(maps.Keys(h)) {
+		cmd = append(cmd, f, h[f])
+	}
+	return [][]string{cmd, {"PEXPIREAT", "$K", at}}
+}
+
+func recWith(h map[string]string, kv ...string) map[string]string {
+	h = maps.Clone(h)
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = kv[i+1]
+	}
+	return h
+}
+
+func TestScriptRenewKeepsTheKey(t *testing.T) {
+	// Retention 1 s from now, lease 0.5 s: a renewal of 3 s must carry the
+	// key past its retention.
+	short := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(time.Second), "lease_ms", recAt(500*time.Millisecond))
+	long := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(time.Hour), "lease_ms", recAt(500*time.Millisecond))
+	never := recHash("expires_ms", "0", "lease_ms", recAt(500*time.Millisecond))
+	// Retention passed 0.5 s ago; the key lives on the lease (until +0.5 s).
+	over := recHash("created_ms", recAt(-1500*time.Millisecond), "expires_ms", recAt(-500*time.Millisecond), "lease_ms", recAt(500*time.Millisecond))
+	runRecCases(t, "renew", []recCase{
+		{name: "lease past the retention", seed: recSeed(short), args: []string{"tokA", "3000"}, want: []string{"1"},
+			after: recWith(short, "lease_ms", "{now+3000}"), expireAt: "{now+3000}"},
+		{name: "lease within the retention", seed: recSeed(long), args: []string{"tokA", "3000"}, want: []string{"1"},
+			after: recWith(long, "lease_ms", "{now+3000}"), expireAt: long["expires_ms"]},
+		{name: "no expiry", seed: recSeed(never), args: []string{"tokA", "3000"}, want: []string{"1"},
+			after: recWith(never, "lease_ms", "{now+3000}")},
+		{name: "retention already run out", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokA", "3000"}, want: []string{"1"},
+			after: recWith(over, "lease_ms", "{now+3000}"), expireAt: "{now+3000}"},
+		{name: "another owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokB", "3000"}, want: []string{"-1"},
+			after: over, expireAt: over["lease_ms"]},
+	})
+}
+
+func TestScriptAcquireLeasePastTTL(t *testing.T) {
+	retention := recAt(time.Hour)
+	passed := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Second), "lease_ms", "1", "fence", "3")
+	runRecCases(t, "acquire", []recCase{
+		{name: "new, ttl shorter than the lease", args: []string{"1000", "tokA", "", "3000"},
+			want: []string{"1", "pending", "", "{now}", "{now}", "{now+1000}", "{now+3000}", "1", "", "tokA"},
+			after: recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+1000}", "lease_ms", "{now+3000}"),
+			expireAt: "{now+3000}"},
+		{name: "new, ttl longer than the lease", args: []string{"60000", "tokA", "", "3000"},
+			want: []string{"1", "pending", "", "{now}", "{now}", "{now+60000}", "{now+3000}", "1", "", "tokA"},
+			after: recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+60000}", "lease_ms", "{now+3000}"),
+			expireAt: "{now+60000}"},
+		{name: "takeover, lease past the retention", seed: recSeed(passed), args: []string{"0", "tokB", "", "5000"},
+			want: append([]string{"1"}, recAsReply(recWith(passed, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
+			after:    recWith(passed, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"),
+			expireAt: "{now+5000}"},
+		{name: "takeover, lease within the retention", seed: recSeed(recWith(passed, "expires_ms", retention)), args: []string{"0", "tokB", "", "5000"},
+			want: append([]string{"1"}, recAsReply(recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
+			after:    recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"),
+			expireAt: retention},
+	})
+}
+
+func TestScriptUpdateRestoresRetention(t *testing.T) {
+	// A record created 1.5 s ago with a 1 s retention (passed 0.5 s ago),
+	// its key kept until +2 s by its lease.
+	over := recHash("created_ms", recAt(-1500*time.Millisecond), "expires_ms", recAt(-500*time.Millisecond), "lease_ms", recAt(2*time.Second))
+	// Retention 5 s ahead, key kept until +8 s by the lease.
+	ahead := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(5*time.Second), "lease_ms", recAt(8*time.Second))
+	ttl := func(h map[string]string) int64 {
+		e, _ := strconv.ParseInt(h["expires_ms"], 10, 64)
+		c, _ := strconv.ParseInt(h["created_ms"], 10, 64)
+		return e - c
+	}
+	again := "{now+" + strconv.FormatInt(ttl(over), 10) + "}"
+	runRecCases(t, "update", []recCase{
+		{name: "final write after the retention ran out: the retention again, from now", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokA", "status", "completed", "payload", "res"}, want: []string{"1"},
+			after:    recWith(over, "status", "completed", "payload", "res", "lease_ms", "0", "updated_ms", "{now}", "expires_ms", again),
+			expireAt: again},
+		{name: "final write within the retention: back to it", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "status", "completed", "payload", "res"}, want: []string{"1"},
+			after:    recWith(ahead, "status", "completed", "payload", "res", "lease_ms", "0", "updated_ms", "{now}"),
+			expireAt: ahead["expires_ms"]},
+		{name: "a payload while pending keeps the lease's expiry", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokA", "payload", "progress"}, want: []string{"1"},
+			after:    recWith(over, "payload", "progress", "updated_ms", "{now}"),
+			expireAt: over["lease_ms"]},
+		{name: "a lease moved past the retention", seed: recSeed(ahead),
+			args: []string{"tokA", "lease_in_ms", "30000"}, want: []string{"1"},
+			after:    recWith(ahead, "lease_ms", "{now+30000}", "updated_ms", "{now}"),
+			expireAt: "{now+30000}"},
+		{name: "the lease removed after the retention ran out", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokA", "lease_in_ms", "0"}, want: []string{"1"},
+			after:    recWith(over, "lease_ms", "0", "updated_ms", "{now}", "expires_ms", again),
+			expireAt: again},
+		{name: "an explicit expiry within the lease", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "expires_in_ms", "2000"}, want: []string{"1"},
+			after:    recWith(ahead, "expires_ms", "{now+2000}", "updated_ms", "{now}"),
+			expireAt: ahead["lease_ms"]},
+		{name: "a stale owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokB", "status", "completed"}, errc: "STALE_OWNER"},
+	})
+}
