@@ -69,8 +69,12 @@ type Record struct {
 	Status Status
 	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
 	Payload []byte
-	// ExpiresAt is when the record expires; zero: never. For Records it is the
-	// Redis key's expiry (PEXPIREAT).
+	// ExpiresAt is when the record expires (its retention); zero: never. While
+	// the record is pending with a lease that runs past ExpiresAt it lives
+	// until the lease passes instead, so a live owner never loses it to
+	// expiry; a final write after ExpiresAt passed moves ExpiresAt to the
+	// record's retention (ExpiresAt - CreatedAt) from then. For Records it is
+	// the Redis key's expiry (PEXPIREAT), or LeaseUntil in that case.
 	ExpiresAt time.Time
 	// CreatedAt is when the record was created; a takeover keeps it.
 	CreatedAt time.Time
@@ -117,8 +121,12 @@ type Update struct {
 // AcquireOptions says how to acquire a record.
 type AcquireOptions struct {
 	// TTL is how long a new record lives, counted from its creation (a
-	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
+	// takeover does not extend it). A pending record whose lease runs past
+	// it lives until the lease passes (see Record.ExpiresAt): a TTL shorter
+	// than the lease or than Do's fn never expires a record under its live
+	// owner, and Do's result is then kept for TTL from its final write.
+	// Default 0: the store's WithTTL, itself default DefaultRecordsTTL (24
+	// hours). Negative values are invalid.
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the
