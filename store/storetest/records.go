@@ -932,6 +932,45 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustGet(t, s, "k", false)
 	})
 
+	t.Run("LeasePastTheTTLKeepsTheRecord", func(t *testing.T) {
+		// The expiry rule outside Do: a lease that runs past the TTL keeps
+		// the pending record until the lease passes; then it expires.
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: 4 * tick}, true)
+		if !a.ExpiresAt.Equal(a.CreatedAt.Add(tick)) {
+			t.Errorf("ExpiresAt = %v, want CreatedAt + TTL: the retention asked for", a.ExpiresAt)
+		}
+		h.Wait(2 * tick)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
+			t.Errorf("record past its TTL, within its lease = %+v; want it pending", got)
+		}
+		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+		if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence != 1 {
+			t.Errorf("acquire after the lease and the TTL passed: fence %d, want 1 (a new record)", b.Fence)
+		}
+	})
+
+	t.Run("UpdateRestoresTheRetention", func(t *testing.T) {
+		// A lease moved past the TTL by Update keeps the record; the write
+		// that ends the lease after the TTL ran out gives it the TTL again.
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{TTL: 2 * tick, Lease: tick}, true)
+		noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: timePtr(h.Now().Add(6 * tick)), Token: a.Token}))
+		h.Wait(4 * tick)
+		mustGet(t, s, "k", true)
+		start := h.Now()
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("A"), Token: a.Token}))
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || !got.LeaseUntil.IsZero() {
+			t.Errorf("after the final write: %+v; want completed without a lease", got)
+		}
+		within(t, "ExpiresAt after the final write", got.ExpiresAt, start.Add(2*tick))
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+	})
+
 	t.Run("DoOnlyOneOfMany", func(t *testing.T) {
 		s := newStore(t)
 		var runs atomic.Int32
