@@ -239,3 +239,33 @@ func TestClaimsConformanceWaitReplicas(t *testing.T) {
 		Tick: 100 * time.Millisecond,
 	})
 }
+
+// TestBatchFirstWinsSentinel: the same on a Sentinel deployment (a client in
+// Sentinel mode is not a cluster client: one group, one WAIT). A guard: on
+// rueidis v1.0.79 a Sentinel client's commands already shared one Slot(), so
+// this passed before the fix too; a standalone client's did not.
+func TestBatchFirstWinsSentinel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := redisproc.StartSentinelT(t, redisproc.SentinelOptions{Sentinels: 1})
+	prefix := uniquePrefix(t)
+	s, err := store.OpenClaims(d.URL(), store.WithWaitReplicas(1, 5*time.Second), store.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	primary := d.Servers[0]
+	ids, want := crossCut("s", 10_000, 2_000, false)
+	before := infoInt(t, primary, "stats", "total_connections_received")
+	got, err := s.ClaimMany(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := infoInt(t, primary, "stats", "total_connections_received") - before - 1 // the INFO's own
+	checkFirstWins(t, "sentinel", primary, prefix, ids, want, got)
+	if opened > 1 {
+		t.Errorf("a batch of 24 calls opened %d connections to the primary; want at most 1: one group, one WAIT", opened)
+	}
+	t.Logf("12,000 ids (2,000 repeats): %d connection(s) opened", opened)
+}
