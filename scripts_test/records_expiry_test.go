@@ -42,21 +42,25 @@ func recWith(h map[string]string, kv ...string) map[string]string {
 }
 
 func TestScriptRenewKeepsTheKey(t *testing.T) {
-	// Retention 1 s from now, lease 0.5 s: a renewal of 3 s must carry the
-	// key past its retention.
-	short := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(time.Second), "lease_ms", recAt(500*time.Millisecond))
-	long := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(time.Hour), "lease_ms", recAt(500*time.Millisecond))
-	never := recHash("expires_ms", "0", "lease_ms", recAt(500*time.Millisecond))
-	// Retention passed 0.5 s ago; the key lives on the lease (until +0.5 s).
-	over := recHash("created_ms", recAt(-1500*time.Millisecond), "expires_ms", recAt(-500*time.Millisecond), "lease_ms", recAt(500*time.Millisecond))
+	// The seeds' deadlines are minutes away: the cases run after a cluster
+	// has started, which may take seconds on a busy machine.
+	// Retention 1 min from now, lease 30 s: a renewal of 2 min must carry
+	// the key past its retention.
+	short := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Minute), "lease_ms", recAt(30*time.Second))
+	long := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Hour), "lease_ms", recAt(30*time.Second))
+	never := recHash("expires_ms", "0", "lease_ms", recAt(30*time.Second))
+	// Retention passed a minute ago; the key lives on the lease (+1 min).
+	over := recHash("created_ms", recAt(-2*time.Minute), "expires_ms", recAt(-time.Minute), "lease_ms", recAt(time.Minute))
 	runRecCases(t, "renew", []recCase{
-		{name: "lease past the retention", seed: recSeed(short), args: []string{"tokA", "3000"}, want: []string{"1"},
-			after: recWith(short, "lease_ms", "{now+3000}"), expireAt: "{now+3000}"},
+		{name: "lease past the retention", seed: recSeed(short), args: []string{"tokA", "120000"}, want: []string{"1"},
+			after: recWith(short, "lease_ms", "{now+120000}"), expireAt: "{now+120000}"},
 		{name: "lease within the retention", seed: recSeed(long), args: []string{"tokA", "3000"}, want: []string{"1"},
 			after: recWith(long, "lease_ms", "{now+3000}"), expireAt: long["expires_ms"]},
 		{name: "no expiry", seed: recSeed(never), args: []string{"tokA", "3000"}, want: []string{"1"},
 			after: recWith(never, "lease_ms", "{now+3000}")},
-		{name: "retention already run out", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokA", "3000"}, want: []string{"1"},
+		{name: "retention already run out", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokA", "120000"}, want: []string{"1"},
+			after: recWith(over, "lease_ms", "{now+120000}"), expireAt: "{now+120000}"},
+		{name: "retention run out, a shorter lease", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokA", "3000"}, want: []string{"1"},
 			after: recWith(over, "lease_ms", "{now+3000}"), expireAt: "{now+3000}"},
 		{name: "another owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]), args: []string{"tokB", "3000"}, want: []string{"-1"},
 			after: over, expireAt: over["lease_ms"]},
@@ -65,7 +69,7 @@ func TestScriptRenewKeepsTheKey(t *testing.T) {
 
 func TestScriptAcquireLeasePastTTL(t *testing.T) {
 	retention := recAt(time.Hour)
-	passed := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Second), "lease_ms", "1", "fence", "3")
+	passed := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Minute), "lease_ms", "1", "fence", "3")
 	runRecCases(t, "acquire", []recCase{
 		{name: "new, ttl shorter than the lease", args: []string{"1000", "tokA", "", "3000"},
 			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+1000}", "{now+3000}", "1", "", "tokA"},
@@ -75,10 +79,10 @@ func TestScriptAcquireLeasePastTTL(t *testing.T) {
 			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+60000}", "{now+3000}", "1", "", "tokA"},
 			after:    recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+60000}", "lease_ms", "{now+3000}"),
 			expireAt: "{now+60000}"},
-		{name: "takeover, lease past the retention", seed: recSeed(passed), args: []string{"0", "tokB", "", "5000"},
-			want:     append([]string{"1"}, recAsReply(recWith(passed, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
-			after:    recWith(passed, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"),
-			expireAt: "{now+5000}"},
+		{name: "takeover, lease past the retention", seed: recSeed(passed), args: []string{"0", "tokB", "", "120000"},
+			want:     append([]string{"1"}, recAsReply(recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
+			after:    recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "4"),
+			expireAt: "{now+120000}"},
 		{name: "takeover, lease within the retention", seed: recSeed(recWith(passed, "expires_ms", retention)), args: []string{"0", "tokB", "", "5000"},
 			want:     append([]string{"1"}, recAsReply(recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
 			after:    recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"),
@@ -87,11 +91,12 @@ func TestScriptAcquireLeasePastTTL(t *testing.T) {
 }
 
 func TestScriptUpdateRestoresRetention(t *testing.T) {
-	// A record created 1.5 s ago with a 1 s retention (passed 0.5 s ago),
-	// its key kept until +2 s by its lease.
-	over := recHash("created_ms", recAt(-1500*time.Millisecond), "expires_ms", recAt(-500*time.Millisecond), "lease_ms", recAt(2*time.Second))
-	// Retention 5 s ahead, key kept until +8 s by the lease.
-	ahead := recHash("created_ms", recAt(-time.Second), "expires_ms", recAt(5*time.Second), "lease_ms", recAt(8*time.Second))
+	// (Deadlines minutes away, as in TestScriptRenewKeepsTheKey.) A record
+	// created 2 min ago with a 1 min retention (passed a minute ago), its
+	// key kept until +2 min by its lease.
+	over := recHash("created_ms", recAt(-2*time.Minute), "expires_ms", recAt(-time.Minute), "lease_ms", recAt(2*time.Minute))
+	// Retention 5 min ahead, key kept until +8 min by the lease.
+	ahead := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(5*time.Minute), "lease_ms", recAt(8*time.Minute))
 	ttl := func(h map[string]string) int64 {
 		e, _ := strconv.ParseInt(h["expires_ms"], 10, 64)
 		c, _ := strconv.ParseInt(h["created_ms"], 10, 64)
@@ -111,17 +116,21 @@ func TestScriptUpdateRestoresRetention(t *testing.T) {
 			args: []string{"tokA", "payload", "progress"}, want: []string{"1"},
 			after:    recWith(over, "payload", "progress", "updated_ms", "{now}"),
 			expireAt: over["lease_ms"]},
-		{name: "a lease moved past the retention", seed: recSeed(ahead),
+		{name: "a lease moved further past the retention", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "lease_in_ms", "600000"}, want: []string{"1"},
+			after:    recWith(ahead, "lease_ms", "{now+600000}", "updated_ms", "{now}"),
+			expireAt: "{now+600000}"},
+		{name: "a lease moved back within the retention", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
 			args: []string{"tokA", "lease_in_ms", "30000"}, want: []string{"1"},
 			after:    recWith(ahead, "lease_ms", "{now+30000}", "updated_ms", "{now}"),
-			expireAt: "{now+30000}"},
+			expireAt: ahead["expires_ms"]},
 		{name: "the lease removed after the retention ran out", seed: recSeedKeyAt(over, over["lease_ms"]),
 			args: []string{"tokA", "lease_in_ms", "0"}, want: []string{"1"},
 			after:    recWith(over, "lease_ms", "0", "updated_ms", "{now}", "expires_ms", again),
 			expireAt: again},
 		{name: "an explicit expiry within the lease", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
-			args: []string{"tokA", "expires_in_ms", "2000"}, want: []string{"1"},
-			after:    recWith(ahead, "expires_ms", "{now+2000}", "updated_ms", "{now}"),
+			args: []string{"tokA", "expires_in_ms", "120000"}, want: []string{"1"},
+			after:    recWith(ahead, "expires_ms", "{now+120000}", "updated_ms", "{now}"),
 			expireAt: ahead["lease_ms"]},
 		{name: "a stale owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]),
 			args: []string{"tokB", "status", "completed"}, errc: "STALE_OWNER"},
