@@ -172,3 +172,31 @@ func TestClaimManyOneGroupStandalone(t *testing.T) {
 		t.Errorf("%d calls; want 5 (2100 keys in calls of at most 500)", n)
 	}
 }
+
+// TestClaimManyRepeatsObserved: a repeat is reported as the outcome its
+// call would have had: a duplicate for ClaimMany, its first occurrence's
+// answer for SeenMany; events count every id given.
+func TestClaimManyRepeatsObserved(t *testing.T) {
+	ctx := context.Background()
+	for _, seen := range []bool{false, true} {
+		c, _ := newBatchRecorder(t, 1)
+		got := map[store.Outcome]int{}
+		obs := store.ObserverFunc(func(_ context.Context, e store.Event) { got[e.Outcome] += e.N })
+		s := store.NewClaims(c, store.WithObserver(obs))
+		ids := []string{"a", "b", "a", "c", "a"}
+		var err error
+		want := map[store.Outcome]int{store.OutcomeClaimed: 3, store.OutcomeDuplicate: 2}
+		if seen {
+			_, err = s.SeenMany(ctx, ids)
+			want = map[store.Outcome]int{store.OutcomeSeen: 5}
+		} else {
+			_, err = s.ClaimMany(ctx, ids)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("seen=%v: outcomes reported (-want +got):\n%s", seen, diff)
+		}
+	}
+}
