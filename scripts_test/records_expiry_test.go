@@ -1,11 +1,15 @@
 package scripts_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
 // The records' expiry rule, on the raw keys: expires_ms is the retention a
@@ -135,4 +139,40 @@ func TestScriptUpdateRestoresRetention(t *testing.T) {
 		{name: "a stale owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]),
 			args: []string{"tokB", "status", "completed"}, errc: "STALE_OWNER"},
 	})
+}
+
+// TestScriptRenewUnderFullMemory: renew.lua's PEXPIREAT (the expiry rule)
+// runs with memory full under noeviction, as its allow-oom flag promises: a
+// live owner keeps its record then too.
+func TestScriptRenewUnderFullMemory(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
+	c := newClient(t, srv.URL())
+	loadScripts(t, c)
+	key := keyFor(t, "rec:")
+	h := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Minute), "lease_ms", recAt(30*time.Second))
+	for _, cmd := range recSeed(h) {
+		for i := range cmd {
+			cmd[i] = strings.ReplaceAll(cmd[i], "$K", key)
+		}
+		do(t, c, cmd...)
+	}
+	fillMemory(t, c)
+	full := usedMemory(t, c)
+	do(t, c, "CONFIG", "SET", "maxmemory", fmt.Sprint(full/2))
+	defer do(t, c, "CONFIG", "SET", "maxmemory", "0")
+	// A write that can grow memory is refused: memory really is full.
+	if _, err := evalsha(t, c, "acquire", keyFor(t, "rec:"), "60000", "tokA", "", "1000"); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("acquire of a fresh key under full memory: %v; want OOM (the test checks nothing)", err)
+	}
+	t0 := recServerMS(t, c, key)
+	got, err := evalsha(t, c, "renew", key, "tokA", "120000")
+	if err != nil || got != "1" {
+		t.Fatalf("renew under full memory = %q, %v; want 1", got, err)
+	}
+	after := recReadRaw(t, c, key)
+	if after.ExpireAt < t0+120000 || after.Hash["expires_ms"] != h["expires_ms"] {
+		t.Errorf("after the renewal: PEXPIRETIME %d (want >= %d: the new lease), expires_ms %q (want %q, unchanged)",
+			after.ExpireAt, t0+120000, after.Hash["expires_ms"], h["expires_ms"])
+	}
 }
