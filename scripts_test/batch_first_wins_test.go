@@ -12,7 +12,6 @@ import (
 
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
-	"github.com/redisonce/redisonce/store/storetest"
 )
 
 // "Of duplicates inside a batch the first wins", however the batch is cut:
@@ -221,23 +220,6 @@ func TestBatchFirstWinsSlotMigration(t *testing.T) {
 		}
 		checkFirstWins(t, name, clusterGet{admin}, prefix, ids, want, got)
 	}
-}
-
-// TestClaimsConformanceWaitReplicas runs the claims contract (first wins
-// across the cut included: ClaimManyGroups, ClaimManyRepeatsAcrossTheCut)
-// with WithWaitReplicas on a standalone primary with a replica, where a
-// batch of several calls goes out as one DoMulti with one WAIT.
-func TestClaimsConformanceWaitReplicas(t *testing.T) {
-	t.Parallel()
-	primary, _ := newReplicated(t)
-	c := newClient(t, primary.URL())
-	storetest.TestClaims(t, storetest.ClaimsHarness{
-		New: func(t *testing.T, opts ...store.Option) store.ClaimStore {
-			return store.NewClaims(c, append([]store.Option{store.WithPrefix(uniquePrefix(t)), store.WithWaitReplicas(1, 5*time.Second)}, opts...)...)
-		},
-		Wait: time.Sleep,
-		Tick: 100 * time.Millisecond,
-	})
 }
 
 // TestBatchFirstWinsSentinel: the same on a Sentinel deployment (a client in
