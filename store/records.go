@@ -104,10 +104,12 @@ type Update struct {
 	Payload *[]byte
 	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
 	// it (the record never expires), a time at or before now expires the record
-	// at once (it is deleted and Update returns nil). The Redis store sends
-	// update.lua a duration, time.Until(ExpiresAt) rounded up to the ms, which
-	// the script adds to the server's TIME: the expiry follows the server's
-	// clock, as every lease and TTL does.
+	// at once (it is deleted and Update returns nil). A pending record whose
+	// lease runs past a new ExpiresAt still lives until the lease passes
+	// (Record.ExpiresAt). The Redis store sends update.lua a duration,
+	// time.Until(ExpiresAt) rounded up to the ms, which the script adds to
+	// the server's TIME: the expiry follows the server's clock, as every
+	// lease and TTL does.
 	ExpiresAt *time.Time
 	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
 	// time removes the lease. Sent as a duration from now, like ExpiresAt.
