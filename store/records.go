@@ -68,8 +68,12 @@ type Record struct {
 	Status Status
 	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
 	Payload []byte
-	// ExpiresAt is when the record expires; zero: never. For Records it is the
-	// Redis key's expiry (PEXPIREAT).
+	// ExpiresAt is when the record expires (its retention); zero: never. While
+	// the record is pending with a lease that runs past ExpiresAt it lives
+	// until the lease passes instead, so a live owner never loses it to
+	// expiry; a final write after ExpiresAt passed moves ExpiresAt to the
+	// record's retention (ExpiresAt - CreatedAt) from then. For Records it is
+	// the Redis key's expiry (PEXPIREAT), or LeaseUntil in that case.
 	ExpiresAt time.Time
 	// CreatedAt is when the record was created; a takeover keeps it.
 	CreatedAt time.Time
@@ -99,10 +103,12 @@ type Update struct {
 	Payload *[]byte
 	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
 	// it (the record never expires), a time at or before now expires the record
-	// at once (it is deleted and Update returns nil). The Redis store sends
-	// update.lua a duration, time.Until(ExpiresAt) rounded up to the ms, which
-	// the script adds to the server's TIME: the expiry follows the server's
-	// clock, as every lease and TTL does.
+	// at once (it is deleted and Update returns nil). A pending record whose
+	// lease runs past a new ExpiresAt still lives until the lease passes
+	// (Record.ExpiresAt). The Redis store sends update.lua a duration,
+	// time.Until(ExpiresAt) rounded up to the ms, which the script adds to
+	// the server's TIME: the expiry follows the server's clock, as every
+	// lease and TTL does.
 	ExpiresAt *time.Time
 	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
 	// time removes the lease. Sent as a duration from now, like ExpiresAt.
@@ -116,8 +122,12 @@ type Update struct {
 // AcquireOptions says how to acquire a record.
 type AcquireOptions struct {
 	// TTL is how long a new record lives, counted from its creation (a
-	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
+	// takeover does not extend it). A pending record whose lease runs past
+	// it lives until the lease passes (see Record.ExpiresAt): a TTL shorter
+	// than the lease or than Do's fn never expires a record under its live
+	// owner, and Do's result is then kept for TTL from its final write.
+	// Default 0: the store's WithTTL, itself default DefaultRecordsTTL (24
+	// hours). Negative values are invalid.
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the

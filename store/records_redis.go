@@ -20,8 +20,10 @@ var (
 // with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
 // never), lease_ms (0 = no lease), fence, fp and token. Every operation is one
 // script (acquire.lua, get.lua, update.lua, delete.lua); every time in a record
-// comes from the server's TIME, and a record's expiry is its key's expiry. It is
-// safe for concurrent use.
+// comes from the server's TIME, and a record's expiry is its key's expiry,
+// except that a pending owner's lease past expires_ms keeps the key until the
+// lease passes (renew.lua's header states the rule). It is safe for
+// concurrent use.
 //
 // Keys holding something other than a record hash (the seed's JSON strings,
 // say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
