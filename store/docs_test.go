@@ -9,8 +9,6 @@ package store_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -108,11 +107,6 @@ var errCardDeclined = errors.New("card declined")
 
 func createOrder(context.Context, []byte) ([]byte, error) { return nil, nil }
 
-func fingerprint(method, path string, body []byte) string {
-	h := sha256.Sum256(append([]byte(method+" "+path+"\n"), body...))
-	return hex.EncodeToString(h[:])
-}
-
 // docRecords is docs/stores.md's Records tour.
 func docRecords(r *http.Request, body []byte) {
 	// snippet:records
@@ -121,7 +115,7 @@ func docRecords(r *http.Request, body []byte) {
 
 	// In the handler:
 	result, replayed, err := records.Do(r.Context(), "orders:"+r.Header.Get("Idempotency-Key"),
-		store.AcquireOptions{Lease: 10 * time.Second, Fingerprint: fingerprint(r.Method, r.URL.Path, body)},
+		store.AcquireOptions{Lease: 10 * time.Second, Fingerprint: httpidem.Fingerprint(r, body)},
 		func(ctx context.Context) ([]byte, error) {
 			order, err := createOrder(ctx, body)
 			if errors.Is(err, errCardDeclined) {
