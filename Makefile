@@ -6,7 +6,7 @@ MODULES := . scripts_test
 # the observer adapters: modules of their own (OpenTelemetry, Prometheus)
 OBSERVE_MODULES := observe/otel observe/prometheus
 # the framework integrations: modules of their own (watermill, asynq)
-ECO_MODULES := integrations/watermill
+ECO_MODULES := integrations/watermill integrations/asynq
 export GOFLAGS ?= -count=1
 # The modules build from this checkout through the workspace (go.work), whatever
 # GOWORK the caller has; the root module, which requires none of the others,
