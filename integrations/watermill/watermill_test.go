@@ -344,8 +344,9 @@ func TestMiddlewareInvalidOptions(t *testing.T) {
 	}
 }
 
-// The handler's message context carries the lease, and the handler's
-// outputs reach the router.
+// The handler's message context carries the lease; the handler's outputs
+// reach the router, and the id is committed once the router acks the input
+// (after publishing them), not before.
 func TestMiddlewareLeaseInContextAndOutputs(t *testing.T) {
 	claims := openClaims(t)
 	h := wmonce.Middleware(claims, wmonce.WithLease(time.Second))(func(msg *message.Message) ([]*message.Message, error) {
@@ -355,12 +356,84 @@ func TestMiddlewareLeaseInContextAndOutputs(t *testing.T) {
 		}
 		return []*message.Message{message.NewMessage("out-"+msg.UUID, nil)}, nil
 	})
-	out, err := h(message.NewMessage("l1", nil))
+	msg := message.NewMessage("l1", nil)
+	out, err := h(msg)
 	if err != nil || len(out) != 1 || out[0].UUID != "out-l1" {
-		t.Errorf("got %v, %v; want the handler's output", out, err)
+		t.Fatalf("got %v, %v; want the handler's output", out, err)
 	}
+	if v := rawGet(t, "l1"); len(v) != 33 || v[0] != '~' {
+		t.Errorf("before the ack the key holds %q, want the lease", v)
+	}
+	msg.Ack() // the router published the outputs
+	waitFor(t, 10*time.Second, "the commit after the ack", func() bool { return rawGet(t, "l1") == "1" })
 	out, err = h(message.NewMessage("l1", nil))
 	if err != nil || len(out) != 0 {
 		t.Errorf("duplicate: got %v, %v; want nothing, acked", out, err)
+	}
+}
+
+// failingPublisher fails its first fails publishes, as a broker that is
+// briefly down would.
+type failingPublisher struct {
+	message.Publisher
+	mu    sync.Mutex
+	fails int
+}
+
+func (p *failingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	fail := p.fails > 0
+	p.fails--
+	p.mu.Unlock()
+	if fail {
+		return errors.New("broker down")
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// A handler's output messages are not lost when the router fails to publish
+// them: the id is committed only once the router has published them and
+// acked the input, so the nack that follows a failed publish releases the
+// id, and the redelivery runs the handler and publishes again.
+func TestMiddlewareOutputsNotLostWhenPublishFails(t *testing.T) {
+	l := newLedger()
+	ps := newPubSub(t)
+	out, err := ps.Subscribe(context.Background(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wm.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddMiddleware(l.probe("a"), wmonce.Middleware(openClaims(t)))
+	r.AddHandler("a", "in", ps, "out", &failingPublisher{Publisher: ps, fails: 1}, func(msg *message.Message) ([]*message.Message, error) {
+		l.mu.Lock()
+		l.runs[msg.UUID]++
+		l.mu.Unlock()
+		return []*message.Message{message.NewMessage("out-"+msg.UUID, nil)}, nil
+	})
+	go func() { _ = r.Run(context.Background()) }()
+	defer r.Close()
+	<-r.Running()
+	if err := ps.Publish("in", message.NewMessage("p1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-out:
+		m.Ack()
+		if m.UUID != "out-p1" {
+			t.Errorf("published %s, want out-p1", m.UUID)
+		}
+	case <-time.After(20 * time.Second):
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		t.Fatalf("the output was never published (handler runs: %d): lost after the failed publish", l.runs["p1"])
+	}
+	waitFor(t, 10*time.Second, "the claim committed", func() bool { return rawGet(t, "p1") == "1" })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs["p1"] != 2 {
+		t.Errorf("handler ran %d times, want 2 (the failed publish's run, then the redelivery's)", l.runs["p1"])
 	}
 }
