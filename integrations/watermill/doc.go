@@ -18,7 +18,9 @@
 // the Pub/Sub redelivers it and however many instances consume it:
 //
 //	what happened                             the handler          the message
-//	first delivery, handler succeeds          ran, id committed    acked (outputs published)
+//	first delivery, handler succeeds          ran, id committed    acked
+//	... and returns messages                  ran, committed after the router published them and acked the input
+//	... whose publication fails               ran, id released     nacked: redelivered, runs again, publishes again
 //	handler fails or panics                   ran, id released     nacked: redelivered, runs again
 //	duplicate of a processed message          not run              acked
 //	duplicate while another consumer runs it  not run              held for the holder's lease time left, then nacked
@@ -43,10 +45,13 @@
 //
 //	router.AddMiddleware(retry.Middleware, wmonce.Middleware(claims))
 //
-// Messages the handler returns are published by the router after the commit;
-// a process that dies between the two loses them. When they must not be lost,
-// publish them from inside the handler (each retry publishes again, so give
-// them ids a consumer can dedupe) or through redisonce's Outbox.
+// Messages the handler returns are never lost: the id is committed only after
+// the router has published them and acked the input. They are published at
+// least once: a process that dies after the publish and before the commit
+// runs the handler again, and publishes them again (with new UUIDs unless the
+// handler derives them from the input's, which lets the next consumer dedupe
+// them). An effect of the handler's own then also runs again; keep the
+// effects of a handler that returns messages idempotent, or split it in two.
 //
 // # watermill's Deduplicator on Redis
 //

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -32,9 +34,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// prefixes holds each test's key prefix: its name and the how-manieth run
+// of that name it is (go test -count=N reruns a test on the same server).
+var (
+	prefixes sync.Map // *testing.T -> string
+	runs     sync.Map // test name -> *atomic.Int64
+)
+
 // prefix is the test's own key prefix.
 func prefix(t *testing.T) string {
-	return "wm:" + strings.NewReplacer("/", ":", " ", "_").Replace(t.Name()) + ":"
+	if p, ok := prefixes.Load(t); ok {
+		return p.(string)
+	}
+	n, _ := runs.LoadOrStore(t.Name(), new(atomic.Int64))
+	p := fmt.Sprintf("wm:%s:%d:", strings.NewReplacer("/", ":", " ", "_").Replace(t.Name()), n.(*atomic.Int64).Add(1))
+	prefixes.Store(t, p)
+	return p
 }
 
 // openClaims opens a Claims store (a client of its own: one consumer

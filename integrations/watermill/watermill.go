@@ -102,8 +102,12 @@ func WithID(f func(*message.Message) (string, error)) Option {
 // message id across every consumer, through claims.Do:
 //
 //   - first delivery: the handler runs under a lease that is kept alive while
-//     it runs; on success the id is committed and the message acked (the
-//     router publishes what the handler returned);
+//     it runs; on success the id is committed and the message acked. When the
+//     handler returns messages, the router publishes them while the lease is
+//     still held, and the id is committed once the router acks the input: a
+//     failed publish nacks it, which releases the id, and the redelivery runs
+//     the handler and publishes again (at least once; a process that dies
+//     between the publish and the commit also runs it again);
 //   - the handler fails (or panics): the id is released and the handler's
 //     error returned, so the router nacks and the redelivery runs it again;
 //   - a duplicate of a processed message: the handler does not run, and the
@@ -121,10 +125,6 @@ func WithID(f func(*message.Message) (string, error)) Option {
 //   - the id cannot be read, or the store fails: the error is returned and the
 //     message nacked.
 //
-// The messages the handler returns are published by the router after the
-// commit: a process that dies between the two loses them. Publish them from
-// inside the handler, or through the Outbox, when they must not be lost.
-//
 // An invalid option makes every message fail with it.
 func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddleware {
 	c := config{lease: DefaultLease, id: func(msg *message.Message) (string, error) { return msg.UUID, nil }}
@@ -140,33 +140,103 @@ func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddlewa
 			if err != nil {
 				return nil, err
 			}
-			var out []*message.Message
-			handled := false // the handler returned nil
 			ctx := msg.Context()
-			ran, err := claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
-				// The handler sees the lease's context (cancelled if the
-				// lease is lost) and the Lease in it.
-				msg.SetContext(ctx)
-				var herr error
-				out, herr = h(msg)
-				handled = herr == nil
-				return herr
-			})
-			msg.SetContext(ctx)
-			switch {
-			case err == nil:
+			// Do runs in a goroutine of its own so that, when the handler
+			// returns messages, the middleware can hand them to the router
+			// while Do still holds the lease: the commit waits for the
+			// router's ack, which follows their publication.
+			handoff := make(chan []*message.Message, 1)
+			result := make(chan doResult, 1)
+			go func() {
+				var r doResult
+				defer func() {
+					if p := recover(); p != nil { // Do released the id; panic in the router's goroutine
+						r.panicked, r.panic = true, p
+					}
+					result <- r
+				}()
+				r.ran, r.err = claims.Do(ctx, id, c.lease, func(lctx context.Context) error {
+					// The handler sees the lease's context (cancelled if the
+					// lease is lost) and the Lease in it.
+					msg.SetContext(lctx)
+					out, herr := h(msg)
+					msg.SetContext(ctx)
+					if herr != nil {
+						return herr
+					}
+					r.handled = true
+					if len(out) == 0 {
+						return nil
+					}
+					handoff <- out
+					return awaitAck(lctx, msg)
+				})
+			}()
+			select {
+			case out := <-handoff:
 				return out, nil
-			case handled:
-				// The effect happened; only the commit failed (the id taken
-				// by another consumer, or the store unreachable). A nack would
-				// run it again: ack it.
-				return out, nil
-			case !ran && errors.Is(err, store.ErrInFlight):
-				wait(ctx, inFlightDelay(err, c.lease))
-				return nil, err
-			default:
-				return nil, err
+			case r := <-result:
+				if r.panicked {
+					panic(r.panic)
+				}
+				select {
+				case out := <-handoff:
+					// Handed over, then Do ended before the ack (the lease's
+					// context ended: the router closing, or the lease lost)
+					// and released the id: nack, so the redelivery runs it.
+					if r.err == nil {
+						return out, nil
+					}
+					return nil, r.err
+				default:
+				}
+				switch {
+				case r.err == nil:
+					return nil, nil
+				case r.handled:
+					// The effect happened; only the commit failed (the id
+					// taken by another consumer, or the store unreachable). A
+					// nack would run it again: ack it.
+					return nil, nil
+				case !r.ran && errors.Is(r.err, store.ErrInFlight):
+					wait(ctx, inFlightDelay(r.err, c.lease))
+					return nil, r.err
+				default:
+					return nil, r.err
+				}
 			}
+		}
+	}
+}
+
+// doResult is what the goroutine running Do reports.
+type doResult struct {
+	ran, handled bool // Do ran the handler; the handler returned nil
+	err          error
+	panicked     bool
+	panic        any
+}
+
+// errNacked is the handler's outcome when the router nacked the message
+// after the handler returned messages (their publication failed): the id is
+// released, and the redelivery runs the handler again.
+var errNacked = errors.New("redisonce/watermill: the router nacked the message (publishing its outputs failed)")
+
+// awaitAck waits for the router to ack msg (nil: commit) or nack it
+// (errNacked: release). An ack wins over the lease's context ending at the
+// same time (GoChannel cancels a message's context right after its ack).
+func awaitAck(lctx context.Context, msg *message.Message) error {
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return errNacked
+	case <-lctx.Done():
+		select {
+		case <-msg.Acked():
+			return nil
+		default:
+			return context.Cause(lctx)
 		}
 	}
 }

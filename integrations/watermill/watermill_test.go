@@ -406,7 +406,10 @@ func TestMiddlewareOutputsNotLostWhenPublishFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.AddMiddleware(l.probe("a"), wmonce.Middleware(openClaims(t)))
+	// GoChannel redelivers the nacked input at once, and the redelivery may
+	// find the id still leased (the release follows the nack): it is then
+	// held for the lease's time left, so a short lease.
+	r.AddMiddleware(l.probe("a"), wmonce.Middleware(openClaims(t), wmonce.WithLease(500*time.Millisecond)))
 	r.AddHandler("a", "in", ps, "out", &failingPublisher{Publisher: ps, fails: 1}, func(msg *message.Message) ([]*message.Message, error) {
 		l.mu.Lock()
 		l.runs[msg.UUID]++
