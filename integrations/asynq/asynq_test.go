@@ -226,3 +226,36 @@ func TestInvalidOptionsAndNoTaskID(t *testing.T) {
 		}
 	}
 }
+
+// A handler that panics releases the id (Claims.Do gives it back before the
+// panic goes on); asynq recovers the panic as a failure and retries the task,
+// whose retry runs the handler again.
+func TestPanicReleasedAndRetried(t *testing.T) {
+	q := name(t)
+	c := newCounts()
+	startServer(t, q, openClaims(t, q+":"), 2*time.Second, func(ctx context.Context, task *asynq.Task) error {
+		id := string(task.Payload())
+		c.mu.Lock()
+		c.runs[id]++
+		n := c.runs[id]
+		c.mu.Unlock()
+		if n == 1 {
+			panic("first run panics")
+		}
+		c.mu.Lock()
+		c.effects[id]++
+		c.mu.Unlock()
+		return nil
+	}, nil)
+	enqueue(t, q, "p1", asynq.MaxRetry(3))
+	info := waitState(t, q, "p1", asynq.TaskStateCompleted, 30*time.Second)
+	if runs, effects := c.get("p1"); runs != 2 || effects != 1 {
+		t.Errorf("handler ran %d times, effect %d; want 2 and 1", runs, effects)
+	}
+	if info.Retried != 1 {
+		t.Errorf("Retried = %d, want 1 (the panic, a failure)", info.Retried)
+	}
+	if v := rawGet(t, q+":p1"); v != "1" {
+		t.Errorf("claim key holds %q, want \"1\"", v)
+	}
+}

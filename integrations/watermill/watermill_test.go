@@ -10,6 +10,7 @@ import (
 
 	wm "github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	wmonce "github.com/redisonce/redisonce/integrations/watermill"
@@ -438,5 +439,42 @@ func TestMiddlewareOutputsNotLostWhenPublishFails(t *testing.T) {
 	defer l.mu.Unlock()
 	if l.runs["p1"] != 2 {
 		t.Errorf("handler ran %d times, want 2 (the failed publish's run, then the redelivery's)", l.runs["p1"])
+	}
+}
+
+// A handler that panics releases the id like a failure; the router's
+// Recoverer (outside the middleware) turns the panic into a nack, and the
+// redelivery runs the handler again.
+func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
+	l := newLedger()
+	ps := newPubSub(t)
+	handler := func(msg *message.Message) error {
+		l.mu.Lock()
+		l.runs[msg.UUID]++
+		n := l.runs[msg.UUID]
+		l.mu.Unlock()
+		if n == 1 {
+			panic("first run panics")
+		}
+		l.mu.Lock()
+		l.effects[msg.UUID]++
+		l.mu.Unlock()
+		return nil
+	}
+	startConsumer(t, ps, "panic", "a", l, handler, middleware.Recoverer, wmonce.Middleware(openClaims(t)))
+	if err := ps.Publish("panic", message.NewMessage("x1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the message acked", func() bool { return l.acked() == 1 })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs["x1"] != 2 || l.effects["x1"] != 1 {
+		t.Errorf("handler started %d times, succeeded %d; want 2 and 1", l.runs["x1"], l.effects["x1"])
+	}
+	if len(l.attempts) != 2 || l.attempts[0].err == nil {
+		t.Errorf("attempts %+v, want a recovered panic (nacked) then an ack", l.attempts)
+	}
+	if v := rawGet(t, "x1"); v != "1" {
+		t.Errorf("key holds %q, want \"1\"", v)
 	}
 }
