@@ -277,7 +277,38 @@ func TestModulesFromLocalProxy(t *testing.T) {
 		ziphash[p] = strings.TrimSpace(string(b))
 	}
 
-	// 3. The consumer: a fresh module outside the repository and a fresh
+	// 3. Every published go.mod is tidy as the release resolves it (the
+	// modules of this repository from the proxy, no replace): a user who runs
+	// the module's own tests (go test <module>/...) needs every requirement
+	// listed. go.sum is left out: before a release it cannot hold the sums of
+	// this repository's modules at the release version.
+	hostCache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
+	hostProxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
+	goproxy := "GOPROXY=file://" + proxy + ",file://" + filepath.Join(hostCache, "cache", "download") + "," + hostProxy
+	tidyEnv := append(goEnv(os.Environ()), goproxy, "GOMODCACHE="+filepath.Join(tmp, "tidy-modcache"),
+		"GONOSUMDB="+modulePrefix, "GOSUMDB=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+	for _, m := range mods {
+		if unpublished[m.Path] {
+			continue
+		}
+		cmd := exec.Command("go", "mod", "tidy", "-diff")
+		cmd.Dir, cmd.Env = filepath.Join(repo, m.Dir), tidyEnv
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			continue
+		}
+		if !strings.Contains(string(out), "go.sum") && !strings.Contains(string(out), "go.mod") {
+			t.Fatalf("go mod tidy -diff in %s: %v\n%s", m.Dir, err, out)
+		}
+		// The diff, file by file: only go.mod's part counts.
+		for part := range strings.SplitSeq(string(out), "diff ") {
+			if strings.Contains(part, "go.mod\n") && strings.Contains(part, "\n@@") {
+				t.Errorf("%s/go.mod is not tidy as a release resolves it (make tidy):\ndiff %s", m.Dir, part)
+			}
+		}
+	}
+
+	// 4. The consumer: a fresh module outside the repository and a fresh
 	// module cache. Modules of this repository come from the proxy only;
 	// third-party modules from this machine's module cache, then its own
 	// GOPROXY. No workspace, no replace, no sum database (the release's
@@ -287,12 +318,10 @@ func TestModulesFromLocalProxy(t *testing.T) {
 	if err := os.MkdirAll(consumer, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	hostCache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
-	hostProxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
 	useEnv := append(goEnv(os.Environ()),
 		"GOMODCACHE="+filepath.Join(tmp, "consumer-modcache"),
 		"GOPATH="+filepath.Join(tmp, "gopath"), "GOBIN="+filepath.Join(tmp, "bin"),
-		"GOPROXY=file://"+proxy+",file://"+filepath.Join(hostCache, "cache", "download")+","+hostProxy,
+		goproxy,
 		"GONOSUMDB="+modulePrefix, "GOSUMDB=off",
 		// -trimpath: the build cache is then shared across fresh module caches.
 		"GOFLAGS=-mod=mod -trimpath", "GOWORK=off")
