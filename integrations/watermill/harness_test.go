@@ -20,6 +20,9 @@ import (
 var redisURL, redisAddr string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(workerMain()) // the consumer process of TestConsumerKilledMidHandler
+	}
 	srv, err := redisproc.Start(redisproc.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integrations/watermill: no redis-server:", err)
