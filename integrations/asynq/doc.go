@@ -36,9 +36,9 @@
 // The id is asynq's task id, which a retry keeps; a producer that sets
 // asynq.TaskID gets asynq's own enqueue-time dedupe on top (ErrTaskIDConflict
 // while the task exists). A producer that may enqueue one job under two task
-// ids: WithID, from the payload. Without the middleware, asynq's Unique
-// option only locks a task for a TTL from enqueue, and a retry after a crash
-// runs the handler again.
+// ids: WithID, from the payload. asynq's own Unique option dedupes enqueues
+// for a TTL, not runs: without the middleware, a retry after a crash runs
+// the handler again.
 //
 // While the handler runs, its lease (WithLease, default 30s) is extended every
 // third of it, so a slow handler keeps its task however long it takes; the

@@ -28,6 +28,10 @@
 //	handler succeeds, commit fails            ran                  acked (a nack would run it twice)
 //	no id (WithMetadataID field missing)      not run              nacked with store.ErrInvalidArgument
 //
+// The middleware expects the router (or whatever calls it) to ack or nack
+// each message, as watermill's router does: when the handler returns
+// messages, the commit waits for that ack.
+//
 // While the handler runs, its lease (WithLease, default 30s) is extended every
 // third of it, so a slow handler keeps its message however long it takes; a
 // consumer that dies stops extending, and another runs the message once the
@@ -43,6 +47,7 @@
 // it, outside this middleware, so a message that keeps failing is retried
 // with a delay and then set aside:
 //
+//	retry := middleware.Retry{MaxRetries: 5, InitialInterval: time.Second, Multiplier: 2}
 //	router.AddMiddleware(retry.Middleware, wmonce.Middleware(claims))
 //
 // Messages the handler returns are never lost: the id is committed only after
