@@ -75,3 +75,28 @@ func ExampleNewExpiringKeyRepository() {
 	// Output:
 	// handled a
 }
+
+// The middleware inside watermill's Retry: a handler that fails is retried
+// with a backoff (the id released between tries), and its effect happens
+// once.
+func ExampleMiddleware_retry() {
+	claims := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	retry := middleware.Retry{MaxRetries: 5, InitialInterval: time.Millisecond, Multiplier: 2}
+	tries := 0
+	h := retry.Middleware(wmonce.Middleware(claims)(func(msg *message.Message) ([]*message.Message, error) {
+		tries++
+		if tries < 3 {
+			return nil, fmt.Errorf("try %d: the payment service is down", tries)
+		}
+		fmt.Println("charged", msg.UUID, "on try", tries)
+		return nil, nil
+	}))
+	if _, err := h(message.NewMessage("order-18", nil)); err != nil {
+		fmt.Println(err)
+	}
+	if _, err := h(message.NewMessage("order-18", nil)); err != nil { // a redelivery
+		fmt.Println(err)
+	}
+	// Output:
+	// charged order-18 on try 3
+}
