@@ -65,7 +65,9 @@ func TestFailuresRetriedEffectOnce(t *testing.T) {
 // the task as a duplicate, without running the handler.
 func TestInFlightNotCountedRetriedAfterLease(t *testing.T) {
 	q := name(t)
-	const lease, hold = 600 * time.Millisecond, 2500 * time.Millisecond
+	// Seconds, not milliseconds: on a loaded machine a sub-second lease can
+	// starve its live holder's heartbeat.
+	const lease, hold = 1200 * time.Millisecond, 6 * time.Second
 	claims := openClaims(t, q+":")
 	var mu sync.Mutex
 	var rounds []time.Time // the middleware's in-flight answers

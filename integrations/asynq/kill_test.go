@@ -23,7 +23,7 @@ import (
 const workerEnv = "REDISONCE_ASYNQ_WORKER"
 
 // workerLease is the worker process's claims lease.
-const workerLease = time.Second
+const workerLease = 2 * time.Second
 
 // workerMain is a worker process: an asynq server on the queue and Redis the
 // environment names, with the middleware; its handler records its start in
@@ -103,7 +103,7 @@ func TestWorkerKilledMidTask(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Let the worker extend its lease a few times, then kill it.
-	time.Sleep(3 * workerLease)
+	time.Sleep(2 * workerLease)
 	if v := rawGet(t, q+":k1"); len(v) != 33 || v[0] != '~' {
 		t.Fatalf("while the worker runs the task, its claim key holds %q, want a lease", v)
 	}

@@ -26,7 +26,7 @@ import (
 const workerEnv = "REDISONCE_WATERMILL_WORKER"
 
 // workerLease is the consumer process's claims lease.
-const workerLease = time.Second
+const workerLease = 2 * time.Second
 
 // workerMain is a consumer process: a router with the middleware whose
 // handler records its start in the list <prefix>runs and never finishes;
@@ -96,7 +96,7 @@ func TestConsumerKilledMidHandler(t *testing.T) {
 		n, err := c.Do(ctx, c.B().Llen().Key(pfx+"runs").Build()).AsInt64()
 		return err == nil && n == 1
 	})
-	time.Sleep(3 * workerLease) // a few lease extensions
+	time.Sleep(2 * workerLease) // a few lease extensions
 	if v := rawGet(t, "m1"); len(v) != 33 || v[0] != '~' {
 		t.Fatalf("while the consumer runs the handler, the key holds %q, want a lease", v)
 	}

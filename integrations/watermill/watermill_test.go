@@ -179,14 +179,16 @@ func btoi(b bool) int {
 	return 0
 }
 
-// A handler that runs for five leases keeps its message (the lease is
+// A handler that runs for four leases keeps its message (the lease is
 // extended), and the other consumer's copy is held back, not spun: each of
 // its in-flight attempts waits for the holder's lease time left before the
 // nack, so their number is bounded by the handler's run over a third of the
 // lease (the least lease time left the heartbeat leaves, extending every
 // lease/3), and its last attempt acks it as a duplicate after the commit.
 func TestMiddlewareSlowHandlerHoldsDuplicates(t *testing.T) {
-	const topic, lease, slow = "slow", 300 * time.Millisecond, 1500 * time.Millisecond
+	// Seconds, not milliseconds: on a loaded machine a sub-second lease can
+	// starve its live holder's heartbeat.
+	const topic, lease, slow = "slow", 1500 * time.Millisecond, 6 * time.Second
 	l := newLedger()
 	ps := newPubSub(t)
 	handler := func(msg *message.Message) error {
