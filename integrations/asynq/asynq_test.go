@@ -261,3 +261,38 @@ func TestPanicReleasedAndRetried(t *testing.T) {
 		t.Errorf("claim key holds %q, want \"1\"", v)
 	}
 }
+
+// A task whose id a dead worker holds (its lease left raw in Redis, 1.5s to
+// go) gets an *InFlightError whose RetryAfter is the holder's lease time
+// left when the store says it, else the middleware's own lease (5s); never
+// more than that lease.
+func TestInFlightRetryAfterFollowsHolderLease(t *testing.T) {
+	q := name(t)
+	c := rdb(t)
+	const holder, own = 1500 * time.Millisecond, 5 * time.Second
+	if err := c.Do(context.Background(), c.B().Set().Key(q+":d1").Value("~0123456789abcdef0123456789abcdef").
+		Px(holder).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	mw := asynqonce.Middleware(openClaims(t, q+":"), asynqonce.WithLease(own),
+		asynqonce.WithID(func(context.Context, *asynq.Task) (string, error) { return "d1", nil }))
+	err := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran = true; return nil })).
+		ProcessTask(context.Background(), asynq.NewTask("job", nil))
+	var ife *asynqonce.InFlightError
+	if !errors.As(err, &ife) || !errors.Is(err, store.ErrInFlight) || ran {
+		t.Fatalf("err %v, ran %v; want an *InFlightError, not run", err, ran)
+	}
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(ife.Err, &ra) {
+		if got := ife.RetryAfter(); got <= 0 || got > holder {
+			t.Errorf("RetryAfter %v with the holder's lease at %v, want (0, %v]", got, holder, holder)
+		}
+		t.Logf("the store says %v left: RetryAfter %v", ra.RetryAfter(), ife.RetryAfter())
+	} else if ife.RetryAfter() != own {
+		t.Errorf("RetryAfter %v without the store's time left, want the own lease %v", ife.RetryAfter(), own)
+	}
+	if !asynqonce.IsFailure(errors.New("x")) || asynqonce.IsFailure(err) {
+		t.Error("IsFailure counts the in-flight error, or not a plain one")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/redis/rueidis"
 
 	wmonce "github.com/redisonce/redisonce/integrations/watermill"
 	"github.com/redisonce/redisonce/store"
@@ -478,5 +479,49 @@ func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
 	}
 	if v := rawGet(t, "x1"); v != "1" {
 		t.Errorf("key holds %q, want \"1\"", v)
+	}
+}
+
+// A duplicate whose holder died (its lease left raw in Redis, 1.5s to go) is
+// held for the holder's lease time left, never less (a nack before the lease
+// can have run out would only come back in flight), and never more than the
+// middleware's own lease (5s). With a store that says the time left
+// (RetryAfter) the hold is that time plus 10ms; without, the own lease.
+func TestInFlightHoldFollowsHolderLease(t *testing.T) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const holder, own = 1500 * time.Millisecond, 5 * time.Second
+	if err := c.Do(context.Background(), c.B().Set().Key(prefix(t)+"d1").Value("~0123456789abcdef0123456789abcdef").
+		Px(holder).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	h := wmonce.Middleware(openClaims(t), wmonce.WithLease(own))(func(*message.Message) ([]*message.Message, error) {
+		ran++
+		return nil, nil
+	})
+	start := time.Now()
+	_, err = h(message.NewMessage("d1", nil))
+	held := time.Since(start)
+	if !errors.Is(err, store.ErrInFlight) || ran != 0 {
+		t.Fatalf("err %v, ran %d; want in flight, not run", err, ran)
+	}
+	if held < holder-100*time.Millisecond || held > own+2*time.Second {
+		t.Errorf("held %v; want between the holder's lease time left (~%v) and the own lease %v", held, holder, own)
+	}
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		if held > ra.RetryAfter()+10*time.Millisecond+time.Second {
+			t.Errorf("held %v with RetryAfter %v; want RetryAfter + 10ms", held, ra.RetryAfter())
+		}
+		t.Logf("RetryAfter %v, held %v", ra.RetryAfter(), held)
+	} else {
+		t.Logf("the store gives no RetryAfter: held %v, the own lease", held)
+	}
+	if _, err := h(message.NewMessage("d1", nil)); err != nil || ran != 1 {
+		t.Errorf("after the hold: err %v, ran %d; want the handler run once", err, ran)
 	}
 }
