@@ -166,11 +166,24 @@ func releaseLayout(t *testing.T, root string) ([]repoModule, string) {
 	return mods, release
 }
 
-// TestReleaseLayout is releaseLayout on its own: fast, nothing built.
+// TestReleaseLayout is releaseLayout on its own (fast, nothing built), and
+// checks that `make release-tags`, which docs/releasing.md has the release
+// push, prints the tags this test tags, in the same order.
 func TestReleaseLayout(t *testing.T) {
 	root := strings.TrimSpace(run(t, ".", nil, "git", "rev-parse", "--show-toplevel"))
 	mods, release := releaseLayout(t, root)
 	t.Logf("release %s of %d modules", release, len(mods))
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("no make: %v", err)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { // not the calling make's
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "MAKEFLAGS" || k == "MFLAGS" || k == "MAKELEVEL"
+	})
+	got := strings.Fields(run(t, root, env, "make", "-s", "release-tags", "VERSION="+release))
+	if want := releaseTags(mods, release); !slices.Equal(got, want) {
+		t.Errorf("make release-tags VERSION=%s printed %v, want %v", release, got, want)
+	}
 }
 
 // releaseTags returns the tags a release of version puts on its commit, in the
