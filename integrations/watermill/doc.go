@@ -6,13 +6,16 @@
 //	go get github.com/redisonce/redisonce/integrations/watermill
 //
 // Import it under a name of your own beside watermill's packages
-// (wmonce below). Add the middleware to a router, once:
+// (wmonce below). Add the middleware to a router, once, inside watermill's
+// Retry (a failed handler is then retried with a backoff, not redelivered
+// at once in a loop):
 //
 //	claims, err := store.OpenClaims("redis://localhost:6379/0", store.WithTTL(7*24*time.Hour))
 //	if err != nil { ... }
 //	defer claims.Close()
 //
-//	router.AddMiddleware(wmonce.Middleware(claims))
+//	retry := middleware.Retry{MaxRetries: 5, InitialInterval: time.Second, Multiplier: 2}
+//	router.AddMiddleware(retry.Middleware, wmonce.Middleware(claims))
 //
 // Every handler of the router then runs once per message UUID, however often
 // the Pub/Sub redelivers it and however many instances consume it:
@@ -42,13 +45,10 @@
 // metadata, or that may publish the same message twice under two UUIDs:
 // WithMetadataID("order_id"). Any other rule: WithID.
 //
-// A failed handler is nacked at once, and most Pub/Subs redeliver at once:
-// put watermill's middleware.Retry (with a backoff) and a PoisonQueue around
-// it, outside this middleware, so a message that keeps failing is retried
-// with a delay and then set aside:
-//
-//	retry := middleware.Retry{MaxRetries: 5, InitialInterval: time.Second, Multiplier: 2}
-//	router.AddMiddleware(retry.Middleware, wmonce.Middleware(claims))
+// The middleware nacks a failed handler at once, and most Pub/Subs redeliver
+// at once: that is why Retry goes outside it (the id is released between its
+// tries). Add watermill's PoisonQueue outside Retry to set aside a message
+// that keeps failing.
 //
 // Messages the handler returns are never lost: the id is committed only after
 // the router has published them and acked the input. They are published at
