@@ -143,15 +143,11 @@ func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
 	}
 }
 
-// inFlightDelay is the holder's lease time left when the store says (an
-// in-flight error with RetryAfter), else the lease, and never more than the
-// lease.
+// inFlightDelay is the holder's lease time left when the store says
+// (store.RetryAfter), else the lease, and never more than the lease.
 func inFlightDelay(err error, lease time.Duration) time.Duration {
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
-		if d := ra.RetryAfter(); d > 0 && d < lease {
-			return d
-		}
+	if left, ok := store.RetryAfter(err); ok && left < lease {
+		return left
 	}
 	return lease
 }

@@ -242,16 +242,13 @@ func awaitAck(lctx context.Context, msg *message.Message) error {
 }
 
 // inFlightDelay is how long to hold an in-flight duplicate before nacking
-// it: the holder's lease time left when the store says (an in-flight error
-// with RetryAfter) plus 10ms, so the redelivery lands after the lease ran
+// it: the holder's lease time left when the store says (store.RetryAfter)
+// plus 10ms, so the redelivery lands after the lease ran
 // out rather than a hair before it; else the lease; never more than the
 // lease.
 func inFlightDelay(err error, lease time.Duration) time.Duration {
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
-		if d := ra.RetryAfter() + 10*time.Millisecond; d > 10*time.Millisecond && d < lease {
-			return d
-		}
+	if left, ok := store.RetryAfter(err); ok && left+10*time.Millisecond < lease {
+		return left + 10*time.Millisecond
 	}
 	return lease
 }
