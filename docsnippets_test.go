@@ -13,7 +13,8 @@ import (
 	"testing"
 )
 
-// Every Go snippet in the user docs (README.md, CONTRIBUTING.md, docs/*.md) is
+// Every Go snippet in the user docs (README.md, CONTRIBUTING.md, docs/*.md,
+// the modules' README.md) is
 // code that compiles: the ```go block is preceded by a marker naming where its
 // code lives,
 //
@@ -29,11 +30,13 @@ import (
 // code fails here.
 func TestDocSnippets(t *testing.T) {
 	docs := []string{"README.md", "CONTRIBUTING.md"}
-	more, err := filepath.Glob("docs/*.md")
-	if err != nil {
-		t.Fatal(err)
+	for _, g := range []string{"docs/*.md", "*/*/README.md"} { // the modules' own READMEs too
+		more, err := filepath.Glob(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, more...)
 	}
-	docs = append(docs, more...)
 	blocks := 0
 	for _, doc := range docs {
 		src, err := os.ReadFile(doc)
