@@ -210,6 +210,12 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
+// IsPermanent reports whether err is marked final with Permanent (and not
+// also Retryable, nor a context error): the error Records.Do stores as failed.
+// The broker integrations' failure policies use it to stop redelivering (a
+// JetStream Term, a dead letter).
+func IsPermanent(err error) bool { return storeFailure(err) }
+
 // storeFailure says whether Do stores fn's error as a failed record.
 func storeFailure(err error) bool {
 	var p permanentError
