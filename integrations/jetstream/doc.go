@@ -39,7 +39,14 @@
 // Redis command or script), or idempotent downstream, or fenced with the
 // lease's token (store.LeaseFromContext) so that a write from a holder that
 // lost its lease is refused. A consumer killed between two writes of fn leaves
-// the first one done and the redelivery runs fn again: "once" is about the
+// the first one done and the redelivery runs fn again.
+//
+// Return nil once the effect is written. A write that landed but reported
+// the context's error (fn's context was cancelled, by a shutdown or a lost lease, while the
+// command was on the wire) makes fn fail for an effect that happened, and
+// the message runs again: send the one final write with
+// context.WithoutCancel(ctx), or fence it, so that once sent it is seen
+// through: "once" is about the
 // whole of fn succeeding once, not about each line of it.
 //
 // The tests run nats-server in process (github.com/nats-io/nats-server/v2)

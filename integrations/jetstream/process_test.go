@@ -82,7 +82,7 @@ func runWorker() error {
 					return ctx.Err()
 				}
 			}
-			return rc.Do(ctx, rc.B().Hincrby().Key(prefix+"effects").Field(id).Increment(1).Build()).Error()
+			return rc.Do(context.WithoutCancel(ctx), rc.B().Hincrby().Key(prefix+"effects").Field(id).Increment(1).Build()).Error()
 		},
 		jetstream.WithLease(procLease), jetstream.WithContext(ctx),
 		jetstream.WithReport(func(msg natsjs.Msg, o jetstream.Outcome, err error) {

@@ -38,6 +38,13 @@
 // lost its lease is refused. A consumer killed between two writes of fn leaves
 // the first one done and the next reader runs fn again.
 //
+// Return nil once the effect is written. A write that landed but reported
+// the context's error (fn's context was cancelled, by a rebalance or a shutdown, while the
+// command was on the wire) makes fn fail for an effect that happened, and
+// the message runs again: send the one final write with
+// context.WithoutCancel(ctx), so that once sent it is seen through, and
+// return its result.
+//
 // The tests run against franz-go's in-process Kafka, kfake
 // (github.com/twmb/franz-go/pkg/kfake), not a real Kafka broker: it speaks the
 // Kafka protocol, consumer groups and rebalances included, and starts in
