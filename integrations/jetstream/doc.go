@@ -42,12 +42,12 @@
 // the first one done and the redelivery runs fn again.
 //
 // Return nil once the effect is written. A write that landed but reported
-// the context's error (fn's context was cancelled, by a shutdown or a lost lease, while the
-// command was on the wire) makes fn fail for an effect that happened, and
-// the message runs again: send the one final write with
-// context.WithoutCancel(ctx), or fence it, so that once sent it is seen
-// through: "once" is about the
-// whole of fn succeeding once, not about each line of it.
+// the context's error (fn's context was cancelled, by a shutdown or a lost
+// lease, while the command was on the wire) makes fn fail for an effect that
+// happened, and the message runs again: send the one final write with
+// context.WithoutCancel(ctx), so that once sent it is seen through, and
+// return its result. "Once" is about the whole of fn succeeding once, not
+// about each line of it.
 //
 // The tests run nats-server in process (github.com/nats-io/nats-server/v2)
 // and Redis from redis-server, with several consumer processes, one of them

@@ -39,9 +39,9 @@
 // the first one done and the next reader runs fn again.
 //
 // Return nil once the effect is written. A write that landed but reported
-// the context's error (fn's context was cancelled, by a rebalance or a shutdown, while the
-// command was on the wire) makes fn fail for an effect that happened, and
-// the message runs again: send the one final write with
+// the context's error (fn's context was cancelled, by a rebalance or a
+// shutdown, while the command was on the wire) makes fn fail for an effect
+// that happened, and the record runs again: send the one final write with
 // context.WithoutCancel(ctx), so that once sent it is seen through, and
 // return its result.
 //
