@@ -5,6 +5,8 @@ GO      ?= go
 MODULES := . scripts_test
 # the observer adapters: modules of their own (OpenTelemetry, Prometheus)
 OBSERVE_MODULES := observe/otel observe/prometheus
+# the broker integrations: modules of their own (nats.go + nats-server, franz-go + kfake)
+INTEGRATION_MODULES := integrations/jetstream integrations/kafka
 export GOFLAGS ?= -count=1
 
 .PHONY: all test test-failover fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
@@ -63,6 +65,7 @@ test: redis-server noncgo-deps
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
 	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
 	$(MAKE) test-failover
 
 # test-failover: real failovers (scripts_test/failover_test.go, ~25 s): a
@@ -123,6 +126,7 @@ lint: luacheck
 	cd scripts_test && $(GO) vet ./...
 	cd adapters/gojob && $(GO) vet ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
 
@@ -131,3 +135,4 @@ tidy:
 	cd scripts_test && $(GO) mod tidy
 	cd adapters/gojob && $(GO) mod tidy
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
