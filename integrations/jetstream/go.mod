@@ -2,13 +2,11 @@ module github.com/redisonce/redisonce/integrations/jetstream
 
 go 1.26.0
 
-replace github.com/redisonce/redisonce => ../..
-
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/rueidis v1.0.79
-	github.com/redisonce/redisonce v0.0.0
+	github.com/redisonce/redisonce v0.1.0
 )
 
 require (

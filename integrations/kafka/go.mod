@@ -2,11 +2,9 @@ module github.com/redisonce/redisonce/integrations/kafka
 
 go 1.26.0
 
-replace github.com/redisonce/redisonce => ../..
-
 require (
 	github.com/redis/rueidis v1.0.79
-	github.com/redisonce/redisonce v0.0.0
+	github.com/redisonce/redisonce v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
