@@ -118,7 +118,9 @@ func TestFailureMapping(t *testing.T) {
 		// nak'd with a delay of (about) the holder's lease, so the number of
 		// redeliveries is bounded by hold/lease, not by the broker's rate;
 		// once the holder committed, the next one is acked.
-		const lease, hold = 900 * time.Millisecond, 3 * time.Second
+		// A lease of seconds: the holder's heartbeat must keep it on a loaded
+		// machine (2 cores, many tests at once).
+		const lease, hold = 2 * time.Second, 5 * time.Second
 		e := newEnv(t, 0)
 		c := e.consumer(t, "c", 5*time.Second)
 		h := newHandler(t, e.claims, func(context.Context, natsjs.Msg) error {
@@ -287,7 +289,7 @@ func TestFailureMapping(t *testing.T) {
 // redelivered (the fault is real).
 func TestHandlerSlowerThanAckWait(t *testing.T) {
 	ctx := context.Background()
-	const ackWait, lease, work = 600 * time.Millisecond, 900 * time.Millisecond, 2500 * time.Millisecond
+	const ackWait, lease, work = 1500 * time.Millisecond, 1500 * time.Millisecond, 4 * time.Second
 	for _, wrapped := range []bool{true, false} {
 		t.Run(fmt.Sprintf("wrapped=%v", wrapped), func(t *testing.T) {
 			e := newEnv(t, 0)

@@ -24,9 +24,12 @@ import (
 const workerEnv = "REDISONCE_JETSTREAM_WORKER"
 
 const (
-	procLease   = 900 * time.Millisecond
-	procAckWait = time.Second
-	procSlow    = 2500 * time.Millisecond // slower than AckWait
+	// Leases of seconds, so that a live holder's heartbeat keeps its lease
+	// on a loaded machine; the lease is extended (and InProgress sent) every
+	// second, half the AckWait.
+	procLease   = 3 * time.Second
+	procAckWait = 2 * time.Second
+	procSlow    = 4 * time.Second // slower than AckWait
 )
 
 func TestMain(m *testing.M) {
@@ -105,8 +108,8 @@ func runWorker() error {
 	return nil
 }
 
-// Three consumer processes share one durable consumer (AckWait 1 s); one in
-// 20 handlers runs 2.5 s; one process is SIGKILLed inside such a handler; one
+// Three consumer processes share one durable consumer (AckWait 2 s); one in
+// 40 handlers runs 4 s; one process is SIGKILLed inside such a handler; one
 // payment in 10, and half the slow ones, are published again after the
 // stream's duplicate window (JetStream stores them again).
 // Afterwards every payment's effect happened exactly once, the slow handlers
@@ -123,10 +126,10 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	rc := newRedis(t, e.redisURL)
 	prefix := "jsproc:"
 	id := func(i int) string { return fmt.Sprintf("pay-%04d", i) }
-	slow := func(i int) bool { return i%20 == 5 }
+	slow := func(i int) bool { return i%40 == 5 }
 	// republished: one payment in 10, and half the slow ones (those meet
 	// their original in flight)
-	dup := func(i int) bool { return i%10 == 0 || i%40 == 25 }
+	dup := func(i int) bool { return i%10 == 0 || i%80 == 45 }
 	// publish stores payment i, again when it was stored before: JetStream
 	// drops a copy within its duplicate window (100 ms, purged a little
 	// later), so a republish is retried (bounded) until it is stored.
@@ -189,7 +192,7 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	if victimID == "" {
 		t.Fatal("worker 0 never entered a slow handler")
 	}
-	time.Sleep(200 * time.Millisecond) // well inside the 2.5 s handler
+	time.Sleep(500 * time.Millisecond) // well inside the 4 s handler
 	if err := procs[0].Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +266,7 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	perHeld := int64((procSlow+procLease)/(2*procLease/3)) + 2
 	bound := int64(dups+1) * perHeld
 	t.Logf("%d payments (%d slow, %d republished), %d worker processes, worker 0 SIGKILLed at %v inside %s; done in %v",
-		n, n/20, dups, workers, killedAt.Round(time.Millisecond), victimID, took.Round(time.Millisecond))
+		n, n/40, dups, workers, killedAt.Round(time.Millisecond), victimID, took.Round(time.Millisecond))
 	t.Logf("effects: %d exactly once, %d lost, %d more than once; outcomes %v; consumer: %d redelivered, %d ack pending, %d pending",
 		len(effects)-twice, lost, twice, outcomes, info.NumRedelivered, info.NumAckPending, info.NumPending)
 	t.Logf("in-flight naks: %d in all (bound %d = %d ids that can meet a holder x %d), victim's id %d",

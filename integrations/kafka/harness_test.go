@@ -73,11 +73,11 @@ func newEnv(t *testing.T, partitions int32) *env {
 	return e
 }
 
-// groupOpts are a consumer's client options: the group, fast sessions and
-// commits, so the tests see rebalances and commits within a second.
+// groupOpts are a consumer's client options: the group, short sessions (3 s:
+// shorter would expire on a loaded machine) and fast commits.
 func (e *env) groupOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(e.topic),
-		kgo.SessionTimeout(600 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
+		kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond),
 		kgo.AutoCommitInterval(100 * time.Millisecond), kgo.FetchMaxWait(200 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 }

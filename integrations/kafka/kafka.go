@@ -186,10 +186,10 @@ type topicPartition struct {
 }
 
 // New returns a Consumer over a new franz-go client made with opts, to which
-// it adds what it needs (AutoCommitMarks and the partition callbacks); opts
-// must make a group consumer (kgo.ConsumerGroup, kgo.ConsumeTopics, the seed
-// brokers). Do not set OnPartitionsAssigned, OnPartitionsRevoked or
-// OnPartitionsLost, nor DisableAutoCommit, in opts.
+// it adds what it needs (AutoCommitMarks, BlockRebalanceOnPoll and the
+// partition callbacks); opts must make a group consumer (kgo.ConsumerGroup,
+// kgo.ConsumeTopics, the seed brokers). Do not set OnPartitionsAssigned,
+// OnPartitionsRevoked or OnPartitionsLost, nor DisableAutoCommit, in opts.
 //
 // It returns store.ErrInvalidArgument for a nil claims or fn, a lease,
 // buffer or revoke timeout <= 0, a nil id function or policy.
@@ -217,6 +217,10 @@ func New(claims store.ClaimStore, fn func(context.Context, *kgo.Record) error, o
 	}
 	all := append(append([]kgo.Opt(nil), opts...),
 		kgo.AutoCommitMarks(),
+		// A rebalance's callbacks wait until a poll's records are queued
+		// (AllowRebalance), so no record polled before a revoke reaches a
+		// partition assigned after it, out of order and past its commit.
+		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.stop(ctx, m, true) }),
 		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.stop(ctx, m, false) }))
@@ -253,6 +257,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		fs := c.cl.PollRecords(ctx, 1000)
 		if ctx.Err() != nil || fs.IsClientClosed() {
+			c.cl.AllowRebalance()
 			break
 		}
 		fs.EachError(func(t string, p int32, err error) {
@@ -271,6 +276,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				p.push(ftp.Records)
 			}
 		})
+		c.cl.AllowRebalance() // push never blocks: callbacks wait only this long
 	}
 	// Stop every partition and commit what is done, before Close revokes.
 	c.mu.Lock()

@@ -24,8 +24,8 @@ import (
 const workerEnv = "REDISONCE_KAFKA_WORKER"
 
 const (
-	procLease = 900 * time.Millisecond
-	procSlow  = 2 * time.Second // longer than the session timeout (600 ms)
+	procLease = 3 * time.Second // seconds: a live holder keeps it under load
+	procSlow  = 4 * time.Second // longer than the session timeout (3 s)
 )
 
 func TestMain(m *testing.M) {
@@ -82,8 +82,8 @@ func runWorker() error {
 	return c.Run(ctx)
 }
 
-// Three member processes of one group on 6 partitions; one record in 20 takes
-// 2 s (longer than the session timeout); member 0 is SIGKILLed inside such a
+// Three member processes of one group on 6 partitions; one record in 40 takes
+// 4 s (longer than the session timeout); member 0 is SIGKILLed inside such a
 // handler, so its partitions move (a rebalance while the others' handlers
 // run) and their uncommitted records are read again; one payment in 10 is
 // produced again while they run. Afterwards every effect exactly once,
@@ -96,7 +96,7 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	id := func(i int) string { return fmt.Sprintf("pay-%04d", i) }
 	rec := func(i, partition int) *kgo.Record {
 		r := payment(int32(partition%parts), id(i))
-		if i%20 == 7 {
+		if i%40 == 7 {
 			r.Key = []byte("slow")
 		}
 		return r
@@ -132,7 +132,7 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	if victimID == "" {
 		t.Fatal("worker 0 never entered a slow handler")
 	}
-	time.Sleep(300 * time.Millisecond) // well inside the 2 s handler
+	time.Sleep(500 * time.Millisecond) // well inside the 4 s handler
 	if err := procs[0].Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +182,9 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	// least 2/3 of a lease. The ids that can meet a holder: the victim's, the
 	// republished ones, and the victim's partitions' records read again.
 	perHeld := int64((procSlow+procLease)/(2*procLease/3)) + 2
-	bound := int64(len(dups)+n/20+1) * perHeld
+	bound := int64(len(dups)+n/40+1) * perHeld
 	t.Logf("%d payments (%d slow), %d produced again, %d member processes on %d partitions, member 0 SIGKILLed at %v inside %s; done in %v",
-		n, n/20, len(dups), workers, parts, killedAt.Round(time.Millisecond), victimID, took.Round(time.Millisecond))
+		n, n/40, len(dups), workers, parts, killedAt.Round(time.Millisecond), victimID, took.Round(time.Millisecond))
 	t.Logf("effects: %d exactly once, %d lost, %d more than once; outcomes %v; committed %v (ends %v)",
 		len(eff)-twice, lost, twice, outcomes, committed, per)
 	t.Logf("in-flight retries: %d in all (bound %d), the victim's id %d", totalInFlight, bound, inflight[victimID])
