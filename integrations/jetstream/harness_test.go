@@ -77,6 +77,8 @@ type env struct {
 	stream            natsjs.Stream
 	subject           string
 	claims            *store.Claims
+	prefix            string // the claims' key prefix
+	rc                rueidis.Client
 }
 
 func newEnv(t *testing.T, dupWindow time.Duration) *env {
@@ -90,7 +92,8 @@ func newEnv(t *testing.T, dupWindow time.Duration) *env {
 	if e.stream, err = e.js.CreateStream(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.claims = store.NewClaims(newRedis(t, e.redisURL), store.WithPrefix(fmt.Sprintf("jstest:%d:", n)))
+	e.prefix, e.rc = fmt.Sprintf("jstest:%d:", n), newRedis(t, e.redisURL)
+	e.claims = store.NewClaims(e.rc, store.WithPrefix(e.prefix))
 	return e
 }
 

@@ -486,12 +486,12 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 }
 
 // inFlightDelay: the time left on the holder's lease, which the store's
-// error carries, plus a tenth of the lease; the consumer's own lease when the
-// error does not say.
+// error carries (measured on the server when the claim was refused), plus
+// 10 ms; the consumer's own lease when the error does not say.
 func (c *Consumer) inFlightDelay(err error) time.Duration {
 	var ra interface{ RetryAfter() time.Duration }
 	if errors.As(err, &ra) {
-		return max(ra.RetryAfter(), 0) + c.lease/10
+		return max(ra.RetryAfter(), 0) + 10*time.Millisecond
 	}
 	return c.lease
 }
