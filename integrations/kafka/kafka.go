@@ -118,7 +118,9 @@ func WithDeadLetter(dl func(ctx context.Context, r *kgo.Record, err error) error
 }
 
 // WithReport sets a function told of every attempt's outcome and error. It
-// runs on the partition's goroutine.
+// runs on the partition's goroutine. An error that belongs to no record (a
+// fetch error, as OutcomeRetry; a failed commit on revoke, as OutcomeRevoked)
+// comes with a record holding only its topic and partition, Offset -1.
 func WithReport(r func(rec *kgo.Record, o Outcome, err error)) Option {
 	return func(c *Consumer) { c.report = r }
 }
@@ -243,8 +245,8 @@ func (c *Consumer) Client() *kgo.Client { return c.cl }
 // Run polls and handles records until ctx is cancelled or the client is
 // closed; then it cancels the handlers, waits for them (up to the revoke
 // timeout), commits the marked offsets, leaves the group and closes the
-// client. It returns nil after a cancelled ctx, else the error that stopped
-// it. Run once per Consumer.
+// client. It returns nil, or an error when called twice: Run once per
+// Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started {
