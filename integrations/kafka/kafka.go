@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -335,6 +336,9 @@ func (c *Consumer) stop(ctx context.Context, m map[string][]int32, commit bool) 
 		select {
 		case <-p.done:
 		case <-timeout:
+			// Its handler outlives the revoke: whatever it finishes is not
+			// marked (the partition may be another member's by then).
+			p.detached.Store(true)
 		}
 	}
 	if commit && len(ps) > 0 {
@@ -354,6 +358,8 @@ type partition struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{}
+
+	detached atomic.Bool // the revoke stopped waiting for it
 
 	mu     sync.Mutex
 	queue  []*kgo.Record
@@ -408,7 +414,7 @@ func (p *partition) run() {
 	}()
 	for {
 		r := p.next()
-		if r == nil || !p.c.handle(p.ctx, r) {
+		if r == nil || !p.c.handle(p.ctx, r) || p.detached.Load() {
 			return
 		}
 		p.c.cl.MarkCommitRecords(r)

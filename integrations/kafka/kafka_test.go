@@ -323,3 +323,69 @@ func TestNewRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A handler that ignores its cancelled context outlives the revoke timeout:
+// the member stops waiting for it (Run returns), its record is not marked, and
+// the next owner finds the id in flight until that handler commits, then acks
+// it as a duplicate. The effect runs once.
+func TestHandlerOutlivingTheRevokeTimeout(t *testing.T) {
+	const revokeTimeout, work = 500 * time.Millisecond, 4 * time.Second
+	e := newEnv(t, 1)
+	e.produce(t, payment(0, "s0"))
+	started := make(chan struct{})
+	var startOnce sync.Once
+	a, err := kafka.New(e.claims, func(ctx context.Context, r *kgo.Record) error {
+		startOnce.Do(func() { close(started) })
+		time.Sleep(work) // ignores ctx
+		return e.effect(ctx, r)
+	}, e.groupOpts(), kafka.WithID(kafka.HeaderID("payment-id")), kafka.WithLease(2*time.Second),
+		kafka.WithRevokeTimeout(revokeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA := run(t, a)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's handler never started")
+	}
+	t0 := time.Now()
+	stopA()
+	if took := time.Since(t0); took > work/2 {
+		t.Errorf("A's Run took %v to return, want about the revoke timeout %v, not the handler's %v", took, revokeTimeout, work)
+	}
+	var mu sync.Mutex
+	var outcomes []kafka.Outcome
+	b, err := kafka.New(e.claims, func(context.Context, *kgo.Record) error {
+		t.Error("B ran s0's fn, which A's handler was still running")
+		return nil
+	}, e.groupOpts(), kafka.WithID(kafka.HeaderID("payment-id")), kafka.WithLease(2*time.Second),
+		kafka.WithReport(func(_ *kgo.Record, o kafka.Outcome, _ error) {
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopB := run(t, b)
+	if !waitFor(15*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(outcomes, kafka.OutcomeDuplicate)
+	}) {
+		t.Fatalf("B's outcomes %v: no duplicate after A's handler finished", outcomes)
+	}
+	stopB()
+	mu.Lock()
+	defer mu.Unlock()
+	if outcomes[0] != kafka.OutcomeInFlight {
+		t.Errorf("B's outcomes %v, want in_flight first (A's handler held the id)", outcomes)
+	}
+	if eff := e.effects(t); eff["s0"] != 1 {
+		t.Errorf("effect ran %d times, want 1", eff["s0"])
+	}
+	if got := e.committed(t, 1); got[0] != 1 {
+		t.Errorf("committed %v, want [1]", got)
+	}
+}
