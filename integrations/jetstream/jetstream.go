@@ -118,7 +118,9 @@ func WithFailurePolicy(p func(jetstream.Msg, error) Failure) Option {
 
 // WithContext sets the context Handle runs fn under (default
 // context.Background()): cancel it to stop the handlers that run, whose
-// claims are then released and messages nak'd at once.
+// claims are then released and messages nak'd at once, for another consumer.
+// Stop the consumer (ConsumeContext.Stop) with it: a delivery that arrives
+// after the cancel is nak'd at once too, and comes back.
 func WithContext(ctx context.Context) Option { return func(h *Handler) { h.ctx = ctx } }
 
 // WithReport sets a function told of every delivery's outcome and error (the
