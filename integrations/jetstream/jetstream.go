@@ -263,15 +263,15 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 }
 
 // inFlightDelay is the nak delay of a duplicate whose id is in flight: the
-// time left on the holder's lease, which the store's error carries (measured
-// on the server when the claim was refused, so the redelivery, later by the
-// nak's trip, cannot arrive before it), plus 10 ms; the handler's own lease
-// when the error does not say. A live holder keeps extending its lease, so
-// each redelivery meanwhile is nak'd again for about its lease.
+// time left on the holder's lease, which the store's error carries
+// (store.RetryAfter; measured on the server when the claim was refused, so
+// the redelivery, later by the nak's trip, cannot arrive before it), plus
+// 10 ms; the handler's own lease when the error does not say. A live holder
+// keeps extending its lease, so each redelivery meanwhile is nak'd again for
+// about its lease.
 func (h *Handler) inFlightDelay(err error) time.Duration {
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
-		return max(ra.RetryAfter(), 0) + 10*time.Millisecond
+	if d, ok := store.RetryAfter(err); ok {
+		return d + 10*time.Millisecond
 	}
 	return h.lease
 }

@@ -32,23 +32,20 @@ func TestInFlightDelayFromRetryAfter(t *testing.T) {
 	m := fetch1(t, c, 2*time.Second)
 	o, err := h.Process(ctx, m)
 	naked := time.Now()
-	var ra interface{ RetryAfter() time.Duration }
-	if !errors.As(err, &ra) {
-		t.Skipf("the store's in-flight error does not carry RetryAfter (%v); the handler falls back to its lease", err)
-	}
-	if o != jetstream.OutcomeInFlight || !errors.Is(err, store.ErrInFlight) {
-		t.Fatalf("Process = %v, %v; want in_flight", o, err)
+	retryAfter, ok := store.RetryAfter(err)
+	if o != jetstream.OutcomeInFlight || !errors.Is(err, store.ErrInFlight) || !ok {
+		t.Fatalf("Process = %v, %v (RetryAfter %v, %v); want in_flight with the holder's lease left", o, err, retryAfter, ok)
 	}
 	m = fetch1(t, c, 10*time.Second)
 	if m == nil {
-		t.Fatalf("not redelivered within 10 s of the nak (RetryAfter %v, own lease %v)", ra.RetryAfter(), ownLease)
+		t.Fatalf("not redelivered within 10 s of the nak (RetryAfter %v, own lease %v)", retryAfter, ownLease)
 	}
 	gap := time.Since(naked)
-	t.Logf("RetryAfter %v; redelivered %v after the nak", ra.RetryAfter(), gap)
+	t.Logf("RetryAfter %v; redelivered %v after the nak", retryAfter, gap)
 	// Upper bound: RetryAfter plus a margin for a loaded machine, far below
 	// the handler's own lease (the delay without RetryAfter).
-	if gap < ra.RetryAfter() || gap > ra.RetryAfter()+3*time.Second {
-		t.Errorf("redelivered %v after the nak; want RetryAfter %v to +3 s (not the own lease %v)", gap, ra.RetryAfter(), ownLease)
+	if gap < retryAfter || gap > retryAfter+3*time.Second {
+		t.Errorf("redelivered %v after the nak; want RetryAfter %v to +3 s (not the own lease %v)", gap, retryAfter, ownLease)
 	}
 	if o, err := h.Process(ctx, m); o != jetstream.OutcomeDone || err != nil || runs != 1 {
 		t.Errorf("after the dead holder's lease: %v, %v, %d runs; want done, 1 run", o, err, runs)

@@ -495,11 +495,11 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 
 // inFlightDelay: the time left on the holder's lease, which the store's
 // error carries (measured on the server when the claim was refused), plus
-// 10 ms; the consumer's own lease when the error does not say.
+// 10 ms; the consumer's own lease when the error does not say
+// (store.RetryAfter false).
 func (c *Consumer) inFlightDelay(err error) time.Duration {
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(err, &ra) {
-		return max(ra.RetryAfter(), 0) + 10*time.Millisecond
+	if d, ok := store.RetryAfter(err); ok {
+		return d + 10*time.Millisecond
 	}
 	return c.lease
 }

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/store"
 )
 
 // A record in flight is tried again when the holder's lease, which the
@@ -36,9 +36,9 @@ func TestInFlightDelayFromRetryAfter(t *testing.T) {
 			defer mu.Unlock()
 			switch o {
 			case kafka.OutcomeInFlight:
-				var ra interface{ RetryAfter() time.Duration }
-				if typed = errors.As(err, &ra); typed && inflightAt.IsZero() {
-					inflightAt, retryAfter = time.Now(), ra.RetryAfter()
+				d, ok := store.RetryAfter(err)
+				if typed = ok; typed && inflightAt.IsZero() {
+					inflightAt, retryAfter = time.Now(), d
 				}
 			case kafka.OutcomeDone:
 				doneAt = time.Now()
@@ -53,7 +53,7 @@ func TestInFlightDelayFromRetryAfter(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !typed {
-		t.Skip("the store's in-flight error does not carry RetryAfter; the consumer falls back to its lease")
+		t.Fatal("an in-flight attempt's error did not carry the holder's lease left (store.RetryAfter)")
 	}
 	if !ok || inflightAt.IsZero() {
 		t.Fatalf("x0: in flight at %v, done at %v; want an in-flight attempt, then done within 10 s", inflightAt, doneAt)
