@@ -74,10 +74,12 @@ func newEnv(t *testing.T, partitions int32) *env {
 }
 
 // groupOpts are a consumer's client options: the group, short sessions (3 s:
-// shorter would expire on a loaded machine) and fast commits.
+// shorter would expire on a loaded machine), a short rebalance timeout (a
+// member killed during a rebalance holds the group's join up to it: 60 s by
+// default) and fast commits.
 func (e *env) groupOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(e.topic),
-		kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond),
+		kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond), kgo.RebalanceTimeout(6 * time.Second),
 		kgo.AutoCommitInterval(100 * time.Millisecond), kgo.FetchMaxWait(200 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 }

@@ -133,7 +133,9 @@ func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = 
 // WithRevokeTimeout bounds how long a rebalance waits for a revoked
 // partition's handler to return after its context was cancelled (default
 // 10 s). A handler still running then keeps its claim until it returns; the
-// partition's next owner finds the record in flight and waits for it.
+// partition's next owner finds the record in flight and waits for it. Keep
+// it below the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by
+// default), or a slow revoke gets this member dropped from the group.
 func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.revokeTimeout = d } }
 
 // Consumer is a Kafka consumer-group member (a franz-go client) that runs fn
