@@ -25,6 +25,18 @@ import (
 	"sync"
 )
 
+// MaxKeyLen is the longest key a script accepts, in bytes: a key is prefix +
+// id, a prefix at most 1024 bytes and an id 1..1024 (store.MaxIDLen), so every
+// key a Go store sends fits. Every script refuses an empty key or a longer one
+// with BADARG before anything else.
+const MaxKeyLen = 2048
+
+// MaxBatchKeys is the most keys a batch script (claim_many, seen_many) takes
+// in one call; it refuses 0 keys or more than MaxBatchKeys with BADARG before
+// anything else. The Go stores cut a bigger group into calls of at most this
+// many keys.
+const MaxBatchKeys = 500
+
 // FS holds scripts/*.lua and scripts/SHA1SUMS exactly as checked in.
 //
 //go:embed scripts/*.lua scripts/SHA1SUMS
@@ -42,9 +54,12 @@ type Script struct {
 	// NumKeys is the number of keys the script takes: 1, or for a batch
 	// script (Batch) the fewest it takes.
 	NumKeys int
-	// Batch is true for a script that takes NumKeys or more keys, all in one
-	// hash slot (header "KEYS (n>=1)"), such as claim_many: callers group a
-	// batch by slot and send one call per group.
+	// MaxKeys is the most keys the script takes: 1, or for a batch script
+	// MaxBatchKeys.
+	MaxKeys int
+	// Batch is true for a script that takes NumKeys to MaxKeys keys, all in
+	// one hash slot (header "KEYS (n=1..500)"), such as claim_many: callers
+	// group a batch by slot and send one call per group.
 	Batch bool
 	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
 	// be run with EVALSHA_RO / FCALL_RO and on replicas.
