@@ -6,8 +6,10 @@
 // run the scripts (SCRIPT LOAD + EVALSHA, or EVAL with Source). The Go stores in
 // package store wrap these scripts with rueidis.
 //
-// Every script takes exactly one key, KEYS[1] = prefix + id, built by the caller,
-// and documents its KEYS, ARGV, replies and errors in a header that a test keeps
+// Every script takes exactly one key, KEYS[1] = prefix + id, built by the caller
+// (the batch scripts claim_many and seen_many: 1..MaxBatchKeys keys of one hash
+// slot), and refuses any other count, or a key outside 1..MaxKeyLen bytes, with
+// BADARG before anything else. Each documents its KEYS, ARGV, replies and errors in a header that a test keeps
 // true. Errors are replies whose first word is one of BADARG, STALE_OWNER,
 // NOT_FOUND, FULL, MISMATCH, CORRUPT.
 package redisonce
@@ -195,16 +197,20 @@ func parseScript(name, src string) (Script, error) {
 	s.Doc = strings.TrimSpace(doc)
 	_, keys, ok := strings.Cut(s.Doc, "KEYS (n=")
 	if !ok {
-		if _, keys, ok = strings.Cut(s.Doc, "KEYS (n>="); !ok {
-			return s, fmt.Errorf("header has no \"KEYS (n=\" or \"KEYS (n>=\" line")
-		}
-		s.Batch = true
+		return s, fmt.Errorf("header has no \"KEYS (n=\" line")
 	}
 	n, _, _ := strings.Cut(keys, ")")
-	nk, err := strconv.Atoi(n)
+	lo, hi, batch := strings.Cut(n, "..")
+	nk, err := strconv.Atoi(lo)
 	if err != nil {
 		return s, fmt.Errorf("header KEYS (n=%s): %w", n, err)
 	}
-	s.NumKeys = nk
+	mk := nk
+	if batch {
+		if mk, err = strconv.Atoi(hi); err != nil || mk < nk {
+			return s, fmt.Errorf("header KEYS (n=%s): want n=LOW..HIGH", n)
+		}
+	}
+	s.NumKeys, s.MaxKeys, s.Batch = nk, mk, batch
 	return s, nil
 }

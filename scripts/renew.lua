@@ -11,7 +11,9 @@
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
-  Errors    BADARG <what>    before any write; nothing written
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written
             CORRUPT <what>   the key is not a well-formed record hash (as
                              acquire.lua defines it); nothing written
   Writes    HSET lease_ms (only when the caller owns the pending record)
@@ -24,6 +26,13 @@
             under noeviction
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end
