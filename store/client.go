@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,4 +104,11 @@ func redactURL(rawURL string) (shown, secret string) {
 		return fmt.Sprintf("%q", rawURL), ""
 	}
 	return fmt.Sprintf("%q", strings.Replace(rawURL, ":"+pw+"@", ":xxxxx@", 1)), pw
+}
+
+// RedactURL returns rawURL without its password, for a message or a log.
+func RedactURL(rawURL string) string {
+	shown, _ := redactURL(rawURL)
+	s, _ := strconv.Unquote(shown)
+	return s
 }
