@@ -209,13 +209,9 @@ func Addrs(nodes []Node) string {
 	return strings.Join(a, ", ")
 }
 
-// Redacted is rawURL for messages: (*url.URL).Redacted, which replaces the
-// password by "xxxxx". A URL that does not parse is not shown at all (a
-// password with an unescaped character is the usual reason).
+// Redacted is rawURL for messages, without its password: store.RedactURL,
+// which finds the password without parsing the URL (a password may hold
+// "/", "?", "#", "@" or a bad "%" escape).
 func Redacted(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(the --url / REDIS_URL, not shown: it does not parse)"
-	}
-	return u.Redacted()
+	return store.RedactURL(rawURL)
 }
