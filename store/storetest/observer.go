@@ -45,12 +45,12 @@ func FailingOps(t *testing.T, obs store.Observer) int {
 	mustFail("Claim on a cancelled context", err)
 	_, err = claims.Claim(ctx, SecretKey+strings.Repeat("x", store.MaxIDLen))
 	mustFail("Claim of an oversize id", err)
-	_, err = claims.Do(ctx, SecretKey+"-do", time.Second, func(context.Context) error {
-		return fmt.Errorf("charging %s failed", SecretKey)
+	_, err = claims.Do(ctx, SecretKey, time.Second, func(context.Context) error {
+		return fmt.Errorf("charging %s failed", SecretKey) // an fn error that names the key
 	})
 	mustFail("Do whose fn fails", err)
-	mustFail("Update of a missing record", records.Update(ctx, SecretKey, store.Update{}))
-	_, _, err = records.Do(ctx, SecretKey+"-perm", store.AcquireOptions{}, func(context.Context) ([]byte, error) {
+	mustFail("Update of a missing record", records.Update(ctx, SecretKey+"-missing", store.Update{}))
+	_, _, err = records.Do(ctx, SecretKey, store.AcquireOptions{}, func(context.Context) ([]byte, error) {
 		return nil, store.Permanent(fmt.Errorf("refund %s refused", SecretKey))
 	})
 	mustFail("Records.Do with a permanent error", err)
