@@ -27,8 +27,9 @@ var (
 )
 
 // argsFor returns good arguments for m's parameters, ctx as given; a func
-// parameter is a function that does nothing and succeeds, or nil when nilFn.
-func argsFor(t *testing.T, m reflect.Method, ctx context.Context, nilFn bool) []reflect.Value {
+// parameter is a function that does nothing and succeeds, or nil when nilFn;
+// a batch (slice) parameter is nil when empty.
+func argsFor(t *testing.T, m reflect.Method, ctx context.Context, nilFn, empty bool) []reflect.Value {
 	mt := m.Type
 	var args []reflect.Value
 	for i := 1; i < mt.NumIn(); i++ { // 0 is the receiver
@@ -47,6 +48,8 @@ func argsFor(t *testing.T, m reflect.Method, ctx context.Context, nilFn bool) []
 			args = append(args, reflect.ValueOf("id-1").Convert(pt))
 		case pt == reflect.TypeFor[[]byte]():
 			args = append(args, reflect.ValueOf([]byte("payload")))
+		case pt.Kind() == reflect.Slice && empty && pt != reflect.TypeFor[[]byte]():
+			args = append(args, reflect.Zero(pt)) // an empty batch
 		case pt == reflect.TypeFor[[]string]():
 			args = append(args, reflect.ValueOf([]string{"id-1", "id-2"}))
 		case pt == reflect.TypeFor[time.Duration]():
@@ -114,7 +117,8 @@ func TestBadInputNeverPanics(t *testing.T) {
 		everyCall bool
 	}
 	var cases []storeCase
-	for _, opts := range [][]store.Option{nil, {nil}, {store.WithPrefix("p:"), nil}} {
+	longPrefix := store.WithPrefix(strings.Repeat("p", store.MaxPrefixLen+1)) // keys past redisonce.MaxKeyLen
+	for _, opts := range [][]store.Option{nil, {nil}, {store.WithPrefix("p:"), nil}, {longPrefix}} {
 		bad := len(opts) > 0
 		suffix := fmt.Sprintf(" opts %d", len(opts))
 		cases = append(cases,
@@ -136,35 +140,32 @@ func TestBadInputNeverPanics(t *testing.T) {
 			m := v.Type().Method(i)
 			withCtx := hasParam(m, func(p reflect.Type) bool { return p == ctxType })
 			withFn := hasParam(m, func(p reflect.Type) bool { return p.Kind() == reflect.Func })
+			withSlice := hasParam(m, func(p reflect.Type) bool { return p.Kind() == reflect.Slice && p != reflect.TypeFor[[]byte]() })
 			t.Run(sc.name+"."+m.Name, func(t *testing.T) {
 				walked++
-				runs := []struct {
-					what  string
-					ctx   context.Context
-					nilFn bool
-					want  bool // ErrInvalidArgument expected
-				}{{"good arguments", context.Background(), false, sc.everyCall}}
+				type run struct {
+					what         string
+					ctx          context.Context
+					nilFn, empty bool
+					want         bool // ErrInvalidArgument expected
+				}
+				runs := []run{{"good arguments", context.Background(), false, false, sc.everyCall}}
 				if withCtx {
-					runs = append(runs, struct {
-						what  string
-						ctx   context.Context
-						nilFn bool
-						want  bool
-					}{"a nil context", nil, false, true})
+					runs = append(runs, run{"a nil context", nil, false, false, true})
 				}
 				if withFn {
-					runs = append(runs, struct {
-						what  string
-						ctx   context.Context
-						nilFn bool
-						want  bool
-					}{"a nil fn", context.Background(), true, true})
+					runs = append(runs, run{"a nil fn", context.Background(), true, false, true})
+				}
+				if withSlice {
+					runs = append(runs,
+						run{"an empty batch", context.Background(), false, true, sc.everyCall},
+						run{"an empty batch and a nil context", nil, false, true, true})
 				}
 				for _, r := range runs {
-					if !r.want && !strings.HasPrefix(sc.name, "Memory") {
+					if !r.want && !r.empty && !strings.HasPrefix(sc.name, "Memory") {
 						continue // good arguments on a good Redis store would reach the (untouched) client
 					}
-					err, p := call(v, m, argsFor(t, m, r.ctx, r.nilFn))
+					err, p := call(v, m, argsFor(t, m, r.ctx, r.nilFn, r.empty))
 					if p != nil {
 						t.Fatalf("%s with %s panicked: %v", m.Name, r.what, p)
 					}

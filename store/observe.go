@@ -283,6 +283,9 @@ func newEvents(store string, c config) events {
 // first, and only then read the clock, so that a store without an observer
 // builds nothing.
 func (ev *events) report(ctx context.Context, op, script, key string, n int, out Outcome, start time.Time, err error) {
+	if ctx == nil {
+		ctx = context.Background() // a call refused for its nil context is reported too
+	}
 	ev.obs.Observe(ctx, Event{
 		Store: ev.store, Op: op, Script: script, Prefix: ev.prefix, Key: key, N: n,
 		Outcome: out, Start: start, Duration: time.Since(start), Err: err,
