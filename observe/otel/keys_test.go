@@ -2,6 +2,7 @@ package redisonceotel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -72,5 +73,17 @@ func TestErrorSpanWithoutKey(t *testing.T) {
 	}
 	if msg != "redisonce: claim: connection refused" {
 		t.Errorf("exception.message %q, want the error without the key", msg)
+	}
+}
+
+// Issue 21: a nil option is refused, a nil context is not a panic.
+func TestBadInputNeverPanics(t *testing.T) {
+	if _, err := redisonceotel.New(nil); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
+	}
+	obs, spans, _ := setup(t)
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeError, Err: errors.New("x")}) //nolint:staticcheck // a nil context on purpose
+	if len(spans.Ended()) != 1 {
+		t.Errorf("%d spans for an event with a nil context, want 1", len(spans.Ended()))
 	}
 }

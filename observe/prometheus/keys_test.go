@@ -35,3 +35,14 @@ func TestNoKeyInMetrics(t *testing.T) {
 		}
 	})
 }
+
+// Issue 21: a nil option is ignored, a nil context is not a panic.
+func TestBadInputNeverPanics(t *testing.T) {
+	obs := redisonceprom.New(nil)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeClaimed}) //nolint:staticcheck // a nil context on purpose
+	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
+		t.Errorf("%d metrics after one event, %v", n, err)
+	}
+}
