@@ -136,10 +136,14 @@ type measureOpts struct {
 var _ store.Observer = (*Observer)(nil)
 
 // New returns an Observer that writes to the given providers (the global
-// ones by default). It fails only when an instrument cannot be created.
+// ones by default). It fails when an instrument cannot be created, and on a
+// nil Option (ErrInvalidArgument).
 func New(opts ...Option) (*Observer, error) {
 	var c config
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("redisonceotel: option %d: %w: a nil Option", i, store.ErrInvalidArgument)
+		}
 		o(&c)
 	}
 	if c.tp == nil {
@@ -172,6 +176,9 @@ func New(opts ...Option) (*Observer, error) {
 
 // Observe records e as a span and in the metrics.
 func (o *Observer) Observe(ctx context.Context, e store.Event) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	m := o.measure(e.Store, e.Op, e.Outcome)
 	o.ops.Add(ctx, int64(items(e.N)), m.add...)
 	o.duration.Record(ctx, e.Duration.Seconds(), m.record...)
