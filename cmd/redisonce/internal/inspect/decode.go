@@ -194,3 +194,6 @@ func Preview(s string, n int) string {
 	}
 	return strconv.Quote(s[:cut]) + "…"
 }
+
+// Show is s for a terminal: as it is for now (issue 21 makes it escape).
+func Show(s string) string { return s }
