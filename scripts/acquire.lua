@@ -5,9 +5,11 @@
                             lease_ms, fence, fp, token
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
+                      (1..15 digits, no sign: "-1" is BADARG)
     [2] token         the caller's owner token, 1..256 bytes
     [3] fingerprint   the request's fingerprint, 0..256 bytes ('' = none)
     [4] lease_ms      decimal integer ms the caller's lease lasts, 0 = no lease
+                      (1..15 digits, no sign: "-1" is BADARG)
   Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
              lease_ms, fence, fp, token}: 10 elements, acquired and the four
             times integers (ms since the epoch from TIME, 0 = none), the rest

@@ -7,6 +7,7 @@
                      zeros), the new owner's generation
     [2] ttl_ms       decimal integer ms the hash lives after a raise; 0 = leave the
                      expiry as it is (a new hash then never expires)
+                     (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the floor was raised to generation (and the TTL re-armed); on a
               connection that does not exist, a new incarnation is created with
               no messages (_seq "0", _gen generation, _epoch now, _rid the

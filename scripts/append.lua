@@ -7,7 +7,9 @@
     [2] payload       any bytes, at most 4194304 (4 MiB)
     [3] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
+                      (1..15 digits, no sign: "-1" is BADARG)
     [4] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+                      (1..15 digits, no sign: "-1" is BADARG)
   Returns   {seq, epoch, created} (three integers, all exact: below 2^53)
               seq      the message's sequence number: 1, 2, 3... per incarnation
               epoch    server time in microseconds when this incarnation of the

@@ -5,7 +5,9 @@
   ARGV (n>=3)
     [1] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
+                      (1..15 digits, no sign: "-1" is BADARG)
     [2] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+                      (1..15 digits, no sign: "-1" is BADARG)
     [3..] pairs       msg_id, payload, ... : 1..1000 pairs; msg_id 1..256 bytes, not
                       starting with "_"; payload any bytes, at most 4194304 (4 MiB)
   Returns   {epoch, seq1, created1, seq2, created2, ...} (integers): per message,

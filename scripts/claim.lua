@@ -4,6 +4,7 @@
     [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight, leased)
   ARGV (n=2)
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+                 (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the id processed, or "~<token>" to lease it
   Returns   1  created (the caller won)
             0  exists and is processed (any value not starting with "~", so keys

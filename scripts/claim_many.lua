@@ -8,6 +8,7 @@
                                CROSSSLOT before the script runs: nothing written
   ARGV (n=2)
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+                 (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the ids processed, or "~<token>" to lease them
   Returns   an array with one integer per key, in KEYS order, as claim.lua:
             1 created; 0 exists and is processed (any value not starting with

@@ -5,12 +5,15 @@
   ARGV (n=2)
     [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
     [2] ttl_ms   decimal integer ms the processed mark lives, 0 = no expiry
+                 (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the value was "~<token>" and is now "1" with the new expiry
             2 the key was absent (the lease expired and nobody took the id):
               "1" is written with the new expiry (SET NX)
             0 the key already holds "1": processed, by another consumer or by
               an earlier attempt of this very commit (nothing changed)
-            -1 the key holds another consumer's lease (nothing changed)
+            -1 the key holds any other value: another consumer's lease
+               "~<other>", or a value other than "1" written by something
+               else (which claim.lua counts as processed); nothing changed
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
                              checked first, before ARGV; nothing read or written
             BADARG <what>    before any write; nothing written (also

@@ -15,7 +15,7 @@
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
             CORRUPT <what>       token given and the key is not a well-formed
-                                 record hash (as acquire.lua defines it); nothing written
+                                 record hash (see record_hash below); nothing written
   Writes    DEL KEYS[1]
   Atomicity the checks precede the single DEL
   Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when

@@ -5,7 +5,10 @@
   ARGV (n=2)
     [1] token      the lease token the caller claimed with (without "~"), 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now, >= 1
+                   (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the value is "~<token>": its expiry is now lease_ms from now
+              (the lease is the key's expiry: once it ran out the key is
+              gone and the answer is 0, even if nobody claimed the id since)
             0 the key is absent or holds another value (the lease was lost;
               nothing changed)
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:

@@ -6,16 +6,20 @@
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
+                   (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the record is pending and owned by token: lease_ms is now
-              lease_ms from now
+              lease_ms from now. Also when the lease had already passed, as
+              long as no acquire.lua took the record over: the lease is a
+              field, the key stays (unlike extend.lua's, which is the key's
+              expiry: extend answers 0 once its lease ran out)
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
                              checked first, before ARGV; nothing read or written
             BADARG <what>    before any write; nothing written
-            CORRUPT <what>   the key is not a well-formed record hash (as
-                             acquire.lua defines it); nothing written
+            CORRUPT <what>   the key is not a well-formed record hash (see
+                             record_hash below); nothing written
   Writes    HSET lease_ms (only when the caller owns the pending record)
   Atomicity the checks precede the single HSET
   Memory    flags=allow-oom: its HSET overwrites the existing lease_ms field with
