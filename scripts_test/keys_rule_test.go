@@ -185,3 +185,30 @@ func TestScriptsKeysRule(t *testing.T) {
 		}
 	}
 }
+
+// The order of checks the README states: the KEYS rule, then the arguments
+// (BADARG), then the key (CORRUPT), then the verdicts. Seven "x" arguments
+// are a bad argument list for every script; on a key of the wrong type
+// (a list: no script reads one) each answers BADARG, not CORRUPT, and on a
+// missing key BADARG, not NOT_FOUND or a reply.
+func TestScriptsBadargBeforeTheKey(t *testing.T) {
+	c := newClient(t, standaloneURL(t))
+	loadScripts(t, c)
+	bad := []string{"x", "x", "x", "x", "x", "x", "x"}
+	for _, s := range redisonce.All() {
+		for _, seeded := range []bool{false, true} {
+			key := keyFor(t, "badargfirst:") + s.Name
+			if seeded {
+				do(t, c, "RPUSH", key, "v")
+			}
+			before := raw(t, c, key)
+			m, err := callKeys(c, s, false, []string{key}, bad...)
+			if errCode(err) != "BADARG" {
+				t.Errorf("%s with 7 bad arguments on a %s key: %s, %v; want BADARG", s.Name, before.Type, reply(m), err)
+			}
+			if diff := cmp.Diff(before, raw(t, c, key), approxTTL); diff != "" {
+				t.Errorf("%s changed the key (-before +after):\n%s", s.Name, diff)
+			}
+		}
+	}
+}
