@@ -80,6 +80,11 @@ func TestCLIEscapesStoredBytes(t *testing.T) {
 		{"call", "get", "idempotency:" + evil, "--url", u},
 		{"call", "unacked", "gateway:outbox:" + evil, "--url", u},
 		{"call", "claim", "bq:idemp:" + evil, "1000", "1", "--url", u},
+		// errors quote what they were given: a URL with escapes, nothing there
+		{"inspect", "claim", evil, "--url", "redis://" + evil + "@127.0.0.1:1"},
+		{"stats", "--url", "redis://127.0.0.1:1/" + evil},
+		{"stats", "--url", "redis://127.0.0.1:1/0?x=\xff\u202e"},
+		{"load", "--url", "redis://127.0.0.1:1/\xff\u202e"},
 	} {
 		t.Run(strings.Join(args[:2], " "), func(t *testing.T) {
 			code, out, errs := cli(t, args...)
@@ -89,7 +94,7 @@ func TestCLIEscapesStoredBytes(t *testing.T) {
 			if err := terminalSafe(errs); err != nil {
 				t.Errorf("%q: stderr holds %v:\n%s", args, err, strconv.Quote(errs))
 			}
-			if code != 0 && !strings.HasPrefix(args[2], "nope") && !strings.HasPrefix(args[2], "f") {
+			if code != 0 && !strings.HasPrefix(args[2], "nope") && !strings.HasPrefix(args[2], "f") && !strings.Contains(strings.Join(args, " "), "127.0.0.1:1") {
 				t.Errorf("%q: exit %d, stderr %s", args, code, errs)
 			}
 		})
