@@ -66,7 +66,10 @@ func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
 	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
 	if len(ids) == 0 {
-		return nil, s.checkBatch(ctx, op) // an empty batch: nothing to send, but bad input is still refused
+		// An empty batch sends nothing, but bad input is still refused.
+		if err := s.checkBatch(ctx, op); err != nil {
+			return nil, err
+		}
 	}
 	for _, id := range ids {
 		if err := s.check(ctx, op, id); err != nil {
