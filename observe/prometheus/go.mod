@@ -2,7 +2,7 @@ module github.com/redisonce/redisonce/observe/prometheus
 
 go 1.26.0
 
-require github.com/redisonce/redisonce v0.0.0
+require github.com/redisonce/redisonce v0.1.0
 
 require github.com/google/go-cmp v0.7.0 // indirect
 
@@ -19,5 +19,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/redisonce/redisonce => ../..
