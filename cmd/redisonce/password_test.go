@@ -25,7 +25,7 @@ func TestNoPasswordInCLIOutput(t *testing.T) {
 	fragments = append(fragments, "4711", "0815")
 	commands := [][]string{
 		{"load"}, {"functions", "--load"}, {"call", "seen", "k"}, {"inspect", "claim", "x"},
-		{"inspect", "tail", "c"}, {"inspect", "record", "r"}, {"stats"}, {"version"},
+		{"inspect", "tail", "c"}, {"inspect", "record", "r"}, {"stats"}, {"version"}, {"demo"},
 	}
 	for _, u := range urls {
 		for _, cmd := range commands {
