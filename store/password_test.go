@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -137,4 +138,42 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// FuzzNoPasswordInOpenErrors: for any password a URL can carry, RedactURL
+// hides it, ClientOptions' error never holds it, and a URL ClientOptions
+// accepts never has it in the addresses rueidis would dial (a dial error
+// quotes them).
+func FuzzNoPasswordInOpenErrors(f *testing.F) {
+	for _, pw := range []string{"Zm9v/YmFy", "Zm9v#YmFy", "Zm9v?YmFy", "Zm9v@YmFy", "Zm9v:YmFy", "Zm9v%YmFy", "123456/789", "Zm9v%2FYmFy"} {
+		f.Add("app", pw, "127.0.0.1:1/0")
+		f.Add("", pw, "127.0.0.1:1?addr=127.0.0.1:2&master_set=m")
+	}
+	f.Fuzz(func(t *testing.T, user, pw, rest string) {
+		u := "redis://" + user + ":" + pw + "@" + rest
+		if len(pw) < 6 || strings.ContainsAny(user, ":@/?#") || strings.ContainsAny(pw, "\"\\") || strings.Count(u, pw) != 1 {
+			// a password short enough to appear by chance, one the URL text
+			// repeats, or one whose quote characters an error's %q adds
+			t.Skip()
+		}
+		quoted := strconv.Quote(pw)
+		shows := func(text string) bool {
+			return strings.Contains(text, pw) || strings.Contains(text, quoted[1:len(quoted)-1])
+		}
+		if others := strconv.Quote("redis://" + user + ":@" + rest); shows(others) {
+			t.Skip() // the rest of the URL, quoted, already spells the password
+		}
+		if got := store.RedactURL(u); shows(got) {
+			t.Fatalf("RedactURL(%q) = %q", u, got)
+		}
+		opt, err := store.ClientOptions(u)
+		for _, text := range errTexts(err) {
+			if shows(text) {
+				t.Fatalf("ClientOptions(%q): %s", u, text)
+			}
+		}
+		if err == nil && strings.Contains(strings.Join(opt.InitAddress, ","), pw) {
+			t.Fatalf("ClientOptions(%q) dials %v", u, opt.InitAddress)
+		}
+	})
 }
