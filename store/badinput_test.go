@@ -214,6 +214,16 @@ func TestBadInputFunctions(t *testing.T) {
 	if err := store.Wrap(claims, time.Second, id, h)(nil, "m1"); !errors.Is(err, store.ErrInvalidArgument) { //nolint:staticcheck
 		t.Errorf("a wrapped handler on a nil context: %v, want ErrInvalidArgument", err)
 	}
+	// Open* refuses a nil option before it connects (nothing listens there).
+	for name, open := range map[string]func() error{
+		"OpenClaims":  func() error { _, err := store.OpenClaims("redis://127.0.0.1:1", nil); return err },
+		"OpenOutbox":  func() error { _, err := store.OpenOutbox("redis://127.0.0.1:1", nil); return err },
+		"OpenRecords": func() error { _, err := store.OpenRecords("redis://127.0.0.1:1", nil); return err },
+	} {
+		if err := open(); !errors.Is(err, store.ErrInvalidArgument) || strings.Contains(err.Error(), "refused") {
+			t.Errorf("%s with a nil option = %v, want ErrInvalidArgument before connecting", name, err)
+		}
+	}
 	obs := store.SlogObserver(nil)
 	obs.Observe(context.Background(), store.Event{Outcome: store.OutcomeError}) // no logger: no log, no panic
 	if _, err := store.ClientOptions(""); !errors.Is(err, store.ErrInvalidArgument) && err == nil {
