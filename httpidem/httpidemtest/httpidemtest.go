@@ -91,6 +91,21 @@ func (s *server) do(method, path, key, body string) reply {
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
+// retry409 sends the request until it is not answered 409 (the first try's
+// handler still running), at most 200 times 10 ms apart.
+func (s *server) retry409(method, path, key, body string) reply {
+	s.t.Helper()
+	var r reply
+	for range 200 {
+		if r = s.do(method, path, key, body); r.status != http.StatusConflict {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.t.Fatalf("still 409 after 200 tries: %s", r)
+	return r
+}
+
 func (s *server) wantRuns(n int64) {
 	s.t.Helper()
 	if got := s.runs.Load(); got != n {
@@ -477,6 +492,141 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 		if n.Load() != 2 {
 			t.Errorf("the handler ran %d times, want 2", n.Load())
+		}
+	})
+
+	t.Run("ClientHangsUpResponseKept", func(t *testing.T) {
+		// The client hangs up while the handler runs: the handler is not
+		// cancelled, its 201 is stored, and the retry replays it; one charge.
+		var charges atomic.Int64
+		inside, gone := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			n := charges.Add(1)
+			once.Do(func() { close(inside) })
+			<-gone
+			time.Sleep(50 * time.Millisecond) // net/http notices the hang-up meanwhile
+			if err := r.Context().Err(); err != nil {
+				t.Errorf("the handler's context ended when the client hung up: %v", context.Cause(r.Context()))
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "charge-%d", n)
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/charges", strings.NewReader("amount=10"))
+			req.Header.Set(httpidem.HeaderKey, "hangup")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			errc <- err
+		}()
+		<-inside
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("the hung-up request got a response")
+		}
+		close(gone)
+		r := s.retry409("POST", "/charges", "hangup", "amount=10")
+		if r.status != http.StatusCreated || r.body != "charge-1" {
+			t.Errorf("the retry after a hang-up: %s, want the stored 201 charge-1", r)
+		}
+		wantReplayed(t, r, true)
+		s.wantRuns(1)
+	})
+
+	t.Run("ClientTimesOutResponseKept", func(t *testing.T) {
+		// The first try times out (http.Client.Timeout) while the handler
+		// runs; every retry with the key gets that handler's one response.
+		var charges atomic.Int64
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			n := charges.Add(1)
+			time.Sleep(300 * time.Millisecond) // 3x the client's timeout
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "charge-%d", n)
+		})
+		impatient := &http.Client{Timeout: 100 * time.Millisecond}
+		req, _ := http.NewRequest("POST", s.url+"/charges", strings.NewReader("amount=10"))
+		req.Header.Set(httpidem.HeaderKey, "timeout")
+		if resp, err := impatient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("the first try did not time out: %d", resp.StatusCode)
+		}
+		first := s.retry409("POST", "/charges", "timeout", "amount=10")
+		second := s.do("POST", "/charges", "timeout", "amount=10")
+		for i, r := range []reply{first, second} {
+			if r.status != http.StatusCreated || r.body != "charge-1" {
+				t.Errorf("retry %d after a timeout: %s, want the stored 201 charge-1", i, r)
+			}
+			wantReplayed(t, r, true)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("Retry409ShortHint", func(t *testing.T) {
+		// A 30 s lease: the 409's Retry-After is a short hint (1 s by
+		// default), never the lease's remaining time.
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+		}, httpidem.WithLease(30*time.Second))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		r := s.do("POST", "/slow", "k", "x")
+		wantProblem(t, r, http.StatusConflict)
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Errorf("Retry-After %q under a 30 s lease, want the 1 s default hint", got)
+		}
+		close(release)
+		<-done
+	})
+
+	t.Run("QueryInFingerprint422", func(t *testing.T) {
+		s := newServer(t, h, created)
+		if r := s.do("POST", "/charges?amount=1", "k", ""); r.status != http.StatusCreated {
+			t.Fatalf("first %s", r)
+		}
+		wantProblem(t, s.do("POST", "/charges?amount=1000", "k", ""), http.StatusUnprocessableEntity)
+		if r := s.do("POST", "/charges?amount=1", "k", ""); r.status != http.StatusCreated {
+			t.Errorf("the same query again: %s", r)
+		} else {
+			wantReplayed(t, r, true)
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("UnscopedRefused", func(t *testing.T) {
+		// Unscoped keys let one caller replay another's response: the
+		// middleware is not built without a scope decision.
+		rs := h.New(t)
+		t.Cleanup(func() { rs.Close() })
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "WithScope") {
+				t.Errorf("Middleware without a scope decision: panic %v, want one naming WithScope", p)
+			}
+		}()
+		httpidem.Middleware(rs)
+	})
+
+	t.Run("NothingWrittenNotStored", func(t *testing.T) {
+		// A handler that writes nothing (it gave up, say) answers 200 as
+		// net/http does, and nothing is stored: the retry runs it again.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
+		for range 2 {
+			r := s.do("POST", "/noop", "k", "")
+			if r.status != http.StatusOK || r.body != "" {
+				t.Errorf("%s, want 200 and no body", r)
+			}
+			wantReplayed(t, r, false)
+		}
+		s.wantRuns(2)
+		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
+			t.Errorf("a record is left (found %v, err %v), want none", ok, err)
 		}
 	})
 
