@@ -1,50 +1,3 @@
-// Package httpidem is net/http middleware for the Idempotency-Key header
-// (Stripe's, and the IETF draft "The Idempotency-Key HTTP Header Field") over
-// any store.RecordStore: the first response to a key — status, headers and
-// body — is stored, and a retry with the same key gets the same response
-// again, marked with "Idempotent-Replayed: true", without the handler running.
-//
-// For a request with one of the middleware's methods (POST and PATCH by
-// default) and an Idempotency-Key header:
-//
-//   - the key must be 1..255 bytes (WithMaxKeyLen) of visible ASCII or
-//     spaces, else 400; it is scoped by WithScope (the authenticated user,
-//     say);
-//   - the body is read once (at most 8 MiB, WithMaxBody, else 413) and handed
-//     to the handler intact;
-//   - a fingerprint of the method, the path and a SHA-256 of the body
-//     (WithFingerprint) guards the key: the same key with another request is
-//     answered 422 and the handler does not run;
-//   - the handler runs inside the store's Do, so it runs once per key across
-//     every server sharing the store, with the key's lease kept alive while it
-//     runs; a retry meanwhile is answered 409 with a Retry-After (in seconds)
-//     of the lease's remaining time. The request the handler gets carries
-//     the lease in its context: store.LeaseFromContext(r.Context()) gives the
-//     fencing token and fence to pass to a downstream system that checks them;
-//     if the lease is lost, that context is cancelled;
-//   - a 2xx, 3xx or 4xx response is a final answer: it is stored (headers
-//     minus the hop-by-hop ones, Date and Set-Cookie: WithKeepHeader) and
-//     replayed to every retry until the record expires (WithTTL, else the
-//     store's TTL);
-//   - a 5xx response, a handler that panics, and a request whose context ends
-//     while the handler runs (the client went away) are not stored: the record
-//     is deleted so that a retry runs the handler again. A 5xx response still
-//     reaches the client as the handler wrote it. A panic is not recovered: the
-//     record is deleted and the panic goes on, to net/http or to an outer
-//     recovery middleware, exactly as without this middleware;
-//   - a response whose stored form would exceed store.MaxRecordPayloadLen
-//     (1 MiB) is sent to the client as it is written but not stored, and the
-//     record is released (deleted), never half-stored: a retry runs the
-//     handler again. A handler that calls Flush (a streaming response) or
-//     hijacks the connection is passed through the same way, unstored.
-//   - 1xx informational responses (103 Early Hints) are sent at once and not
-//     stored; trailers are not stored.
-//
-// Requests with other methods, and requests without the header (unless
-// WithRequireKey), pass through untouched. When the middleware answers for
-// itself the body is an RFC 9457 problem+json (Problem). When the store
-// cannot be reached the answer is 503 and the handler does not run: the
-// middleware fails closed.
 package httpidem
 
 import (
@@ -83,6 +36,8 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 	switch {
 	case rs == nil:
 		panic("httpidem: nil store")
+	case !cfg.scoped:
+		panic("httpidem: Middleware needs WithScope(fn) (keys per caller: the secure choice) or WithSharedKeys() (one key space for every caller)")
 	case cfg.lease <= 0:
 		panic(fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease))
 	case cfg.ttl < 0:
@@ -137,7 +92,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := key
-	if h.cfg.scope != nil {
+	if h.cfg.scope != nil { // nil: WithSharedKeys
 		id = url.QueryEscape(h.cfg.scope(r)) + ":" + key
 		if len(id) > store.MaxIDLen {
 			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
@@ -149,26 +104,49 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.Fingerprint = h.cfg.fingerprint(r, body)
 	}
 
+	// The handler's context: detached from the client unless
+	// WithCancelOnDisconnect, ended by WithShutdown's context; the store's Do
+	// ends it too when the lease is lost.
+	ctx := r.Context()
+	if h.cfg.detach {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if h.cfg.shutdown != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(h.cfg.shutdown, func() { cancel(context.Cause(h.cfg.shutdown)) })
+		defer stop()
+	}
+
 	var rec *recorder
 	var fnErr error
-	res, replayed, err := h.rs.Do(r.Context(), id, o, func(ctx context.Context) ([]byte, error) {
+	start := time.Now()
+	res, replayed, err := h.rs.Do(ctx, id, o, func(ctx context.Context) ([]byte, error) {
 		rec = newRecorder(w, h.cfg.keep, store.MaxRecordPayloadLen)
+		finished := false
+		defer func() {
+			if !finished {
+				// a panic: the store's Do deletes the record, and it goes on
+				h.notStored(r.Context(), id, start, ErrPanicked)
+			}
+		}()
 		h.next.ServeHTTP(rec, r.WithContext(ctx))
+		finished = true
 		rec.finish()
-		switch {
-		case rec.passed != nil:
+		if rec.passed != nil {
 			fnErr = store.Retryable(rec.passed)
-		case ctx.Err() != nil:
-			fnErr = store.Retryable(fmt.Errorf("%w: %w", errClientGone, context.Cause(ctx)))
-		default:
-			return encode(rec.response()), nil
+			return nil, fnErr
 		}
-		return nil, fnErr
+		return encode(rec.response()), nil
 	})
 	if rec != nil {
 		// The handler ran here: its response goes to the client whatever the
 		// store said (the effect has happened), unless it went already.
 		rec.deliver()
+		if rec.passed != nil {
+			h.notStored(r.Context(), id, start, rec.passed)
+		}
 		if err != nil && err != fnErr {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", "key", id, "err", err)
 		}
@@ -178,7 +156,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && replayed:
 		h.replay(w, r, id, res)
 	case errors.Is(err, store.ErrInFlight):
-		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter(r.Context(), id))
+		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter())
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
@@ -249,18 +227,8 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 	}
 }
 
-// retryAfter is the Retry-After of a 409, in whole seconds: the time left on
-// the running request's lease (after which a crashed server's request is
-// taken over), at least 1 and at most the configured lease.
-func (h *handler) retryAfter(ctx context.Context, id string) int {
-	limit := int(math.Ceil(h.cfg.lease.Seconds()))
-	rec, ok, err := h.rs.Get(ctx, id)
-	if err != nil || !ok || rec.Status != store.StatusPending {
-		return 1 // it just finished, or the store is unsure: try again soon
-	}
-	if rec.LeaseUntil.IsZero() {
-		return limit
-	}
-	s := int(math.Ceil(time.Until(rec.LeaseUntil).Seconds()))
-	return min(max(s, 1), limit)
+// retryAfter is the Retry-After of a 409, in whole seconds: the
+// WithRetryAfter hint rounded up, at least 1.
+func (h *handler) retryAfter() int {
+	return max(int(math.Ceil(h.cfg.retryAfter.Seconds())), 1)
 }

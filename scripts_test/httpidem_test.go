@@ -37,7 +37,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
 	rs := store.NewRecords(c, store.WithPrefix(prefix))
-	h := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := httpidem.Middleware(rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/fail" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return

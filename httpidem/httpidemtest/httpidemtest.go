@@ -8,9 +8,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -60,7 +62,9 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 		handler(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/", httpidem.Middleware(rs, opts...)(counted))
+	// Shared keys unless a test scopes them: the record key is the header
+	// value, which the tests read back from the store.
+	mux.Handle("/", httpidem.Middleware(rs, append([]httpidem.Option{httpidem.WithSharedKeys()}, opts...)...)(counted))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack
 	srv.Start()
@@ -68,6 +72,10 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 	s.url = srv.URL
 	return s
 }
+
+// userScope is the suite's scope: the caller named by the X-User header
+// (the tests' stand-in for an authenticated identity).
+func userScope(r *http.Request) string { return r.Header.Get("X-User") }
 
 // do sends one request; key "" sends no Idempotency-Key.
 func (s *server) do(method, path, key, body string) reply {
@@ -300,10 +308,11 @@ func TestMiddleware(t *testing.T, h Harness) {
 	})
 
 	t.Run("EmptyResponseReplayed", func(t *testing.T) {
-		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
+		// A status written without a body is a response: stored, replayed.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 		first := s.do("POST", "/noop", "k", "")
 		again := s.do("POST", "/noop", "k", "")
-		if first.status != http.StatusOK || again.status != http.StatusOK || again.body != "" {
+		if first.status != http.StatusNoContent || again.status != http.StatusNoContent || again.body != "" {
 			t.Errorf("first %s, retry %s", first, again)
 		}
 		wantReplayed(t, again, true)
@@ -430,7 +439,8 @@ func TestMiddleware(t *testing.T, h Harness) {
 		var n atomic.Int64
 		rs := h.New(t)
 		t.Cleanup(func() { rs.Close() })
-		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		mw := httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if n.Add(1) == 1 {
 				w.WriteHeader(http.StatusCreated)
 				panic("boom")
@@ -460,173 +470,169 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("ClientGoneNotStored", func(t *testing.T) {
+	t.Run("CancelOnDisconnect", func(t *testing.T) {
+		// WithCancelOnDisconnect: the hang-up cancels the handler's context;
+		// a handler that then writes nothing stores nothing (the retry runs
+		// it again), one that writes a status has it stored all the same.
 		var n atomic.Int64
-		rs := h.New(t)
-		t.Cleanup(func() { rs.Close() })
-		inside := make(chan struct{})
-		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if n.Add(1) == 1 {
-				close(inside)
-				<-r.Context().Done() // the client hangs up; the handler ends anyway
-			}
-			w.WriteHeader(http.StatusCreated)
-			io.WriteString(w, "made")
-		}))
-		serve := func(ctx context.Context) *httptest.ResponseRecorder {
-			rec := httptest.NewRecorder()
-			req := httptest.NewRequest("POST", "/p", strings.NewReader("x")).WithContext(ctx)
-			req.Header.Set(httpidem.HeaderKey, "k")
-			mw.ServeHTTP(rec, req)
-			return rec
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-inside; cancel() }()
-		serve(ctx)
-		if _, ok, err := rs.Get(context.Background(), "k"); ok || err != nil {
-			t.Errorf("after the client went away a record is left (found %v, err %v)", ok, err)
-		}
-		rec := serve(context.Background())
-		if rec.Code != http.StatusCreated || rec.Body.String() != "made" || rec.Header().Get(httpidem.HeaderReplayed) != "" {
-			t.Errorf("retry: %d %q %v, want the handler to run again", rec.Code, rec.Body, rec.Header())
-		}
-		if n.Load() != 2 {
-			t.Errorf("the handler ran %d times, want 2", n.Load())
-		}
-	})
-
-	t.Run("ClientHangsUpResponseKept", func(t *testing.T) {
-		// The client hangs up while the handler runs: the handler is not
-		// cancelled, its 201 is stored, and the retry replays it; one charge.
-		var charges atomic.Int64
-		inside, gone := make(chan struct{}), make(chan struct{})
-		var once sync.Once
+		sawCancel := make(chan time.Duration, 2)
+		inside := make(chan struct{}, 2)
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
-			n := charges.Add(1)
-			once.Do(func() { close(inside) })
-			<-gone
-			time.Sleep(50 * time.Millisecond) // net/http notices the hang-up meanwhile
-			if err := r.Context().Err(); err != nil {
-				t.Errorf("the handler's context ended when the client hung up: %v", context.Cause(r.Context()))
+			k := n.Add(1)
+			if k > 2 {
+				w.WriteHeader(http.StatusTeapot) // only the replay may answer now
+				return
 			}
-			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, "charge-%d", n)
-		})
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() {
-			req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/charges", strings.NewReader("amount=10"))
-			req.Header.Set(httpidem.HeaderKey, "hangup")
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				resp.Body.Close()
+			inside <- struct{}{}
+			t0 := time.Now()
+			select {
+			case <-r.Context().Done():
+				sawCancel <- time.Since(t0)
+			case <-time.After(5 * time.Second):
+				sawCancel <- -1
 			}
-			errc <- err
-		}()
-		<-inside
-		cancel()
-		if err := <-errc; err == nil {
-			t.Fatal("the hung-up request got a response")
+			if k == 2 {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "made after the hang-up")
+			}
+		}, httpidem.WithCancelOnDisconnect())
+		hangUp := func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/p", strings.NewReader("x"))
+				req.Header.Set(httpidem.HeaderKey, "k")
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			<-inside
+			cancel()
+			<-errc
+			if d := <-sawCancel; d < 0 {
+				t.Error("the handler's context did not end within 5 s of the hang-up")
+			}
 		}
-		close(gone)
-		r := s.retry409("POST", "/charges", "hangup", "amount=10")
-		if r.status != http.StatusCreated || r.body != "charge-1" {
-			t.Errorf("the retry after a hang-up: %s, want the stored 201 charge-1", r)
+		hangUp() // writes nothing: not stored
+		hangUp() // runs again, writes 201 after the hang-up: stored
+		r := s.retry409("POST", "/p", "k", "x")
+		if r.status != http.StatusCreated || r.body != "made after the hang-up" {
+			t.Errorf("retry: %s, want the stored 201", r)
 		}
 		wantReplayed(t, r, true)
-		s.wantRuns(1)
+		s.wantRuns(2)
 	})
 
-	t.Run("ClientTimesOutResponseKept", func(t *testing.T) {
-		// The first try times out (http.Client.Timeout) while the handler
-		// runs; every retry with the key gets that handler's one response.
-		var charges atomic.Int64
+	t.Run("ShutdownEndsHandler", func(t *testing.T) {
+		// WithShutdown: the detached handler's context ends with the
+		// shutdown context's cause.
+		down, shut := context.WithCancelCause(context.Background())
+		errShutdown := fmt.Errorf("server stopping")
+		inside, cause := make(chan struct{}), make(chan error, 1)
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
-			n := charges.Add(1)
-			time.Sleep(300 * time.Millisecond) // 3x the client's timeout
-			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, "charge-%d", n)
-		})
-		impatient := &http.Client{Timeout: 100 * time.Millisecond}
-		req, _ := http.NewRequest("POST", s.url+"/charges", strings.NewReader("amount=10"))
-		req.Header.Set(httpidem.HeaderKey, "timeout")
-		if resp, err := impatient.Do(req); err == nil {
-			resp.Body.Close()
-			t.Fatalf("the first try did not time out: %d", resp.StatusCode)
-		}
-		first := s.retry409("POST", "/charges", "timeout", "amount=10")
-		second := s.do("POST", "/charges", "timeout", "amount=10")
-		for i, r := range []reply{first, second} {
-			if r.status != http.StatusCreated || r.body != "charge-1" {
-				t.Errorf("retry %d after a timeout: %s, want the stored 201 charge-1", i, r)
+			close(inside)
+			select {
+			case <-r.Context().Done():
+				cause <- context.Cause(r.Context())
+			case <-time.After(5 * time.Second):
+				cause <- nil
 			}
-			wantReplayed(t, r, true)
-		}
-		s.wantRuns(1)
-	})
-
-	t.Run("Retry409ShortHint", func(t *testing.T) {
-		// A 30 s lease: the 409's Retry-After is a short hint (1 s by
-		// default), never the lease's remaining time.
-		started, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
-			once.Do(func() { close(started) })
-			<-release
-		}, httpidem.WithLease(30*time.Second))
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, httpidem.WithShutdown(down))
 		done := make(chan reply, 1)
-		go func() { done <- s.do("POST", "/slow", "k", "x") }()
-		<-started
-		r := s.do("POST", "/slow", "k", "x")
-		wantProblem(t, r, http.StatusConflict)
-		if got := r.header.Get("Retry-After"); got != "1" {
-			t.Errorf("Retry-After %q under a 30 s lease, want the 1 s default hint", got)
+		go func() { done <- s.do("POST", "/p", "k", "x") }()
+		<-inside
+		shut(errShutdown)
+		if c := <-cause; c != errShutdown {
+			t.Errorf("the handler's context ended with %v, want the shutdown's cause", c)
 		}
-		close(release)
-		<-done
+		if r := <-done; r.status != http.StatusServiceUnavailable {
+			t.Errorf("%s, want the handler's 503", r)
+		}
 	})
 
-	t.Run("QueryInFingerprint422", func(t *testing.T) {
-		s := newServer(t, h, created)
-		if r := s.do("POST", "/charges?amount=1", "k", ""); r.status != http.StatusCreated {
-			t.Fatalf("first %s", r)
-		}
-		wantProblem(t, s.do("POST", "/charges?amount=1000", "k", ""), http.StatusUnprocessableEntity)
-		if r := s.do("POST", "/charges?amount=1", "k", ""); r.status != http.StatusCreated {
-			t.Errorf("the same query again: %s", r)
-		} else {
-			wantReplayed(t, r, true)
-		}
-		s.wantRuns(1)
-	})
-
-	t.Run("UnscopedRefused", func(t *testing.T) {
-		// Unscoped keys let one caller replay another's response: the
-		// middleware is not built without a scope decision.
-		rs := h.New(t)
-		t.Cleanup(func() { rs.Close() })
-		defer func() {
-			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "WithScope") {
-				t.Errorf("Middleware without a scope decision: panic %v, want one naming WithScope", p)
+	t.Run("CrossCallerNoReplayNo422", func(t *testing.T) {
+		// Two callers, one key value: B never gets A's response, with the
+		// same request or another one (no 422 telling B the key is in use).
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("X-Download-Token", "secret-of-"+r.Header.Get("X-User"))
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"owner":%q,"body":%q}`, r.Header.Get("X-User"), body)
+		}, httpidem.WithScope(userScope))
+		ask := func(user, body string) reply {
+			req, _ := http.NewRequest("POST", s.url+"/accounts", strings.NewReader(body))
+			req.Header.Set(httpidem.HeaderKey, "shared-key")
+			req.Header.Set("X-User", user)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-		httpidem.Middleware(rs)
-	})
-
-	t.Run("NothingWrittenNotStored", func(t *testing.T) {
-		// A handler that writes nothing (it gave up, say) answers 200 as
-		// net/http does, and nothing is stored: the retry runs it again.
-		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
-		for range 2 {
-			r := s.do("POST", "/noop", "k", "")
-			if r.status != http.StatusOK || r.body != "" {
-				t.Errorf("%s, want 200 and no body", r)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		a := ask("alice", "iban=1")
+		// bob: alice's key with her very request; carol: with another body
+		for _, c := range []struct{ user, body string }{{"bob", "iban=1"}, {"carol", "iban=2"}} {
+			r := ask(c.user, c.body)
+			if r.status != http.StatusCreated || strings.Contains(r.body, "alice") || strings.Contains(r.header.Get("X-Download-Token"), "alice") {
+				t.Errorf("%s with alice's key and body %q: %s, want a 201 of their own", c.user, c.body, r)
 			}
 			wantReplayed(t, r, false)
 		}
-		s.wantRuns(2)
-		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
-			t.Errorf("a record is left (found %v, err %v), want none", ok, err)
+		if again := ask("alice", "iban=1"); again.body != a.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Errorf("alice's retry: %s, want her own replay %q", again, a.body)
+		}
+		s.wantRuns(3)
+	})
+
+	t.Run("NotStoredReported", func(t *testing.T) {
+		// Every response sent but not stored is an observer event and a log line.
+		var mu sync.Mutex
+		var events []store.Event
+		obs := store.ObserverFunc(func(_ context.Context, e store.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		})
+		var logs bytes.Buffer
+		var logMu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+		big := bytes.Repeat([]byte("x"), store.MaxRecordPayloadLen+1)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/5xx":
+				w.WriteHeader(http.StatusBadGateway)
+			case "/big":
+				w.Write(big)
+			case "/flush":
+				w.(http.Flusher).Flush()
+			case "/nothing":
+			}
+		}, httpidem.WithObserver(obs), httpidem.WithLogger(logger))
+		cases := map[string]error{"/5xx": httpidem.ErrServerError, "/big": httpidem.ErrTooLarge, "/flush": httpidem.ErrStreamed, "/nothing": httpidem.ErrNothingWritten}
+		for path := range cases {
+			s.do("POST", path, "k"+path, "")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(events) != len(cases) {
+			t.Errorf("%d events, want %d: %+v", len(events), len(cases), events)
+		}
+		for _, e := range events {
+			path := strings.TrimPrefix(e.Key, "k")
+			want, ok := cases[path]
+			if !ok || e.Store != "httpidem" || e.Op != "respond" || e.Outcome != httpidem.OutcomeNotStored || !errors.Is(e.Err, want) || !errors.Is(e.Err, httpidem.ErrNotStored) {
+				t.Errorf("event %+v, want httpidem/respond/not_stored with %v", e, want)
+			}
+		}
+		logMu.Lock()
+		defer logMu.Unlock()
+		if n := strings.Count(logs.String(), "level=WARN msg=\"httpidem: response sent but not stored"); n != len(cases) {
+			t.Errorf("%d warnings of a response not stored, want %d:\n%s", n, len(cases), logs.String())
 		}
 	})
 
@@ -663,6 +669,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			mu.Lock()
 			leases = append(leases, l)
 			mu.Unlock()
+			w.WriteHeader(http.StatusOK) // a response, stored: the second request replays
 		})
 		s.do("POST", "/", "k", "")
 		s.do("POST", "/", "k", "")
@@ -687,6 +694,18 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 		s.wantRuns(0)
 	})
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func lens(ss []string) []int {

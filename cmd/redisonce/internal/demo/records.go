@@ -158,7 +158,9 @@ func newAPI(name string, recs *store.Records, p *provider, st *recordsStats, log
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		}
 	})
-	return httpidem.Middleware(recs, httpidem.WithLease(recordsLease), httpidem.WithLogger(slog.New(logged)))(mux)
+	// One client (the demo) sends every key: one key space. An API with
+	// users scopes keys to the caller instead (httpidem.WithScope).
+	return httpidem.Middleware(recs, httpidem.WithSharedKeys(), httpidem.WithLease(recordsLease), httpidem.WithLogger(slog.New(logged)))(mux)
 }
 
 // handle sends one request to the server's API, in process: the status and
