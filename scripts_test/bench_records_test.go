@@ -2,9 +2,13 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -155,4 +159,46 @@ func BenchmarkRecordsDoReplay(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// BenchmarkFinalWriteServerTime is the Redis server's own time per final
+// write of Records.Do (update.lua: completed, 256-byte payload, fenced by the
+// token) with no waiter, from INFO commandstats on a private server (the
+// evalsha line: calls and usec), reported as server-µs/op. A waiter
+// (AcquireOptions.Wait) may cost a watched record's final write more; this
+// is the cost every final write pays.
+func BenchmarkFinalWriteServerTime(b *testing.B) {
+	srv, err := redisproc.Start(redisproc.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Stop() })
+	s := store.NewRecords(benchClientAt(b, srv.URL()), store.WithPrefix(benchPrefix(b)))
+	keys, tokens := benchPending(b, s, b.N)
+	ctx := context.Background()
+	status, payload := store.StatusCompleted, make([]byte, 256)
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.Update(ctx, keys[i], store.Update{Status: &status, Payload: &payload, Token: tokens[i]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),usec=(\d+),`).FindStringSubmatch(fmt.Sprint(info))
+	if m == nil {
+		b.Fatalf("no evalsha line in INFO commandstats: %v", info)
+	}
+	calls, _ := strconv.ParseFloat(m[1], 64)
+	usec, _ := strconv.ParseFloat(m[2], 64)
+	if int(calls) != b.N {
+		b.Fatalf("%v evalsha calls, want %d", calls, b.N)
+	}
+	b.ReportMetric(usec/calls, "server-µs/op")
 }
