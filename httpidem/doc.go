@@ -21,7 +21,9 @@
 //   - the handler runs inside the store's Do, so it runs once per key across
 //     every server sharing the store, with the key's lease kept alive while it
 //     runs; a retry meanwhile is answered 409 with a short Retry-After hint
-//     (WithRetryAfter, 1 s by default). The request the handler gets carries
+//     (WithRetryAfter, 1 s by default), or, with WithWait(d), waits up to d
+//     for the first to finish and gets its response, replayed (pushed by the
+//     store, not polled; 409 once d passes). The request the handler gets carries
 //     the lease in its context: store.LeaseFromContext(r.Context()) gives the
 //     fencing token and fence to pass to a downstream system that checks them;
 //   - the handler runs detached from the client: a client that times out or

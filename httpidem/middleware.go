@@ -46,6 +46,10 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 		panic(fmt.Sprintf("httpidem: WithMaxKeyLen(%d): want 1..%d", cfg.maxKeyLen, store.MaxIDLen))
 	case cfg.maxBody < 0:
 		panic(fmt.Sprintf("httpidem: WithMaxBody(%d): negative", cfg.maxBody))
+	case cfg.wait < 0:
+		panic(fmt.Sprintf("httpidem: WithWait(%v): negative", cfg.wait))
+	case cfg.retryAfter < 0:
+		panic(fmt.Sprintf("httpidem: WithRetryAfter(%v): negative", cfg.retryAfter))
 	}
 	return func(next http.Handler) http.Handler {
 		return &handler{rs: rs, cfg: cfg, next: next}
@@ -99,7 +103,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease}
+	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease, Wait: h.cfg.wait}
 	if h.cfg.fingerprint != nil {
 		o.Fingerprint = h.cfg.fingerprint(r, body)
 	}

@@ -40,6 +40,7 @@ type config struct {
 	detach      bool // the handler runs detached from the client's disconnect
 	shutdown    context.Context
 	retryAfter  time.Duration
+	wait        time.Duration
 	obs         store.Observer
 	fingerprint func(*http.Request, []byte) string
 	keep        func(name string) bool
@@ -148,6 +149,22 @@ func WithRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.retryAfter = d }
 }
 
+// WithWait makes a retry that arrives while the first request with its key
+// runs wait up to d for it to finish, and get its stored response (replayed)
+// instead of a 409; when d passes first, or the first's response is not
+// stored (a 5xx, say) and the retry then runs the handler itself, it is
+// answered as without the wait. The wait is pushed: the store's Do waits
+// (store.AcquireOptions.Wait), notified by the first request's final write
+// (on Redis a shard-channel message, no polling; a waiter re-reads the record
+// at most once a second in case a notice is missed), so a waiting request
+// costs the server nothing while it waits. It does hold its connection and a
+// goroutine: keep d to about how long the handler takes. A waiting request
+// keeps waiting when its client hangs up (until the answer or d). Default 0:
+// a 409 at once.
+func WithWait(d time.Duration) Option {
+	return func(c *config) { c.wait = d }
+}
+
 // WithObserver makes the middleware report to o, as a store.Event with Store
 // "httpidem", Op "respond" and Outcome OutcomeNotStored, every response it
 // sent but did not store (Err says why: it wraps ErrNotStored). They are
@@ -183,7 +200,7 @@ func WithKeepHeader(keep func(name string) bool) Option {
 // the store's Do renews it every lease/3 while the handler runs (on stores
 // that do), so it bounds how long a crashed server blocks the key, not how
 // long a handler may take. A retry meanwhile is answered 409 (with the
-// WithRetryAfter hint, not the lease). Default
+// WithRetryAfter hint, not the lease), or waits (WithWait). Default
 // DefaultLease (30 s); d must be > 0.
 func WithLease(d time.Duration) Option {
 	return func(c *config) { c.lease = d }

@@ -2,7 +2,8 @@
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
     [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+                            lease_ms, fence, fp, token; watch (optional,
+                            watch.lua)
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
@@ -35,12 +36,15 @@
                                  nothing written
   Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
             expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
-            instead when expires_in_ms is negative
+            instead when expires_in_ms is negative. A watched record (field
+            watch, set by watch.lua) that stops being pending: HDEL watch and
+            SPUBLISH KEYS[1] the new status ("deleted" after the DEL), so its
+            waiters read it again
   Atomicity every check precedes the first write
-  Length    100 lines of code besides its snippets: four optional fields, each
+  Length    108 lines of code besides its snippets: four optional fields, each
             validated before the first write, and two durations turned into
-            deadlines on the server's clock; one script, so a fenced change is
-            all or nothing
+            deadlines on the server's clock, and the waiters' notice; one
+            script, so a fenced change is all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
 local token = ARGV[1]
@@ -76,7 +80,8 @@ local function now_ms()
 end
 -- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- A record's nine fields in reply order, and a tenth, watch (nil unless
+-- watch.lua marked the pending record), read in one HMGET; nil when the key
 -- is absent; an error reply (CORRUPT) for a key of another type, a missing
 -- field or a malformed one. Well-formed: status not empty; the four times
 -- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
@@ -85,7 +90,7 @@ end
 -- fence is never taken over).
 local function load_record(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
   end
@@ -200,8 +205,16 @@ if #lease > 1 and string.byte(lease, 1) == 48 then
   lease = string.format('%d', tonumber(lease))
 end
 
+-- A record that watch.lua marked tells its waiters when it stops being
+-- pending (a pcall: a publish the caller may not make never fails the write
+-- before it; the waiter's bounded re-read covers it). An unwatched record, the
+-- common case, pays for nothing but the tenth HMGET field.
+local notify = r[10] and (past or status ~= 'pending')
 if past then
   redis.call('DEL', key)
+  if notify then
+    redis.pcall('SPUBLISH', key, 'deleted')
+  end
   return 0
 end
 redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
@@ -212,5 +225,9 @@ if set_expires then
   else
     redis.call('PEXPIREAT', key, expires)
   end
+end
+if notify then
+  redis.call('HDEL', key, 'watch')
+  redis.pcall('SPUBLISH', key, status)
 end
 return 1

@@ -73,6 +73,10 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 	return s
 }
 
+// client is the suite's HTTP client: a server that never answers fails the
+// test after 30 s instead of hanging it.
+var client = &http.Client{Timeout: 30 * time.Second}
+
 // userScope is the suite's scope: the caller named by the X-User header
 // (the tests' stand-in for an authenticated identity).
 func userScope(r *http.Request) string { return r.Header.Get("X-User") }
@@ -87,7 +91,7 @@ func (s *server) do(method, path, key, body string) reply {
 	if key != "" {
 		req.Header.Set(httpidem.HeaderKey, key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -353,7 +357,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 		for _, key := range []string{strings.Repeat("k", 256), "tab\there", "caf\u00e9"} {
 			req, _ := http.NewRequest("POST", s.url+"/orders", nil)
 			req.Header[httpidem.HeaderKey] = []string{key}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,7 +388,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			req, _ := http.NewRequest("POST", s.url+"/", strings.NewReader("x"))
 			req.Header.Set(httpidem.HeaderKey, "same")
 			req.Header.Set("X-User", user)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -502,7 +506,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			go func() {
 				req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/p", strings.NewReader("x"))
 				req.Header.Set(httpidem.HeaderKey, "k")
-				resp, err := http.DefaultClient.Do(req)
+				resp, err := client.Do(req)
 				if err == nil {
 					resp.Body.Close()
 				}
@@ -566,7 +570,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			req, _ := http.NewRequest("POST", s.url+"/accounts", strings.NewReader(body))
 			req.Header.Set(httpidem.HeaderKey, "shared-key")
 			req.Header.Set("X-User", user)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -634,6 +638,84 @@ func TestMiddleware(t *testing.T, h Harness) {
 		if n := strings.Count(logs.String(), "level=WARN msg=\"httpidem: response sent but not stored"); n != len(cases) {
 			t.Errorf("%d warnings of a response not stored, want %d:\n%s", n, len(cases), logs.String())
 		}
+	})
+
+	t.Run("WaitReplaysToDuplicates", func(t *testing.T) {
+		// WithWait: 6 duplicates arrive while the first runs; the handler
+		// finishes 1.1 s after they began waiting (just after the store's
+		// first bounded re-read, 1 s), so each must be answered by the push,
+		// within 600 ms, long before the next re-read: the first's response,
+		// replayed, identical. The handler runs once.
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+			w.Header().Set("X-Charge", "ch_1")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"charge":"ch_1"}`)
+		}, httpidem.WithWait(10*time.Second))
+		firstc := make(chan reply, 1)
+		go func() { firstc <- s.do("POST", "/charges", "k", "amount=10") }()
+		<-started
+		const n = 6
+		replies := make([]reply, n)
+		at := make([]time.Time, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = s.do("POST", "/charges", "k", "amount=10")
+				at[i] = time.Now()
+			}()
+		}
+		time.Sleep(1100 * time.Millisecond)
+		released := time.Now()
+		close(release)
+		wg.Wait()
+		first := <-firstc
+		if first.status != http.StatusCreated {
+			t.Fatalf("first %s", first)
+		}
+		for i, r := range replies {
+			if r.status != first.status || r.body != first.body || r.header.Get("X-Charge") != "ch_1" {
+				t.Errorf("duplicate %d: %s, want the first's %s", i, r, first)
+			}
+			wantReplayed(t, r, true)
+			if lat := at[i].Sub(released); lat > 600*time.Millisecond {
+				t.Errorf("duplicate %d answered %v after the handler finished, want within 600 ms (pushed)", i, lat)
+			}
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("WaitRunsOut409", func(t *testing.T) {
+		// WithWait(300 ms) and a handler of 2 s: the duplicate waits 300 ms,
+		// then is told 409 with the short Retry-After hint.
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		}, httpidem.WithWait(300*time.Millisecond))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		t0 := time.Now()
+		r := s.do("POST", "/slow", "k", "x")
+		took := time.Since(t0)
+		close(release)
+		wantProblem(t, r, http.StatusConflict)
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Errorf("Retry-After %q, want 1", got)
+		}
+		if took < 300*time.Millisecond || took > 300*time.Millisecond+time.Second {
+			t.Errorf("the 409 came after %v, want the 300 ms wait (and at most a re-read more)", took)
+		}
+		<-done
+		s.wantRuns(1)
 	})
 
 	t.Run("LongHandlerKeepsLease", func(t *testing.T) {
