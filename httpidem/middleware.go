@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -70,18 +71,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	keys := r.Header.Values(HeaderKey)
 	switch {
 	case len(keys) == 0 && h.cfg.require:
-		writeProblem(w, http.StatusBadRequest, "this request needs an Idempotency-Key header", HeaderKey, 0)
+		h.problem(w, http.StatusBadRequest, "this request needs an Idempotency-Key header", HeaderKey, 0)
 		return
 	case len(keys) == 0:
 		h.next.ServeHTTP(w, r)
 		return
 	case len(keys) > 1:
-		writeProblem(w, http.StatusBadRequest, "the request has more than one Idempotency-Key header", HeaderKey, 0)
+		h.problem(w, http.StatusBadRequest, "the request has more than one Idempotency-Key header", HeaderKey, 0)
 		return
 	}
-	key := keys[0]
-	if detail := h.checkKey(key); detail != "" {
-		writeProblem(w, http.StatusBadRequest, detail, HeaderKey, 0)
+	key, detail := parseKey(keys[0])
+	if detail == "" {
+		detail = h.checkKey(key)
+	}
+	if detail != "" {
+		h.problem(w, http.StatusBadRequest, detail, HeaderKey, 0)
 		return
 	}
 
@@ -89,17 +93,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request with an Idempotency-Key may have a body of at most %d bytes", tooBig.Limit), "", 0)
+			h.problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request with an Idempotency-Key may have a body of at most %d bytes", tooBig.Limit), "", 0)
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "the request body could not be read: "+err.Error(), "", 0)
+		h.problem(w, http.StatusBadRequest, "the request body could not be read: "+err.Error(), "", 0)
 		return
 	}
 	id := key
 	if h.cfg.scope != nil { // nil: WithSharedKeys
 		id = url.QueryEscape(h.cfg.scope(r)) + ":" + key
 		if len(id) > store.MaxIDLen {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
+			h.problem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
 			return
 		}
 	}
@@ -160,26 +164,56 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && replayed:
 		h.replay(w, r, id, res)
 	case errors.Is(err, store.ErrInFlight):
-		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter())
+		h.problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter())
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
+		h.problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
 		// A fingerprint over store.MaxFingerprintLen, say: a configuration error.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
+		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
+		h.problem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
 	case err == nil:
 		// Do neither ran fn nor replayed: a broken store.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", "key", id)
-		writeProblem(w, http.StatusInternalServerError, "the idempotency store answered nothing", "", 0)
+		h.problem(w, http.StatusInternalServerError, "the idempotency store answered nothing", "", 0)
 	default:
 		if r.Context().Err() == nil {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: store error", "key", id, "err", err)
 		}
-		writeProblem(w, http.StatusServiceUnavailable, "the idempotency store is unavailable; retry later", "", 1)
+		h.problem(w, http.StatusServiceUnavailable, "the idempotency store is unavailable; retry later", "", 1)
 	}
+}
+
+// parseKey reads the header's value: an sf-string (RFC 8941 section
+// 3.3.3: "..." with \" and \\ escapes, as the IETF draft says) is
+// unquoted, anything else is taken as it is (a bare token, as Stripe's
+// clients send): `"abc"` and `abc` are the same key. It returns why the
+// value is not acceptable, or "".
+func parseKey(v string) (key, detail string) {
+	if !strings.HasPrefix(v, `"`) {
+		return v, ""
+	}
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+				return "", fmt.Sprintf("the Idempotency-Key is a quoted string with a bad escape at %d: only \\\" and \\\\ are allowed", i)
+			}
+			i++
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", "the Idempotency-Key has bytes after its closing quote"
+			}
+			return b.String(), ""
+		default:
+			b.WriteByte(c) // checkKey refuses what is not visible ASCII
+		}
+	}
+	return "", "the Idempotency-Key has an opening quote and no closing one"
 }
 
 // checkKey returns why key is not acceptable, or "".
@@ -214,12 +248,17 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	return body, nil
 }
 
+// problem answers with a problem+json body of the middleware's problem type.
+func (h *handler) problem(w http.ResponseWriter, status int, detail, header string, retryAfter int) {
+	writeProblem(w, h.cfg.problemType, status, detail, header, retryAfter)
+}
+
 // replay writes a stored response with Idempotent-Replayed: true.
 func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payload []byte) {
 	resp, err := decode(payload)
 	if err != nil {
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: stored response does not decode", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
+		h.problem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
 		return
 	}
 	hd := w.Header()

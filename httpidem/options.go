@@ -41,6 +41,7 @@ type config struct {
 	shutdown    context.Context
 	retryAfter  time.Duration
 	wait        time.Duration
+	problemType string
 	obs         store.Observer
 	fingerprint func(*http.Request, []byte) string
 	keep        func(name string) bool
@@ -163,6 +164,15 @@ func WithRetryAfter(d time.Duration) Option {
 // a 409 at once.
 func WithWait(d time.Duration) Option {
 	return func(c *config) { c.wait = d }
+}
+
+// WithProblemType sets the "type" of the problem+json bodies the middleware
+// answers with (400 for a bad or missing key, 409, 413, 422, 500, 503): a URI
+// of your API's documentation of its idempotency rules, as the IETF draft's
+// examples do ("https://developer.example.com/idempotency"). Default
+// "about:blank" (the status says what the problem is).
+func WithProblemType(uri string) Option {
+	return func(c *config) { c.problemType = uri }
 }
 
 // WithObserver makes the middleware report to o, as a store.Event with Store

@@ -371,6 +371,61 @@ func TestMiddleware(t *testing.T, h Harness) {
 		s.wantRuns(1)
 	})
 
+	t.Run("KeyQuotedOrBare", func(t *testing.T) {
+		// The draft's sf-string ("k-1") and Stripe's bare token (k-1) are
+		// one key; a malformed quoted string is 400.
+		s := newServer(t, h, created)
+		first := s.do("POST", "/orders", `"k-1"`, "x")
+		again := s.do("POST", "/orders", "k-1", "x")
+		escaped := s.do("POST", "/orders", `"k\-1"`, "x")
+		if first.status != http.StatusCreated || again.status != http.StatusCreated || again.body != first.body {
+			t.Errorf("quoted %s, then bare %s: want one key", first, again)
+		}
+		wantReplayed(t, first, false)
+		wantReplayed(t, again, true)
+		wantProblem(t, escaped, http.StatusBadRequest) // \- is no sf-string escape
+		if r := s.do("POST", "/orders", `"say \"hi\""`, "x"); r.status != http.StatusCreated {
+			t.Errorf("a quoted key with escaped quotes: %s", r)
+		}
+		for _, bad := range []string{`"open`, `"a"b`, `""`} {
+			wantProblem(t, s.do("POST", "/orders", bad, "x"), http.StatusBadRequest)
+		}
+		s.wantRuns(2)
+	})
+
+	t.Run("ProblemType", func(t *testing.T) {
+		// WithProblemType: every problem the middleware answers with points
+		// at the user's docs.
+		const docs = "https://api.example.com/docs/idempotency"
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				once.Do(func() { close(started) })
+				<-release
+			}
+			w.WriteHeader(http.StatusCreated)
+		}, httpidem.WithProblemType(docs), httpidem.WithRequireKey(true))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		for _, c := range []struct {
+			r      reply
+			status int
+		}{
+			{s.do("POST", "/slow", "k", "x"), http.StatusConflict},
+			{s.do("POST", "/slow", "k", "y"), http.StatusUnprocessableEntity},
+			{s.do("POST", "/slow", "", "x"), http.StatusBadRequest},
+			{s.do("POST", "/slow", `"bad`, "x"), http.StatusBadRequest},
+		} {
+			if p := wantProblem(t, c.r, c.status); p.Type != docs {
+				t.Errorf("%d problem type %q, want %q", c.status, p.Type, docs)
+			}
+		}
+		close(release)
+		<-done
+	})
+
 	t.Run("BodyCap413", func(t *testing.T) {
 		s := newServer(t, h, created, httpidem.WithMaxBody(10))
 		wantProblem(t, s.do("POST", "/orders", "k", "01234567890"), http.StatusRequestEntityTooLarge)
