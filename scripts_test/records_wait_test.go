@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -27,9 +28,35 @@ func TestRecordsWaitRaw(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
 	rs := store.NewRecords(c, store.WithPrefix("w:"))
+	loadScripts(t, c) // EVALSHA finds them: no EVAL fallback in the counts
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}
+
+	t.Run("UnwatchedFinalWriteSameCommands", func(t *testing.T) {
+		// The final write of a record nobody waits for runs exactly the
+		// commands it ran before waiters existed: one EVALSHA calling HMGET
+		// (the tenth field is the only addition), TIME and HSET.
+		rec, ok, err := rs.AcquireWith(ctx, "same", store.AcquireOptions{Lease: time.Second})
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		before := commandCalls(t, c)
+		done, payload := store.StatusCompleted, []byte("r")
+		if err := rs.Update(ctx, "same", store.Update{Status: &done, Payload: &payload, Token: rec.Token}); err != nil {
+			t.Fatal(err)
+		}
+		after := commandCalls(t, c)
+		got := map[string]int64{}
+		for cmd, n := range after {
+			if d := n - before[cmd]; d != 0 && cmd != "info" {
+				got[cmd] = d
+			}
+		}
+		if want := map[string]int64{"evalsha": 1, "hmget": 1, "time": 1, "hset": 1}; !maps.Equal(got, want) {
+			t.Errorf("an unwatched final write ran %v, want %v", got, want)
+		}
+	})
 
 	t.Run("UnwatchedPublishesNothing", func(t *testing.T) {
 		if _, _, err := rs.Do(ctx, "plain", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) {
