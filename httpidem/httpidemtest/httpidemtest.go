@@ -1,7 +1,16 @@
-// Package httpidemtest checks httpidem's middleware, with its default
-// options, over a store.RecordStore: the same suite runs on the in-memory
-// store (package httpidem's tests) and on Redis (scripts_test), and a user can
-// run it on a RecordStore of their own, as store/storetest does for the store.
+// Package httpidemtest checks httpidem's middleware over a
+// store.RecordStore, on a real net/http server: the same suite runs on the
+// in-memory store (package httpidem's tests) and on Redis (scripts_test), and
+// a user can run it on a RecordStore of their own, as store/storetest does
+// for the store. It covers replays (status, headers, body), 422 for another
+// request under a key (query string included), 409 with a short Retry-After,
+// WithWait (duplicates answered by the push, the handler run once), a client
+// that times out or hangs up (its response kept and replayed, one run),
+// WithCancelOnDisconnect and WithShutdown, callers who share a key value
+// under WithScope (no cross replay, no 422), the refusal to build without a
+// scope decision, responses not stored (5xx, panic, too large, streamed,
+// nothing written) and their events, keys quoted or bare, and problem types.
+// A store's Do must honour store.AcquireOptions.Wait for the WithWait tests.
 package httpidemtest
 
 import (

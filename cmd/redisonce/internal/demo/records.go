@@ -203,8 +203,8 @@ type storeErrors struct {
 }
 
 func (h *storeErrors) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
-func (h *storeErrors) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *storeErrors) WithGroup(string) slog.Handler            { return h }
+func (h *storeErrors) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *storeErrors) WithGroup(string) slog.Handler                { return h }
 
 func (h *storeErrors) Handle(_ context.Context, r slog.Record) error {
 	err := errors.New(r.Message)
