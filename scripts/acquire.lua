@@ -26,11 +26,17 @@
                               non-empty and differ; nothing written
             CORRUPT <what>    the key holds something other than a record hash;
                               nothing written
-  Writes    new record: HSET of all 9 fields; PEXPIREAT expires_ms when ttl_ms > 0
+  Writes    new record: HSET of all 9 fields; PEXPIREAT max(expires_ms,
+            lease_ms) when ttl_ms > 0
             takeover: HSET token, lease_ms, updated_ms, fence, fp (the record's
-            first non-empty fingerprint sticks)
+            first non-empty fingerprint sticks); PEXPIREAT max(expires_ms,
+            lease_ms) when that moves the key's expiry (expires_ms not 0)
+  Expiry    the records' expiry rule (see renew.lua): the key lives until
+            expires_ms, or until lease_ms while a pending owner's lease runs
+            past it, so a TTL shorter than the lease never expires the record
+            under its owner; expires_ms stays created_ms + TTL
   Atomicity every check precedes the first write
-  Length    72 lines of code besides its snippets: creating, taking over (fence + 1
+  Length    76 lines of code besides its snippets: creating, taking over (fence + 1
             on a decimal string, exact past 2^53) and reporting a record must be
             one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
@@ -167,6 +173,11 @@ if r then
   end
   redis.call('HSET', key, 'token', token, 'lease_ms', lease_until,
     'updated_ms', now_s, 'fence', fence, 'fp', newfp)
+  -- The expiry rule: the key lives until max(expires_ms, lease_ms).
+  local e = tonumber(r[5])
+  if e ~= 0 and math.max(e, tonumber(lease_until)) ~= math.max(e, tonumber(r[6])) then
+    redis.call('PEXPIREAT', key, string.format('%d', math.max(e, tonumber(lease_until))))
+  end
   return {1, r[1], r[2], tonumber(r[3]), now, tonumber(r[5]), tonumber(lease_until), fence, newfp, token}
 end
 
@@ -178,7 +189,8 @@ redis.call('HSET', key, 'status', 'pending', 'payload', '', 'created_ms', now_s,
   'updated_ms', now_s, 'expires_ms', expires, 'lease_ms', lease_until,
   'fence', '1', 'fp', fp, 'token', token)
 if expires ~= '0' then
-  redis.call('PEXPIREAT', key, expires)
+  -- The expiry rule: a lease past the TTL keeps the key until it passes.
+  redis.call('PEXPIREAT', key, tonumber(lease_until) > tonumber(expires) and lease_until or expires)
 end
 -- Times go back as integers (exact below 2^53): the reader allocates no
 -- string for them.

@@ -7,20 +7,30 @@
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
   Returns   1 the record is pending and owned by token: lease_ms is now
-              lease_ms from now
+              lease_ms from now, and the key lives at least until then
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
   Errors    BADARG <what>    before any write; nothing written
             CORRUPT <what>   the key is not a well-formed record hash (as
                              acquire.lua defines it); nothing written
-  Writes    HSET lease_ms (only when the caller owns the pending record)
-  Atomicity the checks precede the single HSET
+  Writes    HSET lease_ms (only when the caller owns the pending record);
+            PEXPIREAT the key to max(expires_ms, lease_ms) when that moves it
+            (expires_ms not 0)
+  Expiry    the records' expiry rule (acquire.lua, renew.lua, update.lua):
+            expires_ms is the retention the record was given (created_ms +
+            TTL, or what update.lua set); the key expires then, except while
+            the record is pending with a lease past it: then the key lives
+            until lease_ms. So a live owner never loses its record to expiry,
+            however short the TTL. expires_ms itself is not moved: the final
+            write (update.lua) puts the key back on it
+  Atomicity the checks precede the first write
   Memory    flags=allow-oom: its HSET overwrites the existing lease_ms field with
             a deadline of at most 16 digits, usually as long as the one it
             replaces (13 digits from 2001 to 2286); it grows by up to 15 bytes
             only when the record had no lease ("0") or lease_ms passes 263
-            years. So a live owner keeps its lease when maxmemory is reached
+            years. Its PEXPIREAT moves an expiry the key already has (expires_ms
+            is not 0). So a live owner keeps its lease when maxmemory is reached
             under noeviction
   Complexity O(1)
 ]]
@@ -109,5 +119,11 @@ end
 if r[1] ~= 'pending' or r[9] ~= token then
   return -1
 end
-redis.call('HSET', key, 'lease_ms', string.format('%d', now_ms() + tonumber(lease)))
+local until_ms = now_ms() + tonumber(lease)
+redis.call('HSET', key, 'lease_ms', string.format('%d', until_ms))
+-- The expiry rule: the key lives until max(expires_ms, lease_ms).
+local e, was = tonumber(r[5]), tonumber(r[6])
+if e ~= 0 and math.max(e, until_ms) ~= math.max(e, was) then
+  redis.call('PEXPIREAT', key, string.format('%d', math.max(e, until_ms)))
+end
 return 1

@@ -20,8 +20,10 @@ var (
 // with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
 // never), lease_ms (0 = no lease), fence, fp and token. Every operation is one
 // script (acquire.lua, get.lua, update.lua, delete.lua); every time in a record
-// comes from the server's TIME, and a record's expiry is its key's expiry. It is
-// safe for concurrent use.
+// comes from the server's TIME, and a record's expiry is its key's expiry,
+// except that a pending owner's lease past expires_ms keeps the key until the
+// lease passes (renew.lua's header states the rule). It is safe for
+// concurrent use.
 //
 // Keys holding something other than a record hash (the seed's JSON strings,
 // say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
@@ -246,6 +248,11 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 	return n == 1, err
 }
 
+// clock is recordOps.clock: this process's clock. A record's lease deadline
+// is the server's (TIME), so the time left an *InFlightError reports is off
+// by the skew between the two clocks.
+func (*Records) clock() time.Time { return time.Now() }
+
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
 	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
 }
@@ -263,15 +270,17 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //     = true and an error wrapping ErrFailed; fn does not run again until the
 //     record expires or is deleted;
 //   - a pending record under another owner's live lease (or without a lease):
-//     ErrInFlight; retry later. With o.Wait > 0, Do first waits up to o.Wait
-//     for that owner's final write and answers as after it: it subscribes to
-//     the record's shard channel (SSUBSCRIBE prefix+key), marks the record
-//     watched (watch.lua) and the final write publishes (update.lua,
-//     delete.lua); nothing is polled, but the record is read again at least
-//     once a second in case a notice is missed (an expiry, an unfenced
-//     Delete). A final write on a record nobody waits for publishes nothing;
-//     a waiter needs Redis >= 7.0 (sharded pub/sub) and, under an ACL,
-//     ssubscribe, sunsubscribe and the channels of the prefix;
+//     ErrInFlight; retry later. The error is an *InFlightError whose
+//     RetryAfter is the time to the lease's deadline (measured against this
+//     process's clock; 0 for a record without a lease). With o.Wait > 0, Do
+//     first waits up to o.Wait for that owner's final write and answers as
+//     after it: it subscribes to the record's shard channel (SSUBSCRIBE
+//     prefix+key), marks the record watched (watch.lua) and the final write
+//     publishes (update.lua, delete.lua); nothing is polled, but the record
+//     is read again at least once a second in case a notice is missed (an
+//     expiry, an unfenced Delete). A final write on a record nobody waits for
+//     publishes nothing; a waiter needs Redis >= 7.0 (sharded pub/sub) and,
+//     under an ACL, ssubscribe, sunsubscribe and the channels of the prefix;
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
 //     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live
