@@ -49,7 +49,7 @@
             while the lease kept the record, the record gets it again from
             now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    113 lines of code besides its snippets: four optional fields, each
+  Length    121 lines of code besides its snippets: four optional fields, each
             validated before the first write, two durations turned into
             deadlines on the server's clock, the expiry rule, and the waiters'
             notice; one script, so a fenced change is all or nothing

@@ -209,8 +209,9 @@ func BenchmarkFinalWriteServerTime(b *testing.B) {
 // BenchmarkFinalWriteBeforeAfterWaiters compares the server's time per
 // update.lua final write (completed, 256-byte payload, fenced, no waiter)
 // of the script before waiters existed (testdata/update_before_waiters.lua,
-// scripts/update.lua at 8f9ee9f) with today's, which reads the record's
-// tenth field, watch: 16 interleaved rounds of b.N calls each on a private
+// scripts/update.lua of main before waiters, with the expiry rule of issue
+// 20) with today's, which reads the record's tenth field, watch: 16
+// interleaved rounds of b.N calls each on a private
 // server, from INFO commandstats (EVALSHA usec per call), reported as the
 // median of each: before-µs/op and after-µs/op.
 func BenchmarkFinalWriteBeforeAfterWaiters(b *testing.B) {

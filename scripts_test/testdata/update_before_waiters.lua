@@ -34,13 +34,21 @@
             CORRUPT <what>       the key holds something other than a record hash;
                                  nothing written
   Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
-            expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
+            max(expires_ms, lease_ms) when expires_in_ms is given or the
+            expiry rule moves the key, or PERSIST for expires_in_ms 0; DEL
             instead when expires_in_ms is negative
+  Expiry    the records' expiry rule (see renew.lua): the key lives until
+            expires_ms, or until lease_ms while the record stays pending with
+            a lease past it. A write that leaves no live lease (the final
+            write: a status other than pending) puts the key back on
+            expires_ms, the retention the caller asked for; when that ran out
+            while the lease kept the record, the record gets it again from
+            now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    100 lines of code besides its snippets: four optional fields, each
-            validated before the first write, and two durations turned into
-            deadlines on the server's clock; one script, so a fenced change is
-            all or nothing
+  Length    113 lines of code besides its snippets: four optional fields, each
+            validated before the first write, two durations turned into
+            deadlines on the server's clock, and the expiry rule; one script,
+            so a fenced change is all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
 local token = ARGV[1]
@@ -204,13 +212,28 @@ if past then
   redis.call('DEL', key)
   return 0
 end
+-- The expiry rule: the key lives until max(expires_ms, a pending lease_ms);
+-- a retention that ran out under a lease starts again once no lease holds.
+local key_at
+if expires ~= '0' then
+  local ev, lv = tonumber(expires), tonumber(lease)
+  if ev <= now and lv <= now then
+    ev = now + math.max(ev - tonumber(r[3]), 1)
+    expires = string.format('%d', ev)
+  end
+  local was = tonumber(e)
+  if r[1] == 'pending' then
+    was = math.max(was, tonumber(l))
+  end
+  if set_expires or math.max(ev, lv) ~= was then
+    key_at = string.format('%d', math.max(ev, lv))
+  end
+end
 redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
   'expires_ms', expires, 'lease_ms', lease)
-if set_expires then
-  if expires == '0' then
-    redis.call('PERSIST', key)
-  else
-    redis.call('PEXPIREAT', key, expires)
-  end
+if set_expires and expires == '0' then
+  redis.call('PERSIST', key)
+elseif key_at then
+  redis.call('PEXPIREAT', key, key_at)
 end
 return 1
