@@ -15,6 +15,7 @@ package httpidemtest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"encoding/json"
 	"errors"
@@ -618,6 +619,64 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 		if r := <-done; r.status != http.StatusServiceUnavailable {
 			t.Errorf("%s, want the handler's 503", r)
+		}
+	})
+
+	t.Run("DefaultScopeIsTheCredential", func(t *testing.T) {
+		// Middleware with no scope option: callers with other credentials
+		// (Authorization, here Basic and Bearer) never meet under one key
+		// value — no replay of another's response, no 422 oracle — while a
+		// caller's retry with the same credentials, and an anonymous caller's
+		// retry, replay.
+		rs := h.New(t)
+		t.Cleanup(func() { rs.Close() })
+		var runs atomic.Int64
+		srv := httptest.NewServer(httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("X-Download-Token", fmt.Sprintf("secret-%d", n))
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"run":%d,"auth":%q,"body":%q}`, n, r.Header.Get("Authorization"), body)
+		})))
+		t.Cleanup(srv.Close)
+		ask := func(auth, body string) reply {
+			req, _ := http.NewRequest("POST", srv.URL+"/accounts", strings.NewReader(body))
+			req.Header.Set(httpidem.HeaderKey, "shared-key")
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		alice := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))
+		a := ask(alice, "iban=1")
+		if a.status != http.StatusCreated {
+			t.Fatalf("alice: %s", a)
+		}
+		for _, c := range []struct{ auth, body string }{
+			{"Basic " + base64.StdEncoding.EncodeToString([]byte("bob:pw")), "iban=1"},
+			{"Bearer carol-token", "iban=2"},
+			{"", "iban=1"}, // anonymous: not alice either
+		} {
+			r := ask(c.auth, c.body)
+			if r.status != http.StatusCreated || r.body == a.body || r.header.Get("X-Download-Token") == a.header.Get("X-Download-Token") {
+				t.Errorf("%q with alice's key and body %q: %s, want a 201 of their own", c.auth, c.body, r)
+			}
+			wantReplayed(t, r, false)
+		}
+		if again := ask(alice, "iban=1"); again.body != a.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Errorf("alice's retry: %s, want her own replay %q", again, a.body)
+		}
+		if anon := ask("", "iban=1"); anon.header.Get(httpidem.HeaderReplayed) != "true" || anon.status != http.StatusCreated {
+			t.Errorf("an anonymous retry: %s, want the anonymous first response replayed", anon)
+		}
+		if got := runs.Load(); got != 4 {
+			t.Errorf("the handler ran %d times, want 4 (alice, bob, carol, anonymous)", got)
 		}
 	})
 
