@@ -36,6 +36,8 @@ var snippets = []struct {
 	{"outbox_hash", []*regexp.Regexp{regexp.MustCompile(`9007199254740991`)}},
 	{"claim_value", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('GET'`)}},
 	{"record_hash", []*regexp.Regexp{regexp.MustCompile(`'HMGET', \w+, 'status'|'\^\[1-9\]%d\*\$'`)}},
+	{"one_key", []*regexp.Regexp{regexp.MustCompile(`#KEYS ~= 1`)}},
+	{"batch_keys", []*regexp.Regexp{regexp.MustCompile(`#KEYS > \d|#KEYS == 0|#KEYS\[i\] [=<>]`)}},
 	// Not a snippet: the wrong-type check is always a pcall whose .err (or
 	// table) answers CORRUPT, never a TYPE read.
 	{"", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('TYPE'`)}},

@@ -5,9 +5,11 @@
                             lease_ms, fence, fp, token
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
+                      (1..15 digits, no sign: "-1" is BADARG)
     [2] token         the caller's owner token, 1..256 bytes
     [3] fingerprint   the request's fingerprint, 0..256 bytes ('' = none)
     [4] lease_ms      decimal integer ms the caller's lease lasts, 0 = no lease
+                      (1..15 digits, no sign: "-1" is BADARG)
   Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
              lease_ms, fence, fp, token}: 10 elements, acquired and the four
             times integers (ms since the epoch from TIME, 0 = none), the rest
@@ -20,7 +22,9 @@
             acquired 0: the existing record, unchanged; token is '' (an owner's
                token is never shown to a non-owner). A pending record with
                lease_ms 0 has no lease and is never taken over
-  Errors    BADARG <what>     before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>     before any write; nothing written (also
                              for a count of ARGV other than the header's)
             MISMATCH <what>   the caller's and the record's fingerprints are both
                               non-empty and differ; nothing written
@@ -41,6 +45,13 @@
             one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 4 then
   return redis.error_reply('BADARG want 4 arguments: ttl_ms, token, fingerprint, lease_ms')
 end
@@ -73,7 +84,8 @@ local function now_ms()
 end
 -- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- A record's nine fields in reply order, and a tenth, watch (nil unless
+-- watch.lua marked the pending record), read in one HMGET; nil when the key
 -- is absent; an error reply (CORRUPT) for a key of another type, a missing
 -- field or a malformed one. Well-formed: status not empty; the four times
 -- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
@@ -82,7 +94,7 @@ end
 -- fence is never taken over).
 local function load_record(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
   end

@@ -8,19 +8,29 @@
              fence, fp, token}: the four times integers (ms since the epoch,
             0 = none), the rest strings (fence a decimal uint64), token always '';
             or nil when the key is absent (never created, deleted, or expired)
-  Errors    BADARG <what>    an argument was given; nothing done
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    an argument was given; nothing done
             CORRUPT <what>   the key holds something other than a record hash
   Writes    nothing
   Atomicity one HMGET (and an EXISTS when fields are missing) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 0 then
   return redis.error_reply('BADARG want no arguments')
 end
 local key = KEYS[1]
 
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- A record's nine fields in reply order, and a tenth, watch (nil unless
+-- watch.lua marked the pending record), read in one HMGET; nil when the key
 -- is absent; an error reply (CORRUPT) for a key of another type, a missing
 -- field or a malformed one. Well-formed: status not empty; the four times
 -- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
@@ -29,7 +39,7 @@ local key = KEYS[1]
 -- fence is never taken over).
 local function load_record(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
   end

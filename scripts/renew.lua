@@ -6,14 +6,21 @@
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
+                   (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the record is pending and owned by token: lease_ms is now
-              lease_ms from now, and the key lives at least until then
+              lease_ms from now, and the key lives at least until then. Also
+              when the lease had already passed, as long as no acquire.lua
+              took the record over: the lease is a field, not the key's
+              expiry (unlike extend.lua's: extend answers 0 once its lease
+              ran out)
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
-  Errors    BADARG <what>    before any write; nothing written
-            CORRUPT <what>   the key is not a well-formed record hash (as
-                             acquire.lua defines it); nothing written
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written
+            CORRUPT <what>   the key is not a well-formed record hash (see
+                             record_hash below); nothing written
   Writes    HSET lease_ms (only when the caller owns the pending record);
             PEXPIREAT the key to max(expires_ms, lease_ms) when that moves it
             (expires_ms not 0)
@@ -34,6 +41,13 @@
             under noeviction
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end
@@ -66,7 +80,8 @@ local function now_ms()
 end
 -- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- A record's nine fields in reply order, and a tenth, watch (nil unless
+-- watch.lua marked the pending record), read in one HMGET; nil when the key
 -- is absent; an error reply (CORRUPT) for a key of another type, a missing
 -- field or a malformed one. Well-formed: status not empty; the four times
 -- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
@@ -75,7 +90,7 @@ end
 -- fence is never taken over).
 local function load_record(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
   end

@@ -2,7 +2,8 @@
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
     [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+                            lease_ms, fence, fp, token; watch (optional,
+                            watch.lua)
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
@@ -26,7 +27,9 @@
             record back with its payload cost a quarter of the script's server
             time: 26.6 vs 19.3 µs per call for a 256-byte payload, measured
             in interleaved EVALSHA loops; read the record with get.lua.)
-  Errors    BADARG <what>        before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>        before any write; nothing written (also
                              for a count of ARGV other than the header's)
             NOT_FOUND <what>     the key is absent; nothing created
             STALE_OWNER <what>   token given and the record's token differs
@@ -36,7 +39,10 @@
   Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
             max(expires_ms, lease_ms) when expires_in_ms is given or the
             expiry rule moves the key, or PERSIST for expires_in_ms 0; DEL
-            instead when expires_in_ms is negative
+            instead when expires_in_ms is negative. A watched record (field
+            watch, set by watch.lua) that stops being pending: HDEL watch and
+            SPUBLISH KEYS[1] the new status ("deleted" after the DEL), so its
+            waiters read it again
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while the record stays pending with
             a lease past it. A write that leaves no live lease (the final
@@ -45,12 +51,19 @@
             while the lease kept the record, the record gets it again from
             now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    113 lines of code besides its snippets: four optional fields, each
+  Length    121 lines of code besides its snippets: four optional fields, each
             validated before the first write, two durations turned into
-            deadlines on the server's clock, and the expiry rule; one script,
-            so a fenced change is all or nothing
+            deadlines on the server's clock, the expiry rule, and the waiters'
+            notice; one script, so a fenced change is all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 local token = ARGV[1]
 local key = KEYS[1]
 
@@ -84,7 +97,8 @@ local function now_ms()
 end
 -- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
+-- A record's nine fields in reply order, and a tenth, watch (nil unless
+-- watch.lua marked the pending record), read in one HMGET; nil when the key
 -- is absent; an error reply (CORRUPT) for a key of another type, a missing
 -- field or a malformed one. Well-formed: status not empty; the four times
 -- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
@@ -93,7 +107,7 @@ end
 -- fence is never taken over).
 local function load_record(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
   end
@@ -208,8 +222,16 @@ if #lease > 1 and string.byte(lease, 1) == 48 then
   lease = string.format('%d', tonumber(lease))
 end
 
+-- A record that watch.lua marked tells its waiters when it stops being
+-- pending (a pcall: a publish the caller may not make never fails the write
+-- before it; the waiter's bounded re-read covers it). An unwatched record, the
+-- common case, pays for nothing but the tenth HMGET field.
+local notify = r[10] and (past or status ~= 'pending')
 if past then
   redis.call('DEL', key)
+  if notify then
+    redis.pcall('SPUBLISH', key, 'deleted')
+  end
   return 0
 end
 -- The expiry rule: the key lives until max(expires_ms, a pending lease_ms);
@@ -235,5 +257,9 @@ if set_expires and expires == '0' then
   redis.call('PERSIST', key)
 elseif key_at then
   redis.call('PEXPIREAT', key, key_at)
+end
+if notify then
+  redis.call('HDEL', key, 'watch')
+  redis.pcall('SPUBLISH', key, status)
 end
 return 1

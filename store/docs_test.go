@@ -11,12 +11,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -94,44 +92,13 @@ func docOutbox(ctx context.Context, payload []byte) error {
 	// the client reconnects to node B, generation 2
 	err = ob.AdvanceGeneration(ctx, "conn-42", 2)                             // fence A out
 	msgs, err := ob.Unacked(ctx, "conn-42")                                   // ascending Seq: replay these
-	n, err := ob.AckMany(ctx, "conn-42", []string{msgs[0].ID, msgs[1].ID}, 2) // one script call
+	n, err := ob.AckMany(ctx, "conn-42", []string{msgs[0].ID, msgs[1].ID}, 2) // (int, error): how many were removed; one script call
 	err = ob.Ack(ctx, "conn-42", msgs[2].ID, 1)                               // A, late: errors.Is(err, store.ErrStaleOwner)
 	tail, err := ob.Tail(ctx, "conn-42")                                      // Tail{Epoch, Generation, Messages}
 	err = ob.DropConn(ctx, "conn-42")                                         // connection closed for good
 	// snippet:end
 	_, _, _, _ = seq, a, n, tail
 	return err
-}
-
-var errCardDeclined = errors.New("card declined")
-
-func createOrder(context.Context, []byte) ([]byte, error) { return nil, nil }
-
-// docRecords is docs/stores.md's Records tour.
-func docRecords(r *http.Request, body []byte) {
-	// snippet:records
-	records, err := store.OpenRecords("redis://localhost:6379") // records live 24 h
-	defer records.Close()
-
-	// In the handler:
-	result, replayed, err := records.Do(r.Context(), "orders:"+r.Header.Get("Idempotency-Key"),
-		store.AcquireOptions{Lease: 10 * time.Second, Fingerprint: httpidem.Fingerprint(r, body)},
-		func(ctx context.Context) ([]byte, error) {
-			order, err := createOrder(ctx, body)
-			if errors.Is(err, errCardDeclined) {
-				return nil, store.Permanent(err) // stored: every retry gets the same answer
-			}
-			return order, err // any other error drops the record: a retry runs again
-		})
-	switch {
-	case errors.Is(err, store.ErrInFlight): // 409 + Retry-After: the first request is still running
-	case errors.Is(err, store.ErrFingerprintMismatch): // 422: the key was used with another request
-	case errors.Is(err, store.ErrFailed): // a permanent failure, replayed; result holds its error text
-	case err != nil: // fn's error (the record was dropped), or a store error: 5xx
-	default: // 200 with result; replayed == true on a retry
-	}
-	// snippet:end
-	_, _ = result, replayed
 }
 
 // docSentinel is docs/failover.md's Sentinel URL.
