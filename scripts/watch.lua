@@ -14,7 +14,9 @@
               nothing)
             0 the key is absent or the record is not pending: nothing written;
               the caller reads the record again at once
-  Errors    BADARG <what>    before any write; nothing written (also for a
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also for a
                              count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a hash;
                              nothing written
@@ -23,6 +25,13 @@
             before (this returns 0) or sees the field (and publishes)
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 0 then
   return redis.error_reply('BADARG want no arguments')
 end
