@@ -1,0 +1,460 @@
+package scripts_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/mock"
+
+	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/faultnet"
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+// The lease faults of issue 20: fn's context never outlives the lease, a
+// paused owner sees its loss on waking, a retried commit after a takeover is
+// ErrLeaseLost, a final write survives a failure that is not its own, and a
+// slow link at half the lease loses nothing. Every test records times and
+// counts and asserts the property under the fault, with real redis-servers.
+
+// shaNames maps each embedded script's SHA1 to its name, so that a hookClient
+// can tell which script a command runs.
+var shaNames = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range redisonce.All() {
+		m[s.SHA1] = s.Name
+	}
+	return m
+}()
+
+// hookClient is a real rueidis client whose script calls pass through hook
+// first: hook may answer in the server's place (a fault: a lost reply, a
+// stalled or failing call) or let the call through (ok false).
+type hookClient struct {
+	rueidis.Client
+	hook func(ctx context.Context, script string, cmd rueidis.Completed) (r rueidis.RedisResult, ok bool)
+}
+
+func (c *hookClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if args := cmd.Commands(); len(args) > 1 && args[0] == "EVALSHA" && c.hook != nil {
+		if r, ok := c.hook(ctx, shaNames[args[1]], cmd); ok {
+			return r
+		}
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// extendsStall is a hook under which every lease extension (extend.lua,
+// renew.lua) hangs until its context ends and nothing reaches the server: the
+// owner is cut off from Redis for everything but its claim and final write.
+func extendsStall(ctx context.Context, script string, _ rueidis.Completed) (rueidis.RedisResult, bool) {
+	if script != "extend" && script != "renew" {
+		return rueidis.RedisResult{}, false
+	}
+	<-ctx.Done()
+	return mock.ErrorResult(ctx.Err()), true
+}
+
+// leaseRun is what one owner's fn saw: when it started, the deadline its
+// context reported, and when its context was cancelled.
+type leaseRun struct {
+	start, cancelled, deadline time.Time
+	hasDeadline                bool
+}
+
+// TestLeaseContextEndsBeforeTakeover: owner A's extensions never reach the
+// server (its lease runs out there one lease after its claim arrived); B
+// tries every few ms. A's fn context must be cancelled before B's fn starts,
+// and its Deadline must say when, no later than the claim's send time plus
+// the lease. Claims and Records, two lease lengths.
+func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{})
+	base := newClient(t, srv.URL())
+	hooked := &hookClient{Client: base, hook: extendsStall}
+	for _, lease := range []time.Duration{300 * time.Millisecond, 700 * time.Millisecond} {
+		for _, kind := range []string{"claims", "records"} {
+			t.Run(fmt.Sprintf("%s/%v", kind, lease), func(t *testing.T) {
+				prefix := uniquePrefix(t)
+				a, b := leaseDoers(kind, hooked, base, prefix, lease)
+				ctx := context.Background()
+				var ra leaseRun
+				sent := time.Now()
+				aDone, aStarted := make(chan error, 1), make(chan struct{})
+				go func() {
+					aDone <- a(ctx, func(ctx context.Context) error {
+						ra.start = time.Now()
+						ra.deadline, ra.hasDeadline = ctx.Deadline()
+						close(aStarted)
+						<-ctx.Done()
+						ra.cancelled = time.Now()
+						return ctx.Err()
+					})
+				}()
+				select {
+				case <-aStarted:
+				case err := <-aDone:
+					t.Fatalf("A's Do did not run fn: %v", err)
+				}
+				var bStart time.Time
+				deadline := time.Now().Add(10 * lease)
+				for bStart.IsZero() && time.Now().Before(deadline) {
+					err := b(ctx, func(context.Context) error { bStart = time.Now(); return nil })
+					if err != nil && !errors.Is(err, store.ErrInFlight) {
+						t.Fatalf("B: %v", err)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				if err := <-aDone; err == nil {
+					t.Error("A's Do succeeded though its lease was never extended")
+				}
+				if bStart.IsZero() {
+					t.Fatalf("B never took over within %v", 10*lease)
+				}
+				t.Logf("claim sent %v; A started +%v, deadline +%v (%v), cancelled +%v; B started +%v",
+					sent.Format("15:04:05.000"), ra.start.Sub(sent), ra.deadline.Sub(sent), ra.hasDeadline, ra.cancelled.Sub(sent), bStart.Sub(sent))
+				if !ra.cancelled.Before(bStart) {
+					t.Errorf("B's fn started %v before A's context was cancelled", ra.cancelled.Sub(bStart))
+				}
+				if !ra.hasDeadline || ra.deadline.After(sent.Add(lease)) {
+					t.Errorf("A's ctx.Deadline() = %v, %v; want the local lease deadline, at most the claim's send time + lease (+%v)", ra.deadline.Sub(sent), ra.hasDeadline, lease)
+				}
+				if ra.cancelled.Before(ra.deadline) {
+					t.Errorf("A's context was cancelled %v before the deadline it reported", ra.deadline.Sub(ra.cancelled))
+				}
+			})
+		}
+	}
+}
+
+// leaseDoers returns Do for owner A (on ca) and for B (on cb) as one shape.
+func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Duration) (a, b func(context.Context, func(context.Context) error) error) {
+	const id = "lease-id"
+	if kind == "claims" {
+		sa, sb := store.NewClaims(ca, store.WithPrefix(prefix)), store.NewClaims(cb, store.WithPrefix(prefix))
+		do := func(s *store.Claims) func(context.Context, func(context.Context) error) error {
+			return func(ctx context.Context, fn func(context.Context) error) error {
+				_, err := s.Do(ctx, id, lease, fn)
+				return err
+			}
+		}
+		return do(sa), do(sb)
+	}
+	sa, sb := store.NewRecords(ca, store.WithPrefix(prefix)), store.NewRecords(cb, store.WithPrefix(prefix))
+	do := func(s *store.Records) func(context.Context, func(context.Context) error) error {
+		return func(ctx context.Context, fn func(context.Context) error) error {
+			_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
+				return []byte("r"), fn(ctx)
+			})
+			return err
+		}
+	}
+	return do(sa), do(sb)
+}
+
+// TestLeaseRetriedCommitAfterTakeover: A's lease runs out (its extensions
+// never reach Redis), B takes the id over, runs and commits; A's fn ignores
+// its cancelled context and succeeds, and A's first commit runs but its reply
+// is lost. The retry finds the processed mark, which is B's: Do must say
+// ErrLeaseLost, not success. Without the takeover, the same lost reply is
+// A's own commit, and Do succeeds.
+func TestLeaseRetriedCommitAfterTakeover(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{})
+	base := newClient(t, srv.URL())
+	const lease = 300 * time.Millisecond
+	ctx := context.Background()
+	var commits atomic.Int32
+	loseFirstCommitReply := func(ctx context.Context, script string, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+		if script == "commit" && commits.Add(1) == 1 {
+			if err := base.Do(ctx, cmd).Error(); err != nil {
+				return mock.ErrorResult(err), true
+			}
+			return mock.ErrorResult(io.ErrUnexpectedEOF), true
+		}
+		return rueidis.RedisResult{}, false
+	}
+
+	t.Run("AfterTakeover", func(t *testing.T) {
+		commits.Store(0)
+		hooked := &hookClient{Client: base, hook: func(ctx context.Context, script string, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if r, ok := extendsStall(ctx, script, cmd); ok {
+				return r, true
+			}
+			return loseFirstCommitReply(ctx, script, cmd)
+		}}
+		prefix := uniquePrefix(t)
+		a, b := store.NewClaims(hooked, store.WithPrefix(prefix)), store.NewClaims(base, store.WithPrefix(prefix))
+		bCommitted := make(chan struct{})
+		type result struct {
+			ran bool
+			err error
+		}
+		aDone, aStarted := make(chan result, 1), make(chan struct{})
+		go func() {
+			ran, err := a.Do(ctx, "m", lease, func(ctx context.Context) error {
+				close(aStarted)
+				<-ctx.Done()
+				<-bCommitted // the effect completes anyway, after B's
+				return nil
+			})
+			aDone <- result{ran, err}
+		}()
+		select {
+		case <-aStarted:
+		case r := <-aDone:
+			t.Fatalf("A's Do did not run fn: %v, %v", r.ran, r.err)
+		}
+		for deadline := time.Now().Add(10 * lease); ; {
+			ran, err := b.Do(ctx, "m", lease, func(context.Context) error { return nil })
+			if ran && err == nil {
+				break
+			}
+			if (err != nil && !errors.Is(err, store.ErrInFlight)) || time.Now().After(deadline) {
+				t.Fatalf("B = %v, %v", ran, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		close(bCommitted)
+		r := <-aDone
+		if n := commits.Load(); n < 2 {
+			t.Fatalf("A's commit ran %d times; the test wants a retry", n)
+		}
+		if !r.ran || !errors.Is(r.err, store.ErrLeaseLost) {
+			t.Errorf("A's Do after a takeover and a retried commit = %v, %v; want true, ErrLeaseLost", r.ran, r.err)
+		}
+	})
+
+	t.Run("NoTakeover", func(t *testing.T) {
+		commits.Store(0)
+		s := store.NewClaims(&hookClient{Client: base, hook: loseFirstCommitReply}, store.WithPrefix(uniquePrefix(t)))
+		ran, err := s.Do(ctx, "m", lease, func(context.Context) error { return nil })
+		if !ran || err != nil || commits.Load() != 2 {
+			t.Errorf("Do whose first commit's reply was lost = %v, %v after %d commits; want true, nil after 2", ran, err, commits.Load())
+		}
+		if ok, err := s.Seen(ctx, "m"); !ok || err != nil {
+			t.Errorf("Seen = %v, %v; want the id processed", ok, err)
+		}
+	})
+}
+
+// TestLeaseFinalWriteRetriedOnForeignContextError: the final write fails
+// twice with context.DeadlineExceeded that is not its own (what rueidis
+// returns to every command waiting on a redial that ran under another
+// command's context, docs/upstream-rueidis-redial.md), without reaching the
+// server. Its own budget is far from spent, so Do retries it and succeeds.
+func TestLeaseFinalWriteRetriedOnForeignContextError(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{})
+	base := newClient(t, srv.URL())
+	ctx := context.Background()
+	for _, tc := range []struct{ kind, script string }{{"claims", "commit"}, {"records", "update"}} {
+		t.Run(tc.kind, func(t *testing.T) {
+			var failed atomic.Int32
+			hooked := &hookClient{Client: base, hook: func(ctx context.Context, script string, _ rueidis.Completed) (rueidis.RedisResult, bool) {
+				if script == tc.script && failed.Add(1) <= 2 {
+					return mock.ErrorResult(fmt.Errorf("dial: %w", context.DeadlineExceeded)), true
+				}
+				return rueidis.RedisResult{}, false
+			}}
+			prefix := uniquePrefix(t)
+			a, _ := leaseDoers(tc.kind, hooked, base, prefix, time.Second)
+			ran := 0
+			if err := a(ctx, func(context.Context) error { ran++; return nil }); err != nil {
+				t.Errorf("Do whose final write met a foreign context deadline twice: %v; want success", err)
+			}
+			// A second Do finds the outcome stored and does not run fn.
+			if err := a(ctx, func(context.Context) error { ran++; return nil }); err != nil || ran != 1 {
+				t.Errorf("redelivery: %v, fn ran %d times; want once", err, ran)
+			}
+		})
+	}
+}
+
+// TestLeaseSlowLink: a link whose round trip is half the lease (a proxy adds
+// lease/4 each way) and no other fault: no Do loses its lease, though fn runs
+// for three leases. Claims and Records.
+func TestLeaseSlowLink(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{})
+	p, err := faultnet.Listen(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	const lease = 400 * time.Millisecond
+	p.SetLatency(lease / 4)
+	c := newClient(t, "redis://"+p.Addr())
+	ctx := context.Background()
+	for _, kind := range []string{"claims", "records"} {
+		t.Run(kind, func(t *testing.T) {
+			a, _ := leaseDoers(kind, c, c, uniquePrefix(t), lease)
+			losses := 0
+			for i := range 2 {
+				start := time.Now()
+				err := a(ctx, func(ctx context.Context) error {
+					select {
+					case <-ctx.Done():
+						losses++
+						return context.Cause(ctx)
+					case <-time.After(3 * lease):
+						return nil
+					}
+				})
+				t.Logf("Do %d with RTT %v and lease %v: %v in %v", i, lease/2, lease, err, time.Since(start))
+				if err != nil {
+					t.Errorf("Do %d: %v", i, err)
+				}
+				// the next Do is a duplicate: use another id by prefix
+				a, _ = leaseDoers(kind, c, c, uniquePrefix(t)+strconv.Itoa(i), lease)
+			}
+			if losses != 0 {
+				t.Errorf("%d of 2 Do calls lost their lease at RTT = lease/2", losses)
+			}
+		})
+	}
+}
+
+// TestLeasePausedOwner: owner A runs in a child process (the test binary,
+// TestLeaseOwnerProcess) whose fn acts every millisecond after checking
+// ctx.Err(); the test SIGSTOPs it past its lease, B takes over, then A is
+// resumed. No act of A may come after B's fn started: A must see its lease
+// gone on its first check after waking, before any round trip.
+func TestLeasePausedOwner(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, redisproc.Options{})
+	base := newClient(t, srv.URL())
+	const lease = 300 * time.Millisecond
+	for _, kind := range []string{"claims", "records"} {
+		t.Run(kind, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestLeaseOwnerProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "REDISONCE_LEASE_OWNER="+strings.Join([]string{srv.URL(), kind, prefix, lease.String()}, ","))
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			lines := make(chan string, 1<<16)
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			var acts []int64
+			var lost string
+			read := func(until string, timeout time.Duration) {
+				t.Helper()
+				tm := time.After(timeout)
+				for {
+					select {
+					case l, ok := <-lines:
+						if !ok {
+							t.Fatalf("owner exited before %q", until)
+						}
+						if ns, ok := strings.CutPrefix(l, "act "); ok {
+							n, _ := strconv.ParseInt(ns, 10, 64)
+							acts = append(acts, n)
+						} else if strings.HasPrefix(l, "lost") {
+							lost = l
+						}
+						if strings.HasPrefix(l, until) {
+							return
+						}
+					case <-tm:
+						t.Fatalf("no %q from the owner within %v", until, timeout)
+					}
+				}
+			}
+			read("ready", 30*time.Second)
+			read("act", 5*time.Second)
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			paused := time.Now()
+			_, b := leaseDoers(kind, base, base, prefix, lease)
+			var bStart time.Time
+			for bStart.IsZero() && time.Since(paused) < 20*lease {
+				err := b(context.Background(), func(context.Context) error { bStart = time.Now(); return nil })
+				if err != nil && !errors.Is(err, store.ErrInFlight) {
+					t.Fatalf("B: %v", err)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if bStart.IsZero() {
+				t.Fatal("B never took over from the paused owner")
+			}
+			read("lost", 10*time.Second)
+			after := 0
+			for _, a := range acts {
+				if a >= bStart.UnixNano() {
+					after++
+				}
+			}
+			t.Logf("paused %v; B started +%v; A: %d acts, %d after B started; %s", paused.Format("15:04:05.000"), bStart.Sub(paused), len(acts), after, lost)
+			if after != 0 {
+				t.Errorf("the paused owner acted %d times after B's takeover", after)
+			}
+		})
+	}
+}
+
+// TestLeaseOwnerProcess is the owner TestLeasePausedOwner pauses: run only
+// in the child process it starts. fn prints "ready", then every millisecond
+// reads the clock, checks ctx.Err() and, if the context is live, acts: it
+// prints "act <the time read, ns>". Once ctx.Err() reports the loss it
+// prints "lost" and returns.
+func TestLeaseOwnerProcess(t *testing.T) {
+	env := os.Getenv("REDISONCE_LEASE_OWNER")
+	if env == "" {
+		t.Skip("the child process of TestLeasePausedOwner")
+	}
+	f := strings.Split(env, ",")
+	lease, err := time.ParseDuration(f[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, f[0])
+	a, _ := leaseDoers(f[1], c, c, f[2], lease)
+	w := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	say := func(s string) { mu.Lock(); _, _ = w.WriteString(s + "\n"); _ = w.Flush(); mu.Unlock() }
+	err = a(context.Background(), func(ctx context.Context) error {
+		say("ready")
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+			now := time.Now()
+			if ctx.Err() != nil {
+				say("lost " + context.Cause(ctx).Error())
+				return ctx.Err()
+			}
+			say("act " + strconv.FormatInt(now.UnixNano(), 10))
+			time.Sleep(time.Millisecond)
+		}
+		say("lost never")
+		return nil
+	})
+	say(fmt.Sprintf("done %v", err))
+}
