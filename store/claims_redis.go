@@ -195,7 +195,22 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	token := value[1:] // the token shares the value's string
 	key := s.key(id)
 	leaseMS := s.leaseMS.ms(lease)
-	n, err := replyInt("do", id, s.exec(ctx, scriptClaim, key, leaseMS, value))
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := replyInt("extend", id, s.execSent(ctx, scriptExtend, key, sent, token, leaseMS))
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
+	}
+	// The heartbeat starts before the claim is sent: the local lease deadline
+	// counts from the send time, and on a slow link the first extension may
+	// have to leave before the claim's reply is back.
+	hb := startHeartbeat(ctx, lease, time.Now(), "do", ErrLeaseLost, extend)
+	var sent time.Time
+	n, err := replyInt("do", id, s.execSent(ctx, scriptClaim, key, &sent, leaseMS, value))
+	if err != nil || n != 1 {
+		hb.stop()
+	}
 	if err != nil {
 		return false, outcome(err, OutcomeError), err
 	}
@@ -205,14 +220,8 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	case -1:
 		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
 	}
-	extend := extendFunc(func(ctx context.Context) (bool, error) {
-		n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
-		return n == 1, err
-	})
-	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
-	}
-	out, err := runLeased(ctx, id, token, lease, fn, extend,
+	hb.confirm(Lease{ID: id, Token: token}, sent)
+	out, err := runLeased(ctx, hb, id, fn,
 		func(ctx context.Context) (int64, error) {
 			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))
 		},

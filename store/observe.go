@@ -252,9 +252,9 @@ func found(ok bool, yes Outcome) Outcome {
 // the flow ended (the heartbeat's stop cancels the one in flight) is not
 // reported: nothing failed.
 func (ev *events) observeExtend(key, script string, lost Outcome, extend extendFunc) extendFunc {
-	return func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context, sent *time.Time) (bool, error) {
 		start := time.Now()
-		held, err := extend(ctx)
+		held, err := extend(ctx, sent)
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return held, err
 		}

@@ -87,15 +87,17 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 // and DeleteFenced.
 func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
 	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o)
+		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	}
 	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
 	return rec, ok, err
 }
 
-func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+// acquire is AcquireWith with token the new owner token (minted by the caller:
+// Do's heartbeat starts before the acquire is sent).
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
 		return Record{}, false, err
 	}
@@ -105,7 +107,7 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 	if o.TTL == 0 {
 		o.TTL = s.ttl
 	}
-	return parseAcquired(op, key, s.exec(ctx, scriptAcquire, s.key(key), s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease)))
+	return parseAcquired(op, key, s.execSent(ctx, scriptAcquire, s.key(key), sent, s.ttlMS.ms(o.TTL), token, o.Fingerprint, s.leaseMS.ms(o.Lease)))
 }
 
 // parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
@@ -245,8 +247,8 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 	return n == 1, err
 }
 
-func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
-	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
+func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error) {
+	return replyInt("renew", key, s.execSent(ctx, scriptRenew, s.key(key), sent, token, s.leaseMS.ms(lease)))
 }
 
 // Do runs fn at most once per key across every process sharing the store, and

@@ -222,7 +222,10 @@ func (p *Proxy) wait(pr *pair, at time.Time) bool {
 			continue
 		}
 		if d := time.Until(at.Add(latency)); d > 0 {
-			time.Sleep(min(d, 10*time.Millisecond)) // a Freeze or latency change is seen within 10 ms
+			// One sleep, not a polling loop: on a busy machine every wake-up
+			// may come late, and the delays would add up. A Freeze that
+			// begins meanwhile is seen when it ends.
+			time.Sleep(d)
 			continue
 		}
 		return true
