@@ -485,3 +485,84 @@ func TestLeaseOwnerProcess(t *testing.T) {
 	})
 	say(fmt.Sprintf("done %v", err))
 }
+
+// TestLeaseFinalWriteSurvivesStall: Do X's final write during a server stall
+// (DEBUG SLEEP 1.5 s, shorter than the write's 5 s budget) right after the
+// client's connection broke (CLIENT KILL). On one connection, the final write
+// waits for the redial that Do Y's lease extension started; Y's lease runs
+// out during the stall, Y's extension is cancelled, and rueidis fails the
+// dial, and every command waiting on it, with Y's context error
+// (docs/upstream-rueidis-redial.md). X's write is retried, lands after the
+// stall, and X's Do succeeds: the message is not run again. Claims and
+// Records.
+func TestLeaseFinalWriteSurvivesStall(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"claims", "records"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, redisproc.Options{})
+			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, PipelineMultiplex: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(rc.Close)
+			var afterBreak atomic.Bool
+			yDialing := make(chan struct{}, 16)
+			hooked := &hookClient{Client: rc, hook: func(ctx context.Context, script string, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+				if (script == "extend" || script == "renew") && afterBreak.Load() {
+					select {
+					case yDialing <- struct{}{}:
+					default:
+					}
+				}
+				return rueidis.RedisResult{}, false
+			}}
+			prefix := uniquePrefix(t)
+			const yLease = 600 * time.Millisecond
+			y, _ := leaseDoers(kind, hooked, hooked, prefix+"y", yLease)
+			x, _ := leaseDoers(kind, hooked, hooked, prefix+"x", time.Minute)
+			ctx := context.Background()
+			yStarted, yDone := make(chan struct{}), make(chan error, 1)
+			go func() {
+				yDone <- y(ctx, func(ctx context.Context) error { close(yStarted); <-ctx.Done(); return ctx.Err() })
+			}()
+			<-yStarted
+			const stall = 1500 * time.Millisecond
+			var stallStart time.Time
+			ran := 0
+			start := time.Now()
+			err = x(ctx, func(context.Context) error {
+				ran++
+				if _, err := srv.Do("CLIENT", "KILL", "TYPE", "normal"); err != nil {
+					return err
+				}
+				stallStart = time.Now()
+				go func() { _, _ = srv.Do("DEBUG", "SLEEP", "1.5") }()
+				time.Sleep(50 * time.Millisecond)
+				afterBreak.Store(true)
+				// Two of Y's extensions after the break: the first finds the
+				// dead connection, the second (or a later one) starts the redial.
+				for range 2 {
+					select {
+					case <-yDialing:
+					case <-time.After(5 * time.Second):
+						return errors.New("no extension of Y after the break")
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+			took := time.Since(start)
+			t.Logf("X's Do: %v after %v (the stall began +%v, lasted %v); Y's Do: %v", err, took, stallStart.Sub(start), stall, <-yDone)
+			if err != nil {
+				t.Fatalf("X's Do whose final write met the stall: %v; want success (budget 5 s, stall %v)", err, stall)
+			}
+			if !time.Now().After(stallStart.Add(stall)) {
+				t.Errorf("X's Do returned before the stall ended: its final write did not wait for the server")
+			}
+			if err := x(ctx, func(context.Context) error { ran++; return nil }); err != nil || ran != 1 {
+				t.Errorf("X's redelivery: %v, fn ran %d times; want the outcome stored and fn run once", err, ran)
+			}
+		})
+	}
+}
