@@ -369,79 +369,20 @@ func TestLeasePausedOwner(t *testing.T) {
 	for _, kind := range []string{"claims", "records"} {
 		t.Run(kind, func(t *testing.T) {
 			prefix := uniquePrefix(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestLeaseOwnerProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "REDISONCE_LEASE_OWNER="+strings.Join([]string{srv.URL(), kind, prefix, lease.String()}, ","))
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			lines := make(chan string, 1<<16)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-				close(lines)
-			}()
-			var acts []int64
-			var lost string
-			read := func(until string, timeout time.Duration) {
-				t.Helper()
-				tm := time.After(timeout)
-				for {
-					select {
-					case l, ok := <-lines:
-						if !ok {
-							t.Fatalf("owner exited before %q", until)
-						}
-						if ns, ok := strings.CutPrefix(l, "act "); ok {
-							n, _ := strconv.ParseInt(ns, 10, 64)
-							acts = append(acts, n)
-						} else if strings.HasPrefix(l, "lost") {
-							lost = l
-						}
-						if strings.HasPrefix(l, until) {
-							return
-						}
-					case <-tm:
-						t.Fatalf("no %q from the owner within %v", until, timeout)
-					}
-				}
-			}
-			read("ready", 30*time.Second)
-			read("act", 5*time.Second)
-			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			a := startOwner(t, nil, srv.URL(), kind, prefix, lease)
+			a.read(t, "ready", 30*time.Second)
+			a.read(t, "act", 5*time.Second)
+			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
 			paused := time.Now()
-			_, b := leaseDoers(kind, base, base, prefix, lease)
-			var bStart time.Time
-			for bStart.IsZero() && time.Since(paused) < 20*lease {
-				err := b(context.Background(), func(context.Context) error { bStart = time.Now(); return nil })
-				if err != nil && !errors.Is(err, store.ErrInFlight) {
-					t.Fatalf("B: %v", err)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			bStart := takeOver(t, kind, base, prefix, lease, 20*lease)
+			if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			if bStart.IsZero() {
-				t.Fatal("B never took over from the paused owner")
-			}
-			read("lost", 10*time.Second)
-			after := 0
-			for _, a := range acts {
-				if a >= bStart.UnixNano() {
-					after++
-				}
-			}
-			t.Logf("paused %v; B started +%v; A: %d acts, %d after B started; %s", paused.Format("15:04:05.000"), bStart.Sub(paused), len(acts), after, lost)
+			a.read(t, "lost", 10*time.Second)
+			after := a.actsFrom(bStart)
+			t.Logf("paused %v; B started +%v; A: %d acts, %d after B started; %s", paused.Format("15:04:05.000"), bStart.Sub(paused), len(a.acts), after, a.lost)
 			if after != 0 {
 				t.Errorf("the paused owner acted %d times after B's takeover", after)
 			}
@@ -449,11 +390,106 @@ func TestLeasePausedOwner(t *testing.T) {
 	}
 }
 
+// takeOver runs B's Do every 2 ms until its fn runs (the id is taken over),
+// and returns when B's fn started; it fails the test after timeout.
+func takeOver(t *testing.T, kind string, c rueidis.Client, prefix string, lease, timeout time.Duration) time.Time {
+	t.Helper()
+	_, b := leaseDoers(kind, c, c, prefix, lease)
+	var bStart time.Time
+	for deadline := time.Now().Add(timeout); bStart.IsZero() && time.Now().Before(deadline); {
+		err := b(context.Background(), func(context.Context) error { bStart = time.Now(); return nil })
+		if err != nil && !errors.Is(err, store.ErrInFlight) {
+			t.Fatalf("B: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if bStart.IsZero() {
+		t.Fatalf("B never took over within %v", timeout)
+	}
+	return bStart
+}
+
+// owner is a child process running TestLeaseOwnerProcess: its acts (the
+// times it read before a ctx.Err() that was nil) and the line it printed on
+// seeing its lease lost.
+type owner struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	acts   []int64
+	lost   string
+	lostAt int64 // the time A read before the ctx.Err() that reported the loss
+}
+
+// startOwner starts the owner for kind on url, with wrap (say, "ip netns
+// exec NAME") before the test binary, and kills it when the test ends.
+func startOwner(t *testing.T, wrap []string, url, kind, prefix string, lease time.Duration) *owner {
+	t.Helper()
+	args := append(append([]string{}, wrap...), os.Args[0], "-test.run=^TestLeaseOwnerProcess$", "-test.count=1")
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "REDISONCE_LEASE_OWNER="+strings.Join([]string{url, kind, prefix, lease.String()}, ","))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	o := &owner{cmd: cmd, lines: make(chan string, 1<<16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			o.lines <- sc.Text()
+		}
+		close(o.lines)
+	}()
+	return o
+}
+
+// read consumes the owner's lines until one starts with until.
+func (o *owner) read(t *testing.T, until string, timeout time.Duration) {
+	t.Helper()
+	tm := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-o.lines:
+			if !ok {
+				t.Fatalf("owner exited before %q", until)
+			}
+			if ns, ok := strings.CutPrefix(l, "act "); ok {
+				n, _ := strconv.ParseInt(ns, 10, 64)
+				o.acts = append(o.acts, n)
+			} else if rest, ok := strings.CutPrefix(l, "lost "); ok {
+				o.lost = l
+				ns, _, _ := strings.Cut(rest, " ")
+				o.lostAt, _ = strconv.ParseInt(ns, 10, 64)
+			}
+			if strings.HasPrefix(l, until) {
+				return
+			}
+		case <-tm:
+			t.Fatalf("no %q from the owner within %v", until, timeout)
+		}
+	}
+}
+
+// actsFrom counts the owner's acts at or after at.
+func (o *owner) actsFrom(at time.Time) int {
+	n := 0
+	for _, a := range o.acts {
+		if a >= at.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
 // TestLeaseOwnerProcess is the owner TestLeasePausedOwner pauses: run only
 // in the child process it starts. fn prints "ready", then every millisecond
 // reads the clock, checks ctx.Err() and, if the context is live, acts: it
 // prints "act <the time read, ns>". Once ctx.Err() reports the loss it
-// prints "lost" and returns.
+// prints "lost <the time read, ns> <cause>" and returns.
 func TestLeaseOwnerProcess(t *testing.T) {
 	env := os.Getenv("REDISONCE_LEASE_OWNER")
 	if env == "" {
@@ -474,7 +510,7 @@ func TestLeaseOwnerProcess(t *testing.T) {
 		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
 			now := time.Now()
 			if ctx.Err() != nil {
-				say("lost " + context.Cause(ctx).Error())
+				say("lost " + strconv.FormatInt(now.UnixNano(), 10) + " " + context.Cause(ctx).Error())
 				return ctx.Err()
 			}
 			say("act " + strconv.FormatInt(now.UnixNano(), 10))

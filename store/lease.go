@@ -53,8 +53,9 @@ const clockRateMargin = 100
 
 // timerMargin is the rest of the margin: the time between the local deadline
 // and fn seeing its context cancelled, on a busy machine (a timer fires late,
-// a goroutine waits for a CPU). It is at most a tenth of the lease.
-const timerMargin = 5 * time.Millisecond
+// a goroutine or a process waits for a CPU). It is at most a tenth of the
+// lease.
+const timerMargin = 20 * time.Millisecond
 
 // leaseMargin is how much sooner than the server the local lease deadline
 // lets a lease go: lease/clockRateMargin + min(timerMargin, lease/10).
@@ -70,7 +71,7 @@ const maxBeatsInFlight = 8
 //
 // It keeps a local lease deadline: the send time of the last successful
 // claim or extension, plus the lease, minus leaseMargin (1% for clock rate,
-// and up to 5 ms for a late timer). The server
+// and up to 20 ms for a late timer). The server
 // lets the lease go no sooner than the lease after the command arrived, which
 // is after it was sent, so until the local deadline nobody else can hold the
 // id. A timer of its own cancels fn's context at the deadline, whatever

@@ -42,8 +42,12 @@ type pair struct {
 }
 
 // Listen starts a proxy to target on a free loopback port.
-func Listen(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Listen(target string) (*Proxy, error) { return ListenOn("127.0.0.1:0", target) }
+
+// ListenOn starts a proxy to target listening on addr ("10.1.2.1:0": a free
+// port on a veth's address, for a client in another network namespace).
+func ListenOn(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
