@@ -146,12 +146,17 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
 //     since the holder may yet fail;
 //   - otherwise fn runs, and while it runs the lease is extended every
-//     lease/3 (extend.lua, fenced by the token), so a live consumer never
+//     lease/4 (extend.lua, fenced by the token), so a live consumer never
 //     loses it however long fn takes. fn's context carries the Lease
-//     (LeaseFromContext). If an extension finds the lease lost (the id was
-//     forgotten, or taken by another consumer) fn's context is cancelled with
-//     a cause wrapping ErrLeaseLost (context.Cause); a network error is
-//     retried until the lease would actually have run out.
+//     (LeaseFromContext) and never outlives the lease: Do keeps a local
+//     lease deadline (the send time of the last successful claim or
+//     extension, plus lease, minus 1% and up to 20 ms), cancels fn's context
+//     there with a cause wrapping ErrLeaseLost (context.Cause) unless an
+//     extension moved it, and reports it as ctx.Deadline(); ctx.Err() reads
+//     the clock, so fn sees the loss at once after a pause. An extension
+//     that finds the lease lost (the id was forgotten, or taken by another
+//     consumer) cancels it at once; one that fails is retried while the
+//     deadline lasts. With a round trip up to lease/2 the lease holds.
 //   - If fn fails (or panics) the lease is released so a redelivery can retry,
 //     and fn's error is returned with ran = true.
 //   - If fn succeeds the lease is committed into a processed mark with the
@@ -161,12 +166,13 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //     consumer's lease, or already processed by another consumer, returns
 //     (true, ErrLeaseLost): the effect may have run twice.
 //
-// A commit whose connection is lost is retried; a retry that finds the mark
-// already there is taken as its own earlier attempt having landed, and
-// succeeds. (The mark is a plain "1", so this cannot be told apart from
-// another consumer having processed the id in the same instant — possible
-// only if this consumer's lease had run out just before, which the heartbeat
-// prevents.)
+// A commit that fails on the way (a lost connection, a failed redial) is
+// retried for up to 5 seconds. A retry that finds the mark already there
+// succeeds only when the mark is provably this commit's own earlier attempt:
+// the lease was never found lost and the retry's reply came back before the
+// local lease deadline, so it ran while nobody else could have held the id.
+// Otherwise the mark, a plain "1", may be another consumer's, and Do returns
+// (true, ErrLeaseLost).
 //
 // A consumer that crashes holding a lease stops extending it and lets it
 // expire, and the next delivery runs fn: pick a lease a little longer than the

@@ -267,12 +267,15 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //     ErrInFlight; retry later;
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
-//     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live
+//     renewed every o.Lease/4 (renew.lua, fenced by the token) so a live
 //     owner never loses it however long fn takes, and the Lease (token and
-//     fence) in fn's context (LeaseFromContext). If a renewal finds the record
-//     taken over or removed, fn's context is cancelled with a cause wrapping
-//     ErrStaleOwner (context.Cause); a network error is retried until the
-//     lease would actually have run out.
+//     fence) in fn's context (LeaseFromContext). fn's context never outlives
+//     the lease, as in Claims.Do: it is cancelled at the local lease deadline
+//     (the send time of the last successful acquire or renewal, plus
+//     o.Lease, minus 1% and up to 20 ms; ctx.Deadline() reports it, ctx.Err()
+//     reads the clock) with a cause wrapping ErrStaleOwner (context.Cause),
+//     or at once when a renewal finds the record taken over or removed; a
+//     renewal that fails is retried while the deadline lasts.
 //   - fn's result is stored as completed and returned.
 //   - fn's error deletes the record (fenced by the token), so the next Do runs
 //     fn again, and is returned as is — whatever it is: a provider's 503, a
@@ -291,9 +294,10 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // record gone (it expired, or was deleted, and nobody acquired the key since)
 // creates it again with fn's outcome (fence 1, the TTL counted from now); if
 // another caller acquired the key in between, ErrLeaseLost. A final write
-// whose connection is lost is retried: it is idempotent, as the record keeps
-// its owner's token. The final write runs even when ctx is cancelled, bounded
-// by 5 seconds.
+// that fails on the way (a lost connection, a failed redial) is retried: it
+// is idempotent, and a retry that applies proves the record still holds this
+// owner's token, so nobody took it over. The final write runs even when ctx is
+// cancelled, bounded by 5 seconds.
 //
 // A caller that crashes stops renewing, and the next Do takes the record
 // over once o.Lease passes: pick a lease of a few seconds, not the length of
