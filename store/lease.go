@@ -29,6 +29,11 @@ type Lease struct {
 
 type leaseKey struct{}
 
+// speculativeKey marks the context of an extension sent before the claim's
+// reply came back: its "lost" answer means nothing (it may have overtaken the
+// claim), so the observer does not report it.
+type speculativeKey struct{}
+
 // LeaseFromContext returns the lease of the Do whose fn received ctx (or a
 // context derived from it), and false outside such a fn.
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
@@ -276,6 +281,9 @@ func (h *heartbeat) beat() {
 	// every command waiting on that dial, the claim included:
 	// docs/upstream-rueidis-redial.md.)
 	bctx, bcancel := context.WithCancel(context.WithoutCancel(h.parent))
+	if h.confirmed.IsZero() {
+		bctx = context.WithValue(bctx, speculativeKey{}, true)
+	}
 	key := &sent
 	h.inFlight[key] = bcancel
 	h.mu.Unlock()

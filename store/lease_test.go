@@ -301,6 +301,17 @@ func TestObserveExtendCutShortByStop(t *testing.T) {
 		t.Errorf("events after stop cut an extension short: %+v, want none", got)
 	}
 
+	// A speculative extension (sent before the claim's reply) that finds
+	// no lease is not reported either: it may have overtaken the claim.
+	spec := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(context.Context, *time.Time) (bool, error) { return false, nil })
+	if held, _ := spec(context.WithValue(context.Background(), speculativeKey{}, true), new(time.Time)); held || len(got) != 0 {
+		t.Errorf("speculative lost extension: held %v, events %+v; want none", held, got)
+	}
+	if _, _ = spec(context.Background(), new(time.Time)); len(got) != 1 || got[0].Outcome != OutcomeLeaseLost {
+		t.Errorf("confirmed lost extension: events %+v, want one lease_lost", got)
+	}
+	got = nil
+
 	bctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	timedOut := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(ctx context.Context, _ *time.Time) (bool, error) {

@@ -292,6 +292,23 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
+	t.Run("DoContextDeadline", func(t *testing.T) {
+		// fn's context reports the local lease deadline: after the claim was
+		// sent, at most a lease after it (issue 20).
+		s := newStore(t)
+		lease := 10 * h.Tick
+		before := time.Now()
+		ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
+			if d, ok := ctx.Deadline(); !ok || !d.After(before) || d.After(before.Add(lease)) {
+				t.Errorf("ctx.Deadline() = +%v, %v; want within (0, lease %v] of the claim", d.Sub(before), ok, lease)
+			}
+			return ctx.Err()
+		})
+		if !ran || err != nil {
+			t.Errorf("Do = %v, %v", ran, err)
+		}
+	})
+
 	t.Run("DoCommitAfterForget", func(t *testing.T) {
 		s := newStore(t)
 		// The key is gone when the commit runs (forgotten; a lease that
