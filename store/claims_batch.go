@@ -55,8 +55,9 @@ func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 	return out, err
 }
 
-// readClaim reads claim.lua's (and claim_many.lua's per-key) reply.
-func readClaim(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 }
+// readClaim reads claim.lua's (and claim_many.lua's per-key) reply: any
+// negative one is in flight (claim.lua answers the ms left on the lease).
+func readClaim(n int64) (bool, bool) { return n == 1, n <= 1 }
 
 // readSeen reads seen.lua's (and seen_many.lua's per-key) reply.
 func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }

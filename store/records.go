@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -173,6 +172,9 @@ type recordOps interface {
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error)
+	// clock is the time a record's LeaseUntil is read against, for the
+	// time left an *InFlightError reports.
+	clock() time.Time
 }
 
 // Retryable marks fn's error as transient for Do: Do deletes the record
@@ -213,12 +215,28 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
+// IsPermanent reports whether err is marked Permanent (and not also
+// Retryable), and is not a context error: what Records.Do stores as failed.
+// Integrations use it for their failure policy (the streams runner
+// dead-letters such an entry at once).
+func IsPermanent(err error) bool { return storeFailure(err) }
+
 // storeFailure says whether Do stores fn's error as a failed record.
 func storeFailure(err error) bool {
 	var p permanentError
 	var r retryableError
 	return errors.As(err, &p) && !errors.As(err, &r) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// leaseLeft is the time from now to a pending record's lease deadline, at
+// least 1 ms (the holder's lease may be extended meanwhile); 0 when the record
+// has no lease (it never expires).
+func leaseLeft(until, now time.Time) time.Duration {
+	if until.IsZero() {
+		return 0
+	}
+	return max(until.Sub(now), time.Millisecond)
 }
 
 // doRecord is Do after the key and ctx were checked, shared by Records and
@@ -261,7 +279,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+			return nil, false, OutcomeInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.clock()))
 		case StatusFailed:
 			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:

@@ -278,6 +278,9 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 }
 
 // renew is renew.lua.
+// clock is recordOps.clock: the store's clock (WithClock).
+func (s *MemoryRecords) clock() time.Time { return s.now() }
+
 func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration, _ *time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

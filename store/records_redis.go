@@ -247,6 +247,11 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 	return n == 1, err
 }
 
+// clock is recordOps.clock: this process's clock. A record's lease deadline
+// is the server's (TIME), so the time left an *InFlightError reports is off
+// by the skew between the two clocks.
+func (*Records) clock() time.Time { return time.Now() }
+
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error) {
 	return replyInt("renew", key, s.execSent(ctx, scriptRenew, s.key(key), sent, token, s.leaseMS.ms(lease)))
 }
@@ -264,7 +269,9 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //     = true and an error wrapping ErrFailed; fn does not run again until the
 //     record expires or is deleted;
 //   - a pending record under another owner's live lease (or without a lease):
-//     ErrInFlight; retry later;
+//     ErrInFlight; retry later. The error is an *InFlightError whose
+//     RetryAfter is the time to the lease's deadline (measured against this
+//     process's clock; 0 for a record without a lease);
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
 //     renewed every o.Lease/4 (renew.lua, fenced by the token) so a live

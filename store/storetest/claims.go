@@ -248,6 +248,14 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 			if ran || !errors.Is(err, store.ErrInFlight) {
 				t.Errorf("duplicate Do in flight = %v, %v; want false, ErrInFlight", ran, err)
 			}
+			// The error says when to come back: the holder's lease time left.
+			var ife *store.InFlightError
+			if !errors.As(err, &ife) || ife.ID != "m" {
+				t.Errorf("duplicate Do in flight: %#v is not an *InFlightError for m", err)
+			}
+			if d, ok := store.RetryAfter(err); !ok || d <= 0 || d > 10*h.Tick {
+				t.Errorf("RetryAfter = %v, %v; want (0, %v], true", d, ok, 10*h.Tick)
+			}
 			if must(t)(s.Claim(ctx, "m")) {
 				t.Error("Claim of an in-flight id won")
 			}

@@ -638,6 +638,15 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			if res != nil || replayed || !errors.Is(err, store.ErrInFlight) {
 				t.Errorf("retry in flight = %q, %v, %v; want nil, false, ErrInFlight", res, replayed, err)
 			}
+			// The error says when to come back: the holder's lease time left
+			// (from the record's lease deadline; a margin for the clocks).
+			var ife *store.InFlightError
+			if !errors.As(err, &ife) || ife.ID != "k" {
+				t.Errorf("retry in flight: %#v is not an *InFlightError for k", err)
+			}
+			if d, ok := store.RetryAfter(err); !ok || d <= 0 || d > doOpts.Lease+tick {
+				t.Errorf("RetryAfter = %v, %v; want (0, %v], true", d, ok, doOpts.Lease+tick)
+			}
 			return []byte("first"), nil
 		})
 		if string(res) != "first" || err != nil {
