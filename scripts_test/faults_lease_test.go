@@ -90,7 +90,8 @@ type leaseRun struct {
 // and its Deadline must say when, no later than the claim's send time plus
 // the lease. Claims and Records, two lease lengths.
 func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its margins are tens of ms, and a binary busy with
+	// the parallel tests delays timers and the proxy far more than that.
 	srv := newServer(t, redisproc.Options{})
 	base := newClient(t, srv.URL())
 	hooked := &hookClient{Client: base, hook: extendsStall}
@@ -301,13 +302,15 @@ func TestLeaseFinalWriteRetriedOnForeignContextError(t *testing.T) {
 }
 
 // TestLeaseSlowLink: a link whose round trip is half the lease (a proxy adds
-// lease/4 each way, on a server that has no script loaded yet) and no other
-// fault: no Do loses its lease, though fn runs for two leases. Claims and
+// lease/4 each way; the client's connections open and the scripts loaded by
+// a first Do) and no other fault: no Do loses its lease, though fn runs for
+// two leases. Claims and
 // Records, two Do calls each. (The lease is long so that the slack the
 // pacing leaves at this round trip, lease/4 - margin, is hundreds of ms: a
 // loaded 2-core machine delays the proxy's own goroutines too.)
 func TestLeaseSlowLink(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its margins are tens of ms, and a binary busy with
+	// the parallel tests delays timers and the proxy far more than that.
 	const lease = 1600 * time.Millisecond
 	for _, kind := range []string{"claims", "records"} {
 		t.Run(kind, func(t *testing.T) {
@@ -320,6 +323,23 @@ func TestLeaseSlowLink(t *testing.T) {
 			t.Cleanup(func() { _ = p.Close() })
 			p.SetLatency(lease / 4)
 			c := newClient(t, "redis://"+p.Addr())
+			// Open the client's connections first: rueidis sends each command
+			// on one of its pipelined connections picked at random, and dials
+			// each on first use (a round trip and more, through this link).
+			// 64 concurrent PINGs reach every one of them (4 by default)
+			// except with probability 4 * (3/4)^64 < 1e-7.
+			var warm sync.WaitGroup
+			for range 64 {
+				warm.Go(func() { _ = c.Do(context.Background(), c.B().Ping().Build()).Error() })
+			}
+			warm.Wait()
+			// And load the scripts: an EVALSHA that meets NOSCRIPT costs the
+			// claim a second round trip (a cold start, measured apart: the
+			// first Do on a new server lost its lease in 1 of 8 runs here).
+			warmDo, _ := leaseDoers(kind, c, c, uniquePrefix(t)+"warm", lease)
+			if err := warmDo(context.Background(), func(context.Context) error { return nil }); err != nil {
+				t.Fatalf("warm-up Do: %v", err)
+			}
 			losses := 0
 			for i := range 2 {
 				// Every event, to show how the extensions went if one is lost.
@@ -362,7 +382,8 @@ func TestLeaseSlowLink(t *testing.T) {
 // resumed. No act of A may come after B's fn started: A must see its lease
 // gone on its first check after waking, before any round trip.
 func TestLeasePausedOwner(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its margins are tens of ms, and a binary busy with
+	// the parallel tests delays timers and the proxy far more than that.
 	srv := newServer(t, redisproc.Options{})
 	base := newClient(t, srv.URL())
 	const lease = 300 * time.Millisecond
@@ -532,7 +553,8 @@ func TestLeaseOwnerProcess(t *testing.T) {
 // stall, and X's Do succeeds: the message is not run again. Claims and
 // Records.
 func TestLeaseFinalWriteSurvivesStall(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its margins are tens of ms, and a binary busy with
+	// the parallel tests delays timers and the proxy far more than that.
 	for _, kind := range []string{"claims", "records"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()

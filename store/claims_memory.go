@@ -176,7 +176,9 @@ func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
 // Do is Claims.Do. Its owner lives in this process, so a running Do's lease
 // never expires here (as if extended continuously; a fake clock moved past it
 // cannot take it away); the heartbeat still runs every lease/4, moves the
-// expiry and cancels fn's context when the lease is lost (a Forget).
+// expiry and cancels fn's context when the lease is lost (a Forget), and
+// fn's context has the same local lease deadline (by the real clock, not a
+// fake one) as Claims.Do's.
 func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
 	if s.ev.obs == nil {
 		ran, _, err = s.do(ctx, id, lease, fn)

@@ -298,7 +298,7 @@ func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.D
 
 // Do is Records.Do. Its owner lives in this process, so a running Do's lease
 // never passes here (as if renewed continuously; a fake clock moved past it
-// cannot take the record over); the heartbeat still runs every o.Lease/3,
+// cannot take the record over); the heartbeat still runs every o.Lease/4,
 // moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
 func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	if s.ev.obs == nil {
