@@ -52,6 +52,10 @@ type ClaimStore interface {
 //     another caller may have taken the id over, run and committed, and a
 //     success would hide a double effect: ErrLeaseLost.
 //   - -1: another caller's lease: ErrLeaseLost.
+//
+// A release retried after a transport failure reports success whatever its
+// retry finds (our lease deleted by the first attempt, or another caller's
+// lease left alone): it only gives the id back, and claims nothing.
 func runLeased(ctx context.Context, hb *heartbeat, id string, fn func(context.Context) error,
 	commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
 	done := false
