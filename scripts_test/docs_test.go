@@ -1,9 +1,10 @@
 package scripts_test
 
-// The code of the Go snippet of docs/upstream-rueidis-race.md: a region
-// (// snippet:NAME ... // snippet:end) that TestDocSnippets (root module)
-// compares with the document. Compiled by every `go test` of this module;
-// TestUpstreamRueidisRetryRace runs the same reproduction.
+// The code of the Go snippets of docs/upstream-rueidis-race.md and
+// docs/upstream-rueidis-redial.md: regions (// snippet:NAME ... // snippet:end)
+// that TestDocSnippets (root module) compares with the documents. Compiled by
+// every `go test` of this module; TestUpstreamRueidisRetryRace and
+// TestUpstreamRueidisRedialSharesContext run the same reproductions.
 
 import (
 	"context"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
 func docRueidisRace(ctx context.Context, addr string, admin rueidis.Client) {
@@ -28,4 +31,24 @@ func docRueidisRace(ctx context.Context, addr string, admin rueidis.Client) {
 		admin.Do(ctx, admin.B().ClientKill().TypeNormal().Build())
 	}
 	// snippet:end
+}
+
+func docRueidisRedial(ctx context.Context, addr string, admin *redisproc.Server) error {
+	// snippet:rueidisRedial
+	c, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1})
+	c.Do(ctx, c.B().Set().Key("k").Value("v").Build())
+	admin.Do("CLIENT", "KILL", "TYPE", "normal") // on another connection
+	go admin.Do("DEBUG", "SLEEP", "2")
+	time.Sleep(100 * time.Millisecond)
+	c.Do(ctx, c.B().Set().Key("k").Value("first").Build()) // EOF: the dead connection is dropped
+
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	go c.Do(short, c.B().Set().Key("k").Value("short").Build()) // starts the redial under `short`
+	time.Sleep(20 * time.Millisecond)
+	long, cancelLong := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelLong()
+	err := c.Do(long, c.B().Set().Key("k").Value("long").Build()).Error()
+	// snippet:end
+	return err
 }
