@@ -63,8 +63,8 @@ local key = KEYS[1]
 -- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
 -- PEXPIRE argument, which would be an error after a write); nil if s is not one.
 -- (A canonical s, what every client sends, is returned as is: one pattern
--- match instead of three calls. Measured with bin/benchcmp -server-time-only:
--- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+-- match instead of three calls; the server time it saves is measured in
+-- BENCHMARKS.md, "What was changed, and what it bought".)
 local function int_arg(s)
   if #s > 15 then
     return nil
@@ -134,8 +134,8 @@ if not lease then
 end
 
 -- (EXISTS first: an absent key, acquire's common case, then costs one
--- command instead of load_record's two. Measured with bin/benchcmp
--- -server-time-only: 1.20x -> 0.97x the minimal script's server time, 19% less.)
+-- command instead of load_record's two; measured in
+-- BENCHMARKS.md, "What was changed, and what it bought".)
 local r, bad
 if redis.call('EXISTS', key) == 1 then
   r, bad = load_record(key)
@@ -148,8 +148,8 @@ if r then
     return redis.error_reply('MISMATCH the key was acquired with a different fingerprint')
   end
   -- A record that can never be taken over is answered without reading the
-  -- clock (the duplicate of a finished job, the common case; one call fewer:
-  -- 28.4 vs 24.7 µs of server CPU per call, median of 7 interleaved rounds).
+  -- clock (the duplicate of a finished job, the common case; one call fewer,
+  -- measured in BENCHMARKS.md, "What was changed, and what it bought").
   if r[1] ~= 'pending' or tonumber(r[6]) == 0 or r[7] == '9999999999999999999' then
     return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
   end
