@@ -1,8 +1,8 @@
 #!lua
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
-    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
+                              layout-0 HASH is read too
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
@@ -31,13 +31,13 @@
             NOT_FOUND <what>     the key is absent; nothing created
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
-            CORRUPT <what>       the key holds something other than a record hash;
+            CORRUPT <what>       the key holds something other than a record;
                                  nothing written
-  Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
-            expires_ms, or PERSIST for 0 (only when expires_in_ms is given); DEL
-            instead when expires_in_ms is negative
+  Writes    one SET of the record in layout 1 (a layout-0 hash is rewritten):
+            KEEPTTL, or PXAT expires_ms, or no expiry for 0 when expires_in_ms
+            is given; DEL instead when expires_in_ms is negative
   Atomicity every check precedes the first write
-  Length    100 lines of code besides its snippets: four optional fields, each
+  Length    76 lines of code besides its snippets: four optional fields, each
             validated before the first write, and two durations turned into
             deadlines on the server's clock; one script, so a fenced change is
             all or nothing
@@ -75,25 +75,51 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- </snippet>
+-- <snippet:record_string>
+-- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
+-- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,
+-- expires_ms and lease_ms as big-endian IEEE doubles (integer ms since the
+-- epoch, 0..2^53-1, 0 = none; lease_ms at byte offset 28); then the fence
+-- (canonical decimal, 1..19 digits) and status (1..64 bytes), each after a
+-- one-byte length, fp and token (0..256 bytes), each after a big-endian
+-- two-byte length; then the payload, raw, to the end of the value.
+-- parse_record answers the fields in reply order {status, payload,
+-- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
+-- numbers; or nil and CORRUPT for anything else. record_value is its inverse.
+local function parse_record(v)
+  local ok, m, c, u, e, l, f, s, fp, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  if not ok or m ~= 'ro1 ' then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
+  end
+  if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
+    and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
+    and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
+    or #s < 1 or #s > 64 or #fp > 256 or #tok > 256 then
+    return nil, redis.error_reply('CORRUPT bad record header')
+  end
+  return {s, string.sub(v, pos), c, u, e, l, f, fp, tok}
+end
+local function record_value(r)
+  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
+    #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
+end
+-- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, read in one HMGET; nil when the key
--- is absent; an error reply (CORRUPT) for a key of another type, a missing
--- field or a malformed one. Well-formed: status not empty; the four times
--- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
--- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
--- zero, at most 19 digits, so it never leaves uint64; a record at the largest
--- fence is never taken over).
-local function load_record(k)
+-- A record of layout 0, the nine-field hash written before layout 1 (status,
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token),
+-- read in one HMGET into parse_record's form; nil and CORRUPT for a key of
+-- another type, a missing field or a malformed one (status not 1..64 bytes, fp
+-- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
+-- decimal of at most 19 digits).
+-- Every write script rewrites such a record in layout 1.
+local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
     'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
   if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   for i = 1, 9 do
     if not r[i] then
-      if redis.call('EXISTS', k) == 0 then
-        return nil
-      end
       return nil, redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
@@ -102,11 +128,28 @@ local function load_record(k)
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
       return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
+    r[i] = tonumber(v)
   end
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
+    or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
   return r
+end
+-- </snippet>
+-- <snippet:load_record>
+-- The record at k: its fields as parse_record answers them, and true when it
+-- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
+-- is absent; nil and CORRUPT when it holds anything else.
+local function load_record(k)
+  local v = redis.pcall('GET', k)
+  if not v then
+    return nil
+  elseif type(v) == 'table' then
+    local r, bad = load_hash(k)
+    return r, bad, true
+  end
+  return parse_record(v)
 end
 -- </snippet>
 
@@ -145,7 +188,6 @@ for i = 2, #ARGV, 2 do
     return redis.error_reply('BADARG field ' .. f .. ' given twice')
   end
 end
-local set_expires = expires ~= nil
 local r, bad = load_record(key)
 if bad then
   return bad
@@ -153,64 +195,37 @@ end
 if not r then
   return redis.error_reply('NOT_FOUND no such record')
 end
-local e, l = r[5], r[6]
 if token ~= '' and token ~= r[9] then
   return redis.error_reply('STALE_OWNER the record has another owner')
 end
 
 local now = now_ms()
-local now_s = string.format('%d', now)
-
-status = status or r[1]
-payload = payload or r[2]
 -- Durations become deadlines on the server's clock: 0 = none; a deadline is
 -- at least 1 (0 would read as "none").
-local past = false
+local set_expires = expires ~= nil
 if expires then
   local d = tonumber(expires)
   if d < 0 then
-    past = true
-  elseif d == 0 then
-    expires = '0'
-  else
-    expires = string.format('%d', now + d)
+    redis.call('DEL', key)
+    return 0
   end
-else
-  expires = e
+  r[5] = d == 0 and 0 or now + d
 end
 if lease then
   local d = tonumber(lease)
-  if d == 0 then
-    lease = '0'
-  else
-    lease = string.format('%d', math.max(now + d, 1))
-  end
+  r[6] = d == 0 and 0 or math.max(now + d, 1)
+end
+r[1] = status or r[1]
+r[2] = payload or r[2]
+r[4] = now
+if r[1] ~= 'pending' then
+  r[6] = 0
+end
+if not set_expires then
+  redis.call('SET', key, record_value(r), 'KEEPTTL')
+elseif r[5] == 0 then
+  redis.call('SET', key, record_value(r))
 else
-  lease = l
-end
-if status ~= 'pending' then
-  lease = '0'
-end
--- Normalise a stored "007" to "7" so the value reads back as written by TIME
--- (only a leading zero needs it: the values are checked to be digits).
-if #expires > 1 and string.byte(expires, 1) == 48 then
-  expires = string.format('%d', tonumber(expires))
-end
-if #lease > 1 and string.byte(lease, 1) == 48 then
-  lease = string.format('%d', tonumber(lease))
-end
-
-if past then
-  redis.call('DEL', key)
-  return 0
-end
-redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
-  'expires_ms', expires, 'lease_ms', lease)
-if set_expires then
-  if expires == '0' then
-    redis.call('PERSIST', key)
-  else
-    redis.call('PEXPIREAT', key, expires)
-  end
+  redis.call('SET', key, record_value(r), 'PXAT', r[5])
 end
 return 1
