@@ -89,6 +89,8 @@ fuzz: redis-server
 	  echo "make: fuzzing $$f for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; \
 	done
+	@echo "make: fuzzing internal/recordlayout FuzzDecode for $(FUZZTIME)"
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/recordlayout
 
 demo: redis-server
 	$(GO) run ./cmd/redisonce demo
