@@ -6,8 +6,16 @@ MODULES := . scripts_test
 # the observer adapters: modules of their own (OpenTelemetry, Prometheus)
 OBSERVE_MODULES := observe/otel observe/prometheus
 export GOFLAGS ?= -count=1
+# The modules build from this checkout through the workspace (go.work), whatever
+# GOWORK the caller has; the root module, which requires none of the others,
+# builds from its own go.mod alone (GOWORK=off), as a user's build gets it.
+export GOWORK := $(CURDIR)/go.work
+# go.work's replace lines (the release being prepared => its directory), as
+# go mod edit flags: make tidy adds them to a module's go.mod while it tidies.
+LOCAL_REPLACES := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => \./\(.*\)$$|-replace=\1@\2=$(CURDIR)/\3|p' go.work)
+LOCAL_DROPS := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => .*$$|-dropreplace=\1@\2|p' go.work)
 
-.PHONY: all test test-failover fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
+.PHONY: all test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
 
 all: test
 
@@ -58,8 +66,8 @@ noncgo-deps:
 	fi
 
 test: redis-server noncgo-deps
-	$(GO) vet ./...
-	$(GO) test -race -timeout 20m ./...
+	GOWORK=off $(GO) vet ./...
+	GOWORK=off $(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
 	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
@@ -121,15 +129,42 @@ luacheck:
 	  else echo "make: luacheck is needed: sudo apt-get install lua-check (or luarocks install luacheck)"; exit 1; fi; }
 
 lint: luacheck
-	$(GO) vet ./...
+	GOWORK=off $(GO) vet ./...
 	cd scripts_test && $(GO) vet ./...
 	cd adapters/gojob && $(GO) vet ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
 
+# tidy: go mod tidy in every module. A module that requires another of this
+# repository at the release being prepared (no tag yet, so no proxy has it)
+# is tidied with go.work's replace lines added to its go.mod, dropped again
+# after: a published go.mod never keeps a replace (docs/releasing.md).
+TIDY_MODULES := scripts_test adapters/gojob $(OBSERVE_MODULES)
 tidy:
-	$(GO) mod tidy
-	cd scripts_test && $(GO) mod tidy
-	cd adapters/gojob && $(GO) mod tidy
-	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+	GOWORK=off $(GO) mod tidy
+	for m in $(TIDY_MODULES); do \
+	  (cd $$m && $(GO) mod edit $(LOCAL_REPLACES) && GOWORK=off $(GO) mod tidy; rc=$$?; \
+	   $(GO) mod edit $(LOCAL_DROPS) && exit $$rc) || exit 1; \
+	done
+
+# Releasing (docs/releasing.md). test-release: the release test on its own
+# (part of make test): the layout checks, then every published module tagged in
+# a throwaway repository, served from a file-based proxy and built by a fresh
+# consumer module with no replace and no workspace.
+test-release:
+	cd scripts_test && $(GO) test -count=1 -run '^(TestReleaseLayout|TestModulesFromLocalProxy)$$' -v .
+
+# release-version VERSION=vX.Y.Z: every requirement of one module of this
+# repository on another, and go.work's replace lines, name VERSION.
+release-version:
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "usage: make release-version VERSION=vX.Y.Z"; exit 2;; esac
+	sed -i 's|\(github\.com/redisonce/redisonce[^ ]*\) v[0-9][^ ]*|\1 $(VERSION)|' go.work $$(git ls-files --cached --others --exclude-standard -- ':(glob)**/go.mod')
+	@git diff --stat -- go.work ':(glob)**/go.mod'
+
+# release-tags VERSION=vX.Y.Z: the tags of the release, in the order to push
+# them: the root module first, then <dir>/VERSION for every other module that
+# go.work uses (scripts_test is not published).
+release-tags:
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "usage: make release-tags VERSION=vX.Y.Z"; exit 2;; esac
+	@echo $(VERSION); $(GO) work edit -json | sed -n 's|^[[:space:]]*"DiskPath": "\./\(.*\)"[,]*$$|\1/$(VERSION)|p' | grep -v '^scripts_test/'

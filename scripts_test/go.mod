@@ -2,15 +2,13 @@ module github.com/redisonce/redisonce/scripts_test
 
 go 1.26.0
 
-replace github.com/redisonce/redisonce => ../
-
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/goliatone/go-job v0.19.0
 	github.com/google/go-cmp v0.7.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	github.com/redisonce/redisonce v0.0.0
+	github.com/redisonce/redisonce v0.1.0
 	github.com/testcontainers/testcontainers-go v0.45.0
 )
 
@@ -49,7 +47,7 @@ require (
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
-	github.com/redisonce/redisonce/adapters/gojob v0.0.0
+	github.com/redisonce/redisonce/adapters/gojob v0.1.0
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
@@ -66,5 +64,3 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/redisonce/redisonce/adapters/gojob => ../adapters/gojob

@@ -5,7 +5,7 @@ go 1.26
 require (
 	github.com/goliatone/go-job v0.19.0
 	github.com/redis/rueidis v1.0.79
-	github.com/redisonce/redisonce v0.0.0
+	github.com/redisonce/redisonce v0.1.0
 	github.com/stretchr/testify v1.10.0
 )
 
@@ -16,5 +16,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/redisonce/redisonce => ../..

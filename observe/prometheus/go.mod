@@ -2,7 +2,7 @@ module github.com/redisonce/redisonce/observe/prometheus
 
 go 1.26.0
 
-require github.com/redisonce/redisonce v0.0.0
+require github.com/redisonce/redisonce v0.1.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -17,5 +17,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/redisonce/redisonce => ../..
