@@ -36,7 +36,8 @@ var snippets = []struct {
 	{"outbox_hash", []*regexp.Regexp{regexp.MustCompile(`9007199254740991`)}},
 	{"claim_value", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('GET'`)}},
 	{"record_hash", []*regexp.Regexp{regexp.MustCompile(`'HMGET', \w+, 'status'`)}},
-	{"record_string", []*regexp.Regexp{regexp.MustCompile(`struct\.(un)?pack\('>c4|'\^\[1-9\]%d\*\$'`)}},
+	{"record_string", []*regexp.Regexp{regexp.MustCompile(`struct\.unpack\('>c4|'\^\[1-9\]%d\*\$'`)}},
+	{"record_value", []*regexp.Regexp{regexp.MustCompile(`struct\.pack\('>c4`)}},
 	{"load_record", []*regexp.Regexp{regexp.MustCompile(`load_hash\(k\)`)}},
 	// Not a snippet: the wrong-type check is always a pcall whose .err (or
 	// table) answers CORRUPT, never a TYPE read.

@@ -66,20 +66,23 @@ end
 -- two-byte length; then the payload, raw, to the end of the value.
 -- parse_record answers the fields in reply order {status, payload,
 -- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
--- numbers; or nil and CORRUPT for anything else. record_value is its inverse.
+-- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
 local function parse_record(v)
-  local ok, m, c, u, e, l, f, s, fp, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
   if not ok or m ~= 'ro1 ' then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
     and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
     and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
-    or #s < 1 or #s > 64 or #fp > 256 or #tok > 256 then
+    or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
     return nil, redis.error_reply('CORRUPT bad record header')
   end
-  return {s, string.sub(v, pos), c, u, e, l, f, fp, tok}
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok}
 end
+-- </snippet>
+-- <snippet:record_value>
+-- A record in parse_record's form as its layout-1 string.
 local function record_value(r)
   return struct.pack('>c4ddddBc0Bc0Hc0Hc0', 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
     #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
