@@ -1,6 +1,7 @@
 // Package inspect reads the stores' keys with plain read commands (TYPE, GET,
-// PTTL, HGETALL, HMGET, HLEN, TIME; never a script, never a write) and puts
-// their state in words, for `redisonce inspect` and `redisonce stats`.
+// GETRANGE, STRLEN, EXISTS, PTTL, HGETALL, HMGET, HLEN, TIME; never a script,
+// never a write) and puts their state in words, for `redisonce inspect` and
+// `redisonce stats`.
 //
 // The layouts it decodes are the scripts' (see their headers):
 //
