@@ -28,11 +28,21 @@
                               non-empty and differ; nothing written
             CORRUPT <what>    the key holds something other than a record;
                               nothing written
-  Writes    new record: SET, with PXAT expires_ms when ttl_ms > 0
-            takeover: SET KEEPTTL of the record with token, lease_ms,
-            updated_ms, fence + 1 and fp (the record's first non-empty
-            fingerprint sticks); a layout-0 hash is rewritten in layout 1
+  Writes    new record: SET, with PXAT max(expires_ms, lease_ms) when
+            ttl_ms > 0
+            takeover: SET of the record with token, lease_ms, updated_ms,
+            fence + 1 and fp (the record's first non-empty fingerprint
+            sticks), PXAT max(expires_ms, lease_ms) when that moves the key's
+            expiry (expires_ms not 0), else KEEPTTL; a layout-0 hash is
+            rewritten in layout 1
+  Expiry    the records' expiry rule (see renew.lua): the key lives until
+            expires_ms, or until lease_ms while a pending owner's lease runs
+            past it, so a TTL shorter than the lease never expires the record
+            under its owner; expires_ms stays created_ms + TTL
   Atomicity every check precedes the first write
+  Length    70 lines of code besides its snippets: creating, taking over (fence + 1
+            on a decimal string, exact past 2^53) and reporting a record must be
+            one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 if #ARGV ~= 4 then
@@ -195,8 +205,14 @@ if r then
   if r[8] == '' then
     r[8] = fp
   end
+  -- The expiry rule: the key lives until max(expires_ms, lease_ms).
+  local e, was = r[5], r[6]
   r[4], r[6], r[7], r[9] = now, lease == '0' and 0 or now + tonumber(lease), fence, token
-  redis.call('SET', key, record_value(r), 'KEEPTTL')
+  if e ~= 0 and math.max(e, r[6]) ~= math.max(e, was) then
+    redis.call('SET', key, record_value(r), 'PXAT', math.max(e, r[6]))
+  else
+    redis.call('SET', key, record_value(r), 'KEEPTTL')
+  end
   return {1, r[1], r[2], r[3], now, r[5], r[6], fence, r[8], token}
 end
 
@@ -212,6 +228,7 @@ local rec = record_value({'pending', '', now, now, expires, lease_until, '1', fp
 if expires == 0 then
   redis.call('SET', key, rec)
 else
-  redis.call('SET', key, rec, 'PXAT', expires)
+  -- The expiry rule: a lease past the TTL keeps the key until it passes.
+  redis.call('SET', key, rec, 'PXAT', math.max(expires, lease_until))
 end
 return {1, 'pending', '', now, now, expires, lease_until, '1', fp, token}

@@ -8,12 +8,15 @@
   Returns   1  created (the caller won)
             0  exists and is processed (any value not starting with "~", so keys
                written by `SET key 1 NX PX ttl` count as processed)
-            -1 exists and is in flight
+            -N exists and is in flight: N >= 1 is the ms left on the holder's
+               lease (PTTL; 1 when less is left, or the "~" value has no
+               expiry), so any negative reply means in flight and -reply is
+               when a redelivery is worth trying
   Errors    BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] value NX GET [PX ttl_ms] (only when the key is absent;
-            GET reports the value found)
+            GET reports the value found); PTTL (a read) when it is in flight
   Atomicity all checks precede the single SET NX GET (which, on a key of
             another type, fails and writes nothing: then CORRUPT)
   Complexity O(1)
@@ -71,7 +74,13 @@ if type(old) == 'table' then
   return redis.error_reply('CORRUPT the key holds something other than a claim string')
 end
 -- "~<token>" is in flight; any other value (the seed's "1") is processed.
+-- In flight answers how long the holder's lease has left, so the caller can
+-- come back then rather than at its broker's retry rate.
 if string.byte(old, 1) == 126 then
-  return -1
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then
+    left = 1
+  end
+  return -left
 end
 return 0

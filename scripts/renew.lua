@@ -7,7 +7,7 @@
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
   Returns   1 the record is pending and owned by token: lease_ms is now
-              lease_ms from now
+              lease_ms from now, and the key lives at least until then
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
@@ -15,14 +15,23 @@
             CORRUPT <what>   the key is not a well-formed record (as
                              acquire.lua defines it); nothing written
   Writes    SETRANGE of the 8 bytes of lease_ms in place (only when the
-            caller owns the pending record); a layout-0 hash is rewritten in
-            layout 1 (SET KEEPTTL)
-  Atomicity the checks precede the single write
+            caller owns the pending record; a layout-0 hash is rewritten in
+            layout 1, SET KEEPTTL); PEXPIREAT the key to max(expires_ms,
+            lease_ms) when that moves it (expires_ms not 0)
+  Expiry    the records' expiry rule (acquire.lua, renew.lua, update.lua):
+            expires_ms is the retention the record was given (created_ms +
+            TTL, or what update.lua set); the key expires then, except while
+            the record is pending with a lease past it: then the key lives
+            until lease_ms. So a live owner never loses its record to expiry,
+            however short the TTL. expires_ms itself is not moved: the final
+            write (update.lua) puts the key back on it
+  Atomicity the checks precede the first write
   Memory    flags=allow-oom: SETRANGE overwrites the 8 bytes of lease_ms in the
             header, so the value keeps its length and a live owner keeps its
             lease when maxmemory is reached under noeviction (the one-time
             SET that rewrites a layout-0 hash writes a string smaller than
-            the hash it replaces)
+            the hash it replaces); its PEXPIREAT moves an expiry the key
+            already has (expires_ms is not 0)
   Complexity O(1)
 ]]
 if #ARGV ~= 2 then
@@ -155,11 +164,17 @@ end
 if r[1] ~= 'pending' or r[9] ~= token then
   return -1
 end
+local was = r[6]
 r[6] = now_ms() + tonumber(lease)
 if old then
   redis.call('SET', key, record_value(r), 'KEEPTTL')
 else
   -- lease_ms is the 8 bytes at offset 28: overwritten in place.
   redis.call('SETRANGE', key, 28, struct.pack('>d', r[6]))
+end
+-- The expiry rule: the key lives until max(expires_ms, lease_ms).
+local e = r[5]
+if e ~= 0 and math.max(e, r[6]) ~= math.max(e, was) then
+  redis.call('PEXPIREAT', key, math.max(e, r[6]))
 end
 return 1

@@ -34,13 +34,21 @@
             CORRUPT <what>       the key holds something other than a record;
                                  nothing written
   Writes    one SET of the record in layout 1 (a layout-0 hash is rewritten):
-            KEEPTTL, or PXAT expires_ms, or no expiry for 0 when expires_in_ms
-            is given; DEL instead when expires_in_ms is negative
+            PXAT max(expires_ms, lease_ms) when expires_in_ms is given or the
+            expiry rule moves the key, no expiry for expires_in_ms 0, else
+            KEEPTTL; DEL instead when expires_in_ms is negative
+  Expiry    the records' expiry rule (see renew.lua): the key lives until
+            expires_ms, or until lease_ms while the record stays pending with
+            a lease past it. A write that leaves no live lease (the final
+            write: a status other than pending) puts the key back on
+            expires_ms, the retention the caller asked for; when that ran out
+            while the lease kept the record, the record gets it again from
+            now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    76 lines of code besides its snippets: four optional fields, each
-            validated before the first write, and two durations turned into
-            deadlines on the server's clock; one script, so a fenced change is
-            all or nothing
+  Length    90 lines of code besides its snippets: four optional fields, each
+            validated before the first write, two durations turned into
+            deadlines on the server's clock, and the expiry rule; one script,
+            so a fenced change is all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
 local token = ARGV[1]
@@ -203,6 +211,11 @@ if token ~= '' and token ~= r[9] then
 end
 
 local now = now_ms()
+-- What the key's expiry was under the expiry rule, before this write.
+local was = r[5]
+if r[1] == 'pending' then
+  was = math.max(r[5], r[6])
+end
 -- Durations become deadlines on the server's clock: 0 = none; a deadline is
 -- at least 1 (0 would read as "none").
 local set_expires = expires ~= nil
@@ -224,11 +237,23 @@ r[4] = now
 if r[1] ~= 'pending' then
   r[6] = 0
 end
-if not set_expires then
-  redis.call('SET', key, record_value(r), 'KEEPTTL')
-elseif r[5] == 0 then
-  redis.call('SET', key, record_value(r))
+-- The expiry rule: the key lives until max(expires_ms, a pending lease_ms);
+-- a retention that ran out under a lease starts again once no lease holds.
+if r[5] == 0 then
+  if set_expires then
+    redis.call('SET', key, record_value(r))
+  else
+    redis.call('SET', key, record_value(r), 'KEEPTTL')
+  end
+  return 1
+end
+if r[5] <= now and r[6] <= now then
+  r[5] = now + math.max(r[5] - r[3], 1)
+end
+local at = math.max(r[5], r[6])
+if set_expires or at ~= was then
+  redis.call('SET', key, record_value(r), 'PXAT', at)
 else
-  redis.call('SET', key, record_value(r), 'PXAT', r[5])
+  redis.call('SET', key, record_value(r), 'KEEPTTL')
 end
 return 1

@@ -36,7 +36,7 @@ const aclSetUser = "ACL SETUSER app on >app-secret resetchannels " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
 	"+evalsha +evalsha_ro +eval +eval_ro +script|load " +
 	"+del +exists +get +hdel +hgetall +hlen +hmget +hset +info " +
-	"+pexpire +set +setrange +time"
+	"+pexpire +pexpireat +pttl +set +setrange +time"
 
 // aclUserURL is the URL the tests connect with as the app user.
 func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }

@@ -99,7 +99,8 @@ func newLeaseValue() string {
 //
 // It returns nil for a duplicate of a processed message (ack it), the store's
 // ErrInFlight while another consumer holds the message (nack it so it is
-// redelivered later), and h's error when h fails (the claim is released so the
+// redelivered later: store.RetryAfter(err) says when its holder's lease can
+// have ended), and h's error when h fails (the claim is released so the
 // redelivery retries).
 func Wrap[M any](s ClaimStore, lease time.Duration, id func(M) string, h func(context.Context, M) error) func(context.Context, M) error {
 	return func(ctx context.Context, msg M) error {

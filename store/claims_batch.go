@@ -9,7 +9,10 @@ import (
 
 // ClaimMany claims every id, as Claim would one by one, in one round trip.
 // The result holds, per id, what Claim would have returned; of an id given
-// twice the first occurrence wins (true at most once).
+// twice the first occurrence wins: the repeats are found in Go before
+// anything is sent, only the first occurrence is sent and gets the script's
+// answer, and every later one is false. So "first wins" holds however the
+// batch is cut into calls, and whatever order the calls land in.
 //
 // The ids are grouped by hash slot: on a standalone or Sentinel server all of
 // them form one group; on a cluster, ids whose keys share a slot (ids with a
@@ -18,67 +21,154 @@ import (
 // atomically; the calls of all groups are pipelined in one DoMulti, so a
 // whole batch costs one round trip and, per group, one script call instead of
 // one per id. On a cluster, ids without a shared tag mostly land one per slot,
-// and then each is one call of claim.lua, as before. A group whose slot is
-// being migrated between cluster nodes is refused by Redis with TRYAGAIN
-// before it runs, and retried for up to 3 s.
+// and then each is one call of claim.lua, as before. A call on several keys of
+// a slot being migrated between cluster nodes is refused by Redis with
+// TRYAGAIN before it runs, and retried for up to 3 s (meanwhile a 1-key call
+// of the same batch may run at once through ASK: no id is in both).
 //
 // Every id is validated before anything is sent. When a group fails (a
 // connection error), the error names its first id and the other groups'
 // results are still filled in; a failed group's ids are reported false, and
-// may or may not have been claimed. With WithWaitReplicas, a group is
-// followed by WAIT on its own connection (per hash slot on a cluster), and
-// when any group's replicas did not confirm it the error wraps
-// ErrNotReplicated, naming that group's first id, with every result filled
-// in: its claims happened on the primary but may not survive a failover.
+// may or may not have been claimed. With WithWaitReplicas, the calls are
+// followed by one WAIT on the same connection: on a standalone or Sentinel
+// server one DoMulti of every call and one WAIT, on one connection; on a
+// cluster one per hash slot. When any group's replicas did not confirm it the
+// error wraps ErrNotReplicated, naming that group's first id, with every
+// result filled in: its claims happened on the primary but may not survive a
+// failover.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	if s.ev.obs == nil {
-		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil)
+		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil, false, nil)
 	}
 	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
-	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome), t)
+	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome), t,
+		false, func(bool) Outcome { return OutcomeDuplicate })
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
 	return out, err
 }
 
 // SeenMany is Seen for many ids in one round trip, grouped by hash slot like
-// ClaimMany (seen_many.lua: one consistent read per group).
+// ClaimMany (seen_many.lua: one consistent read per group). An id given
+// several times is read once, and every occurrence gets that read's answer.
 func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s.ev.obs == nil {
-		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil)
+		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil, true, nil)
 	}
 	t := newTally(OutcomeSeen, OutcomeNotSeen)
-	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t)
+	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t,
+		true, seenOutcome)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "seen_many", "seen_many", "", len(ids))
 	return out, err
 }
 
-// readClaim reads claim.lua's (and claim_many.lua's per-key) reply.
-func readClaim(n int64) (bool, bool) { return n == 1, n >= -1 && n <= 1 }
+// readClaim reads claim.lua's (and claim_many.lua's per-key) reply: any
+// negative one is in flight (claim.lua answers the ms left on the lease).
+func readClaim(n int64) (bool, bool) { return n == 1, n <= 1 }
 
 // readSeen reads seen.lua's (and seen_many.lua's per-key) reply.
 func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 
 // many validates every id (nothing is sent when one is invalid: a nil
-// result) and runs the batch. t is the observer's tally of read's counts, or nil.
+// result), resolves the duplicates (firstOccurrences) and runs the batch of
+// distinct ids. A repeat of an id gets false when copyRepeats is false
+// (ClaimMany: the first occurrence won) and its first occurrence's result when
+// it is true (SeenMany: one read answers both). t is the observer's tally of
+// read's counts, or nil; a repeat counts as repeat's outcome of its first
+// occurrence's result, or as failed when its first occurrence's group failed.
 func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally, copyRepeats bool, repeat func(first bool) Outcome) ([]bool, error) {
 	for _, id := range ids {
 		if err := s.check(ctx, op, id); err != nil {
 			return nil, err
 		}
 	}
-	return s.batch(ctx, op, ids, one, many, args, read, t)
+	uniq, pos := firstOccurrences(ids)
+	if pos == nil {
+		return s.batch(ctx, op, ids, one, many, args, read, t, nil)
+	}
+	ok := make([]bool, len(uniq))
+	res, err := s.batch(ctx, op, uniq, one, many, args, read, t, ok)
+	out := make([]bool, len(ids))
+	for i, p := range pos {
+		if p >= 0 {
+			out[i] = res[p]
+			continue
+		}
+		first := res[^p]
+		out[i] = copyRepeats && first
+		if t != nil && ok[^p] {
+			t.add(repeat(first))
+		}
+	}
+	return out, err
+}
+
+// firstOccurrences returns ids without their repeats, in the order of first
+// occurrence, and pos: for ids[i], its index in uniq, or ^j (negative) when
+// it repeats uniq[j]. Without a repeat it returns (ids, nil), allocating
+// nothing for a batch of up to 16 ids. This is what keeps "the first
+// occurrence wins" whatever happens to the calls a batch is cut into (calls
+// of one slot sent concurrently, or one held on TRYAGAIN during a cluster
+// slot migration while a later one runs through ASK): no key is sent twice.
+func firstOccurrences(ids []string) (uniq []string, pos []int) {
+	if len(ids) < 2 {
+		return ids, nil
+	}
+	if len(ids) <= 16 {
+		dup := false
+		for i := 1; i < len(ids) && !dup; i++ {
+			for j := range i {
+				if ids[j] == ids[i] {
+					dup = true
+					break
+				}
+			}
+		}
+		if !dup {
+			return ids, nil
+		}
+	}
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		j, seen := at[id]
+		if !seen {
+			j = len(at)
+			at[id] = j
+		}
+		if pos == nil {
+			if !seen {
+				continue
+			}
+			// The first repeat: every id before it was new.
+			pos = make([]int, len(ids))
+			for k := range i {
+				pos[k] = k
+			}
+			uniq = append(make([]string, 0, len(ids)-1), ids[:i]...)
+		}
+		if seen {
+			pos[i] = ^j
+			continue
+		}
+		pos[i] = j
+		uniq = append(uniq, id)
+	}
+	if pos == nil {
+		return ids, nil
+	}
+	return uniq, pos
 }
 
 // batch runs one (single-key script) or many (batch script) per slot group of
 // ids in one DoMulti and reads one integer per id; valid reports whether an
 // integer is a reply the script can give. The items of a group its replicas
-// did not confirm move, in t, from their verdicts to the errors.
+// did not confirm move, in t, from their verdicts to the errors. ok, when not
+// nil, is set true for every id whose group was read without an error.
 func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *script, args []string,
-	read func(int64) (result, valid bool), t *tally) ([]bool, error) {
+	read func(int64) (result, valid bool), t *tally, ok []bool) ([]bool, error) {
 	out := make([]bool, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -88,7 +178,13 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 		// One group of every id in order (a standalone or Sentinel server, or
 		// ids that share a hash tag): the keys go as they are.
 		r := execMulti(ctx, s.c, []call{{s: many, keys: keys, args: args}})[0]
-		return out, readGroup(op, ids, nil, r, out, read, t)
+		err := readGroup(op, ids, nil, r, out, read, t)
+		if err == nil {
+			for i := range ok {
+				ok[i] = true
+			}
+		}
+		return out, err
 	}
 	groups := slotGroups(s.c, keys)
 	calls := make([]call, len(groups))
@@ -107,6 +203,11 @@ func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *
 	var first, unrepl error
 	for g, r := range execMulti(ctx, s.c, calls) {
 		err := readGroup(op, ids, groups[g], r, out, read, t)
+		if err == nil && ok != nil {
+			for _, i := range groups[g] {
+				ok[i] = true
+			}
+		}
 		if first == nil {
 			first = err
 		}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -47,14 +46,15 @@ func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
 	return e, ok
 }
 
-// claim is claim.lua: 1 created, 0 processed, -1 in flight.
-func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int {
+// claim is claim.lua: 1 created, 0 processed, -(ms left on the lease, at
+// least 1) in flight.
+func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if e, ok := s.get(id, now); ok {
 		if strings.HasPrefix(e.value, "~") {
-			return -1
+			return -max(e.expires.Sub(now).Milliseconds(), 1)
 		}
 		return 0
 	}
@@ -76,7 +76,7 @@ func (s *MemoryClaims) claimOp(ctx context.Context, op, id string) (bool, error)
 	var n int64
 	err := s.check(ctx, "claim", id)
 	if err == nil {
-		n = int64(s.claim(id, "1", s.ttl, false))
+		n = s.claim(id, "1", s.ttl, false)
 	}
 	if s.ev.obs != nil {
 		s.ev.report(ctx, op, "", id, 1, outcome(err, claimOutcome(n)), start, err)
@@ -100,7 +100,7 @@ func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, err
 	out := make([]bool, len(ids))
 	for i, id := range ids {
 		n := s.claim(id, "1", s.ttl, false)
-		tally.add(claimOutcome(int64(n)))
+		tally.add(claimOutcome(n))
 		out[i] = n == 1
 	}
 	return out, nil
@@ -198,11 +198,11 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 	}
 	token := newToken()
 	held := "~" + token
-	switch s.claim(id, held, lease, true) {
-	case 0:
+	switch n := s.claim(id, held, lease, true); {
+	case n == 0:
 		return false, OutcomeDuplicate, nil
-	case -1:
-		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+	case n < 0:
+		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	extend := extendFunc(func(context.Context) (bool, error) { // extend.lua
 		s.mu.Lock()

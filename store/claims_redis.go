@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -144,7 +143,9 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //   - it claims id with a lease ("~<token>" expiring after lease);
 //   - an id already processed: (false, nil), ack the message;
 //   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
-//     since the holder may yet fail;
+//     since the holder may yet fail. The error is an *InFlightError: its
+//     RetryAfter (or store.RetryAfter(err)) is the time left on the holder's
+//     lease, the delay worth giving the redelivery;
 //   - otherwise fn runs, and while it runs the lease is extended every
 //     lease/3 (extend.lua, fenced by the token), so a live consumer never
 //     loses it however long fn takes. fn's context carries the Lease
@@ -199,11 +200,12 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	if err != nil {
 		return false, outcome(err, OutcomeError), err
 	}
-	switch n {
-	case 0:
+	switch {
+	case n == 0:
 		return false, OutcomeDuplicate, nil
-	case -1:
-		return false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", id, ErrInFlight)
+	case n < 0:
+		// claim.lua answers -(ms left on the holder's lease)
+		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	extend := extendFunc(func(ctx context.Context) (bool, error) {
 		n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))

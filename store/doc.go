@@ -4,7 +4,11 @@
 //   - Claims: dedupe on a message id for consumers; Claims.Do runs an effect
 //     once across N concurrent consumers, keeps its lease alive while the
 //     effect runs, and lets a crashed consumer's lease expire so the message
-//     is retried. Claim alone is a dedupe mark taken before the effect.
+//     is retried. Claim alone is a dedupe mark taken before the effect. A
+//     duplicate of an id in flight gets an *InFlightError: RetryAfter says
+//     when the holder's lease can have ended. Package
+//     github.com/redisonce/redisonce/streams runs a Redis Streams consumer
+//     group around Claims.Do.
 //   - Outbox: a per-connection unacknowledged tail for gateways.
 //   - Records: idempotency records with a lease, a status and a stored result.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -18,6 +19,8 @@ var (
 	// owner; nothing was changed (script code STALE_OWNER).
 	ErrStaleOwner = errors.New("stale owner")
 	// ErrInFlight: another holder's lease on the id is still live; retry later.
+	// Claims.Do and Records.Do return it as an *InFlightError, which says how
+	// long the holder's lease has left (RetryAfter).
 	ErrInFlight = errors.New("in flight")
 	// ErrLeaseLost: Claims.Do's commit found the id held or processed by
 	// another consumer (the lease ran out while extensions failed, or the id
@@ -86,4 +89,61 @@ func opError(op, id string, err error) error {
 // errorf builds an error for op and id that wraps sentinel with a detail.
 func errorf(op, id string, sentinel error, format string, args ...any) error {
 	return fmt.Errorf("redisonce: %s %q: %w: %s", op, id, sentinel, fmt.Sprintf(format, args...))
+}
+
+// InFlightError is the error Claims.Do and Records.Do (and their memory
+// twins) return when another holder's lease covers the id: errors.Is(err,
+// ErrInFlight) matches it, and errors.As or RetryAfter read the time left.
+//
+// Left is the time the holder's lease had left when the store looked, as the
+// Redis server's clock counts it (claim.lua replies it; Records.Do takes it
+// from the record's lease deadline, against this process's clock). Come back
+// after it: by then the holder has committed (a duplicate: ack), released
+// after a failure (the redelivery runs), or died and let the lease expire (the
+// redelivery runs) — or it is still running, extending its lease, and the
+// answer is ErrInFlight again with a new Left. So redeliveries of an in-flight
+// message are paced by the lease, not by the broker's retry rate. Left is 0
+// when it is unknown: a record pending without a lease, which never expires.
+type InFlightError struct {
+	Op   string        // the operation: "do"
+	ID   string        // the message id or record key
+	Left time.Duration // the holder's lease time left; 0 = unknown (no lease)
+}
+
+// Error renders `redisonce: do "m1": in flight (lease ends in 1.5s)`.
+func (e *InFlightError) Error() string {
+	if e.Left <= 0 {
+		return fmt.Sprintf("redisonce: %s %q: %v", e.Op, e.ID, ErrInFlight)
+	}
+	return fmt.Sprintf("redisonce: %s %q: %v (lease ends in %v)", e.Op, e.ID, ErrInFlight, e.Left)
+}
+
+// Is reports whether target is ErrInFlight, so errors.Is(err, ErrInFlight)
+// holds for an *InFlightError.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// RetryAfter is Left: how long to wait before the next delivery of the id is
+// worth trying (0 = unknown).
+func (e *InFlightError) RetryAfter() time.Duration { return e.Left }
+
+// RetryAfter returns the time left on the lease of the holder of an id that
+// err reports in flight, and true, when err is (or wraps) an *InFlightError
+// that knows it; otherwise 0 and false. A broker integration delays the
+// redelivery by it (NATS NakWithDelay, a Streams entry left pending that
+// long), e.g.
+//
+//	if d, ok := store.RetryAfter(err); ok {
+//		return msg.NakWithDelay(d)
+//	}
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *InFlightError
+	if errors.As(err, &e) && e.Left > 0 {
+		return e.Left, true
+	}
+	return 0, false
+}
+
+// inFlight is the *InFlightError of op on id with left on the holder's lease.
+func inFlight(op, id string, left time.Duration) error {
+	return &InFlightError{Op: op, ID: id, Left: left}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -69,8 +68,12 @@ type Record struct {
 	Status Status
 	// Payload is the stored result (or error text), at most MaxRecordPayloadLen bytes.
 	Payload []byte
-	// ExpiresAt is when the record expires; zero: never. For Records it is the
-	// Redis key's expiry (PEXPIREAT).
+	// ExpiresAt is when the record expires (its retention); zero: never. While
+	// the record is pending with a lease that runs past ExpiresAt it lives
+	// until the lease passes instead, so a live owner never loses it to
+	// expiry; a final write after ExpiresAt passed moves ExpiresAt to the
+	// record's retention (ExpiresAt - CreatedAt) from then. For Records it is
+	// the Redis key's expiry (PEXPIREAT), or LeaseUntil in that case.
 	ExpiresAt time.Time
 	// CreatedAt is when the record was created; a takeover keeps it.
 	CreatedAt time.Time
@@ -100,10 +103,12 @@ type Update struct {
 	Payload *[]byte
 	// ExpiresAt moves the record's expiry; a pointer to the zero time removes
 	// it (the record never expires), a time at or before now expires the record
-	// at once (it is deleted and Update returns nil). The Redis store sends
-	// update.lua a duration, time.Until(ExpiresAt) rounded up to the ms, which
-	// the script adds to the server's TIME: the expiry follows the server's
-	// clock, as every lease and TTL does.
+	// at once (it is deleted and Update returns nil). A pending record whose
+	// lease runs past a new ExpiresAt still lives until the lease passes
+	// (Record.ExpiresAt). The Redis store sends update.lua a duration,
+	// time.Until(ExpiresAt) rounded up to the ms, which the script adds to
+	// the server's TIME: the expiry follows the server's clock, as every
+	// lease and TTL does.
 	ExpiresAt *time.Time
 	// LeaseUntil moves the pending owner's lease deadline; a pointer to the zero
 	// time removes the lease. Sent as a duration from now, like ExpiresAt.
@@ -117,8 +122,12 @@ type Update struct {
 // AcquireOptions says how to acquire a record.
 type AcquireOptions struct {
 	// TTL is how long a new record lives, counted from its creation (a
-	// takeover does not extend it). Default 0: the store's WithTTL, itself
-	// default DefaultRecordsTTL (24 hours). Negative values are invalid.
+	// takeover does not extend it). A pending record whose lease runs past
+	// it lives until the lease passes (see Record.ExpiresAt): a TTL shorter
+	// than the lease or than Do's fn never expires a record under its live
+	// owner, and Do's result is then kept for TTL from its final write.
+	// Default 0: the store's WithTTL, itself default DefaultRecordsTTL (24
+	// hours). Negative values are invalid.
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the
@@ -170,6 +179,9 @@ type recordOps interface {
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
+	// clock is the time a record's LeaseUntil is read against, for the
+	// time left an *InFlightError reports.
+	clock() time.Time
 }
 
 // Retryable marks fn's error as transient for Do: Do deletes the record
@@ -210,12 +222,28 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
+// IsPermanent reports whether err is marked Permanent (and not also
+// Retryable), and is not a context error: what Records.Do stores as failed.
+// Integrations use it for their failure policy (the streams runner
+// dead-letters such an entry at once).
+func IsPermanent(err error) bool { return storeFailure(err) }
+
 // storeFailure says whether Do stores fn's error as a failed record.
 func storeFailure(err error) bool {
 	var p permanentError
 	var r retryableError
 	return errors.As(err, &p) && !errors.As(err, &r) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// leaseLeft is the time from now to a pending record's lease deadline, at
+// least 1 ms (the holder's lease may be extended meanwhile); 0 when the record
+// has no lease (it never expires).
+func leaseLeft(until, now time.Time) time.Duration {
+	if until.IsZero() {
+		return 0
+	}
+	return max(until.Sub(now), time.Millisecond)
 }
 
 // doRecord is Do after the key and ctx were checked, shared by Records and
@@ -243,7 +271,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, OutcomeInFlight, fmt.Errorf("redisonce: do %q: %w", key, ErrInFlight)
+			return nil, false, OutcomeInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.clock()))
 		case StatusFailed:
 			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:

@@ -52,11 +52,37 @@ func (s *MemoryRecords) nowMS() int64 { return s.now().UnixMilli() }
 // live returns key's record, dropping an expired one. Callers hold mu.
 func (s *MemoryRecords) live(key string, now int64) (*memRecord, bool) {
 	r, ok := s.m[key]
-	if ok && r.expires != 0 && now >= r.expires {
+	if ok && !r.held() && r.expires != 0 && now >= max(r.expires, r.pendingLease()) {
 		delete(s.m, key)
 		return nil, false
 	}
 	return r, ok
+}
+
+// The records' expiry rule (renew.lua's header): a record expires at
+// expires, or at its lease while it is pending with a lease past it; a
+// record a running Do holds (held) does not expire, as its lease does not
+// pass. A write that leaves no live lease after expires has passed gives the
+// record its retention (expires - created) again from now.
+
+// pendingLease is the lease that keeps a pending record alive, 0 for others.
+func (r *memRecord) pendingLease() int64 {
+	if r.status != string(StatusPending) {
+		return 0
+	}
+	return r.lease
+}
+
+// held reports whether a running Do in this process holds r.
+func (r *memRecord) held() bool {
+	return r.status == string(StatusPending) && r.running != "" && r.running == r.token
+}
+
+// rearm applies the rule's last sentence after a write at now.
+func (r *memRecord) rearm(now int64) {
+	if r.expires != 0 && r.expires <= now && r.pendingLease() <= now && !r.held() {
+		r.expires = now + max(r.expires-r.created, 1)
+	}
 }
 
 // record copies r out; the token only for its owner.
@@ -222,6 +248,7 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 		r.lease = 0
 	}
 	r.updated = now
+	r.rearm(now)
 	return nil
 }
 
@@ -278,6 +305,9 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 }
 
 // renew is renew.lua.
+// clock is recordOps.clock: the store's clock (WithClock).
+func (s *MemoryRecords) clock() time.Time { return s.now() }
+
 func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

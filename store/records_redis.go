@@ -22,7 +22,9 @@ var (
 // fp and token, then the payload). Every operation is one script
 // (acquire.lua, get.lua, update.lua, renew.lua, delete.lua); every time in a
 // record comes from the server's TIME, and a record's expiry is its key's
-// expiry. It is safe for concurrent use.
+// expiry, except that a pending owner's lease past expires_ms keeps the key
+// until the lease passes (renew.lua's header states the rule). It is safe
+// for concurrent use.
 //
 // A record in layout 0, the nine-field hash written before issue 23, is read
 // the same, and rewritten in layout 1 by the next write to it. Keys holding
@@ -247,6 +249,11 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 	return n == 1, err
 }
 
+// clock is recordOps.clock: this process's clock. A record's lease deadline
+// is the server's (TIME), so the time left an *InFlightError reports is off
+// by the skew between the two clocks.
+func (*Records) clock() time.Time { return time.Now() }
+
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
 	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
 }
@@ -264,7 +271,9 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //     = true and an error wrapping ErrFailed; fn does not run again until the
 //     record expires or is deleted;
 //   - a pending record under another owner's live lease (or without a lease):
-//     ErrInFlight; retry later;
+//     ErrInFlight; retry later. The error is an *InFlightError whose
+//     RetryAfter is the time to the lease's deadline (measured against this
+//     process's clock; 0 for a record without a lease);
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
 //     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live

@@ -96,7 +96,7 @@ func replyOps() []replyOp {
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
 				return store.NewClaims(c).Claim(ctx, "id")
 			},
-			ok:  []replyWant{{i64(1), true}, {i64(0), false}, {i64(-1), false}},
+			ok:  []replyWant{{i64(1), true}, {i64(0), false}, {i64(-1), false}, {i64(-29870), false}},
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
 		},
 		{
@@ -104,7 +104,7 @@ func replyOps() []replyOp {
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
 				return store.NewClaims(c).ClaimMany(ctx, []string{"a"})
 			},
-			ok:  []replyWant{{i64(1), []bool{true}}, {i64(0), []bool{false}}, {i64(-1), []bool{false}}},
+			ok:  []replyWant{{i64(1), []bool{true}}, {i64(0), []bool{false}}, {i64(-1), []bool{false}}, {i64(-29870), []bool{false}}},
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
 		},
 		{
@@ -124,6 +124,20 @@ func replyOps() []replyOp {
 			},
 			ok:  []replyWant{{arr(i64(1), i64(0)), []bool{true, false}}},
 			bad: []rueidis.RedisMessage{i64(1), arr(i64(1)), arr(i64(-1), i64(0)), arr(str("1"), i64(1))},
+		},
+		{
+			// Do's claim: in flight carries the ms left on the holder's lease.
+			name: "Claims.Do",
+			run: func(ctx context.Context, c rueidis.Client) (any, error) {
+				ran, err := store.NewClaims(c).Do(ctx, "id", time.Second, func(context.Context) error { return nil })
+				if d, ok := store.RetryAfter(err); ok && errors.Is(err, store.ErrInFlight) {
+					return []any{ran, d}, nil
+				}
+				return []any{ran, time.Duration(0)}, err
+			},
+			ok: []replyWant{{i64(0), []any{false, time.Duration(0)}}, {i64(-1), []any{false, time.Millisecond}},
+				{i64(-29870), []any{false, 29870 * time.Millisecond}}},
+			bad: []rueidis.RedisMessage{str("1"), arr(i64(-1))},
 		},
 		{
 			name: "Claims.Seen",

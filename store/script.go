@@ -115,14 +115,16 @@ func (s *script) exec(ctx context.Context, c redisClient, key string, args ...st
 }
 
 // doMulti sends cmds in one round trip (a DoMulti). With replica
-// acknowledgement and write true, every group of cmds that share a hash slot
-// (on a standalone or Sentinel client: all of them) is followed by WAIT n
-// timeout in the same DoMulti: rueidis sends a DoMulti that holds a blocking
-// command (WAIT is one) whole on one connection taken from its pool of
-// dedicated connections, and a cluster client sends a keyless command with
-// the slot of the keyed ones, so WAIT runs on the very connection, and node,
-// that ran the scripts, and counts the replicas that have their writes.
-// Groups on a cluster go out concurrently. A group whose WAIT counts fewer
+// acknowledgement and write true, WAIT n timeout follows the cmds in the same
+// DoMulti: rueidis sends a DoMulti that holds a blocking command (WAIT is
+// one) whole, in order, on one connection taken from its pool of dedicated
+// connections, so WAIT runs on the very connection, and node, that ran the
+// scripts, and counts the replicas that have their writes. On a standalone
+// or Sentinel client every cmd is in one such DoMulti with one WAIT (a
+// batch of many 500-key calls too: one connection, not one per call). On a
+// cluster the cmds are grouped by hash slot, each group followed by its own
+// WAIT (a cluster client sends a keyless command with the slot of the keyed
+// ones), and the groups go out concurrently. A group whose WAIT counts fewer
 // than n replicas, or fails, marks each of its results unreplicated, except
 // results that are errors themselves (an error reply wrote nothing; a lost
 // connection is reported as such). A nil reply is a result: the script ran.
@@ -133,10 +135,6 @@ func (c redisClient) doMulti(ctx context.Context, cmds []rueidis.Completed, writ
 			out[i].RedisResult = r
 		}
 		return out
-	}
-	groups := map[uint16][]int{}
-	for i, cmd := range cmds {
-		groups[cmd.Slot()] = append(groups[cmd.Slot()], i)
 	}
 	run := func(idx []int) {
 		multi := make([]rueidis.Completed, 0, len(idx)+1)
@@ -152,6 +150,21 @@ func (c redisClient) doMulti(ctx context.Context, cmds []rueidis.Completed, writ
 				out[i].unreplicated = unrepl
 			}
 		}
+	}
+	if c.Mode() != rueidis.ClientModeCluster {
+		// One server: a command's Slot() is still its first key's slot, so
+		// grouping by it would split one batch into concurrent DoMultis,
+		// each on a dedicated connection of its own.
+		all := make([]int, len(cmds))
+		for i := range all {
+			all[i] = i
+		}
+		run(all)
+		return out
+	}
+	groups := map[uint16][]int{}
+	for i, cmd := range cmds {
+		groups[cmd.Slot()] = append(groups[cmd.Slot()], i)
 	}
 	if len(groups) == 1 {
 		for _, idx := range groups {

@@ -68,8 +68,10 @@ func sameSlot(keys []string) bool {
 // call may take: on a cluster one group per hash slot, each in the order of
 // keys, the groups in the order of their first key; on a standalone or Sentinel
 // server every key in one group. A group over maxBatchKeys is cut in order into
-// several. So a key given twice lands twice in one group, or in consecutive
-// groups sent in order: the first occurrence runs first.
+// several. The calls of one slot are not guaranteed to run in order (on a
+// cluster a call held on TRYAGAIN is retried after the others ran), so the
+// batches resolve repeated ids before grouping (firstOccurrences): no key is
+// in two calls.
 func slotGroups(c rueidis.Client, keys []string) [][]int {
 	var groups [][]int
 	if c.Mode() != rueidis.ClientModeCluster {

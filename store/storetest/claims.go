@@ -118,6 +118,53 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
+	t.Run("ClaimManyRepeatsAcrossTheCut", func(t *testing.T) {
+		// First wins however a batch is cut: an id first given at the end
+		// of one 500-id call and repeated at the start of the next and far
+		// beyond; an id already processed, repeated; every result checked.
+		s := newStore(t)
+		noErr(t, s.Remember(ctx, "{c}done"))
+		var ids []string
+		var want []bool
+		add := func(id string, w bool) { ids, want = append(ids, id), append(want, w) }
+		for i := range 499 {
+			add(fmt.Sprintf("{c}%d", i), true)
+		}
+		add("{c}edge", true) // index 499: the last of the first call
+		add("{c}edge", false)
+		add("{c}done", false)
+		for i := range 700 {
+			add(fmt.Sprintf("{c}%d", 1000+i), true)
+		}
+		add("{c}edge", false)
+		add("{c}0", false)
+		add("{c}done", false)
+		add("{c}1699", false)
+		got, err := s.ClaimMany(ctx, ids)
+		noErr(t, err)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ClaimMany (-want +got):\n%s", diff)
+		}
+		// A read of the same batch answers every occurrence alike.
+		seen, err := s.SeenMany(ctx, append(ids, "{c}never", "{c}never"))
+		noErr(t, err)
+		for i, v := range seen {
+			if v != (i < len(ids)) {
+				t.Errorf("SeenMany[%d] (%q) = %v, want %v", i, append(ids, "{c}never", "{c}never")[i], v, i < len(ids))
+				break
+			}
+		}
+		// Claiming the same batch again claims nothing, repeats included.
+		again, err := s.ClaimMany(ctx, ids)
+		noErr(t, err)
+		for i, v := range again {
+			if v {
+				t.Errorf("second ClaimMany: ids[%d] %q claimed again", i, ids[i])
+				break
+			}
+		}
+	})
+
 	t.Run("SeenMany", func(t *testing.T) {
 		s := newStore(t)
 		noErr(t, s.Remember(ctx, "a"))
@@ -247,6 +294,14 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 			})
 			if ran || !errors.Is(err, store.ErrInFlight) {
 				t.Errorf("duplicate Do in flight = %v, %v; want false, ErrInFlight", ran, err)
+			}
+			// The error says when to come back: the holder's lease time left.
+			var ife *store.InFlightError
+			if !errors.As(err, &ife) || ife.ID != "m" {
+				t.Errorf("duplicate Do in flight: %#v is not an *InFlightError for m", err)
+			}
+			if d, ok := store.RetryAfter(err); !ok || d <= 0 || d > 10*h.Tick {
+				t.Errorf("RetryAfter = %v, %v; want (0, %v], true", d, ok, 10*h.Tick)
 			}
 			if must(t)(s.Claim(ctx, "m")) {
 				t.Error("Claim of an in-flight id won")

@@ -638,6 +638,15 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			if res != nil || replayed || !errors.Is(err, store.ErrInFlight) {
 				t.Errorf("retry in flight = %q, %v, %v; want nil, false, ErrInFlight", res, replayed, err)
 			}
+			// The error says when to come back: the holder's lease time left
+			// (from the record's lease deadline; a margin for the clocks).
+			var ife *store.InFlightError
+			if !errors.As(err, &ife) || ife.ID != "k" {
+				t.Errorf("retry in flight: %#v is not an *InFlightError for k", err)
+			}
+			if d, ok := store.RetryAfter(err); !ok || d <= 0 || d > doOpts.Lease+tick {
+				t.Errorf("RetryAfter = %v, %v; want (0, %v], true", d, ok, doOpts.Lease+tick)
+			}
 			return []byte("first"), nil
 		})
 		if string(res) != "first" || err != nil {
@@ -893,6 +902,82 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "B" || replayed || err != nil {
 			t.Errorf("Do after the TTL = %q, %v, %v; want B, false, nil", res, replayed, err)
 		}
+	})
+
+	t.Run("DoOutlivesAShortTTL", func(t *testing.T) {
+		// A TTL shorter than the lease and than fn's run: the record stays
+		// while its owner runs (a retry is in flight, a read finds it), and
+		// the final write gives it its retention again, from then.
+		s := newStore(t)
+		ttl := tick
+		o := store.AcquireOptions{TTL: ttl, Lease: 3 * tick}
+		res, replayed, err := s.Do(ctx, "k", o, func(ctx context.Context) ([]byte, error) {
+			for range 3 {
+				h.Wait(2 * tick) // 6 ticks in all: past the TTL and the first lease
+				if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || got.Status != store.StatusPending {
+					t.Errorf("the owner's record while it runs = %+v, %v, %v; want it pending", got, ok, err)
+				}
+				_, _, err := s.Do(ctx, "k", o, func(context.Context) ([]byte, error) {
+					t.Error("a retry ran while the first owner was alive")
+					return nil, nil
+				})
+				wantErr(t, err, store.ErrInFlight)
+			}
+			return []byte("A"), ctx.Err()
+		})
+		if string(res) != "A" || replayed || err != nil {
+			t.Fatalf("Do = %q, %v, %v; want A, false, nil", res, replayed, err)
+		}
+		done := h.Now()
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
+			t.Errorf("record = %+v; want completed A, fence 1", got)
+		}
+		within(t, "ExpiresAt after a run longer than the TTL", got.ExpiresAt, done.Add(ttl))
+		if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "A" || !replayed || err != nil {
+			t.Errorf("Do after the run = %q, %v, %v; want the replay A, true, nil", res, replayed, err)
+		}
+		h.Wait(2 * ttl)
+		mustGet(t, s, "k", false)
+	})
+
+	t.Run("LeasePastTheTTLKeepsTheRecord", func(t *testing.T) {
+		// The expiry rule outside Do: a lease that runs past the TTL keeps
+		// the pending record until the lease passes; then it expires.
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: 4 * tick}, true)
+		if !a.ExpiresAt.Equal(a.CreatedAt.Add(tick)) {
+			t.Errorf("ExpiresAt = %v, want CreatedAt + TTL: the retention asked for", a.ExpiresAt)
+		}
+		h.Wait(2 * tick)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
+			t.Errorf("record past its TTL, within its lease = %+v; want it pending", got)
+		}
+		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
+		if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence != 1 {
+			t.Errorf("acquire after the lease and the TTL passed: fence %d, want 1 (a new record)", b.Fence)
+		}
+	})
+
+	t.Run("UpdateRestoresTheRetention", func(t *testing.T) {
+		// A lease moved past the TTL by Update keeps the record; the write
+		// that ends the lease after the TTL ran out gives it the TTL again.
+		s := newStore(t)
+		a := mustAcquire(t, s, "k", store.AcquireOptions{TTL: 2 * tick, Lease: tick}, true)
+		noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: timePtr(h.Now().Add(6 * tick)), Token: a.Token}))
+		h.Wait(4 * tick)
+		mustGet(t, s, "k", true)
+		start := h.Now()
+		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("A"), Token: a.Token}))
+		got := mustGet(t, s, "k", true)
+		if got.Status != store.StatusCompleted || !got.LeaseUntil.IsZero() {
+			t.Errorf("after the final write: %+v; want completed without a lease", got)
+		}
+		within(t, "ExpiresAt after the final write", got.ExpiresAt, start.Add(2*tick))
+		h.Wait(3 * tick)
+		mustGet(t, s, "k", false)
 	})
 
 	t.Run("DoOnlyOneOfMany", func(t *testing.T) {

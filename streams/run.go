@@ -1,0 +1,446 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// settleTimeout bounds each XACK, XCLAIM or XADD that settles an entry; they
+// run even after Run's context is done.
+const settleTimeout = 5 * time.Second
+
+// run is one Run: its handler slots, its handlers and their context.
+type run struct {
+	c    *Consumer
+	hctx context.Context // the handlers' context: cancelled when the grace ends
+	// slots holds one element per entry read and not settled yet (running,
+	// or waiting for a worker), up to twice the concurrency: reading ahead
+	// keeps the handlers busy while the next read is on its way. Acquire
+	// sends, release receives.
+	slots chan struct{}
+	// workers holds one element per running handler, up to the concurrency.
+	workers chan struct{}
+	// stopping is closed when Run's context is done: entries read ahead and
+	// not started are then left for other consumers.
+	stopping     <-chan struct{}
+	handlers     sync.WaitGroup
+	shuttingDown atomic.Bool
+	// running maps the claim ids this Run is handling to a channel closed
+	// when that handling ends: a second entry with the same id (a producer's
+	// duplicate read in the same batch) waits for it instead of finding it
+	// in flight and waiting out the lease.
+	mu      sync.Mutex
+	running map[string]chan struct{}
+	// entries are the entry ids this Run holds (running or read ahead): a
+	// reclaim that takes one of its own back does not run it twice.
+	entries map[string]struct{}
+	// acks feeds ackLoop the ids of entries to XACK: a handler slot is free
+	// as soon as its claim is committed, and one XACK carries many ids.
+	acks chan string
+}
+
+// ackMax is the most entry ids one XACK carries.
+const ackMax = 256
+
+// ackLoop acknowledges the ids sent on r.acks, as many per XACK as have
+// queued up, until r.acks is closed and drained. An XACK that fails leaves
+// its entries pending: they are reclaimed, found processed, and acked again.
+func (r *run) ackLoop() {
+	c := r.c
+	ids := make([]string, 0, ackMax)
+	for id := range r.acks {
+		ids = append(ids[:0], id)
+	fill:
+		for len(ids) < ackMax {
+			select {
+			case id, ok := <-r.acks:
+				if !ok {
+					break fill
+				}
+				ids = append(ids, id)
+			default:
+				break fill
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hctx), settleTimeout)
+		start := time.Now()
+		err := c.client.Do(ctx, c.client.B().Xack().Key(c.stream).Group(c.group).Id(ids...).Build()).Error()
+		cancel()
+		if err != nil {
+			c.report(r.hctx, "ack", ids[0], store.OutcomeError, start, fmt.Errorf("redisonce: streams: ack %d entries of %q: %w", len(ids), c.stream, err))
+		}
+	}
+}
+
+// begin registers claim id as handled here, first waiting for a handling of
+// the same id in this Run to end; end, the returned func, unregisters it.
+func (r *run) begin(id string) (end func()) {
+	for {
+		r.mu.Lock()
+		wait, busy := r.running[id]
+		if !busy {
+			ch := make(chan struct{})
+			r.running[id] = ch
+			r.mu.Unlock()
+			return func() {
+				r.mu.Lock()
+				delete(r.running, id)
+				r.mu.Unlock()
+				close(ch)
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-wait:
+		case <-r.hctx.Done():
+			return func() {}
+		}
+	}
+}
+
+// reserve blocks for one free handler slot, then takes up to every free
+// one; it returns how many it took (0 when ctx is done).
+func (r *run) reserve(ctx context.Context) int {
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < cap(r.slots) {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	return n
+}
+
+func (r *run) release(n int) {
+	for range n {
+		<-r.slots
+	}
+}
+
+// loop reads and reclaims entries for the free slots until ctx is done: in
+// each turn it reserves the free slots, gives them first to entries pending
+// past the min idle time (XAUTOCLAIM) when a reclaim is due, and the rest
+// to new entries (XREADGROUP ... >), blocking at most until the next
+// reclaim. One loop, so a blocked read never holds slots a reclaim needs.
+func (r *run) loop(ctx context.Context) {
+	c := r.c
+	backoff := 50 * time.Millisecond
+	cursor, nextReclaim := "0-0", time.Now().Add(c.cfg.reclaimEvery)
+	for ctx.Err() == nil {
+		n := r.reserve(ctx)
+		if n == 0 {
+			return
+		}
+		if now := time.Now(); !now.Before(nextReclaim) {
+			next, msgs, err := r.reclaim(ctx, cursor, n)
+			if err != nil && ctx.Err() == nil {
+				c.report(ctx, "reclaim", "", store.OutcomeError, now, fmt.Errorf("redisonce: streams: reclaim %q: %w", c.stream, err))
+			}
+			cursor = next
+			if cursor == "0-0" || err != nil {
+				// Scanned the whole pending list: wait for the next tick.
+				nextReclaim = now.Add(c.cfg.reclaimEvery)
+			}
+			for _, m := range msgs[:min(n, len(msgs))] {
+				r.start(m)
+			}
+			n -= min(n, len(msgs))
+			if n == 0 {
+				continue
+			}
+		}
+		block := min(c.cfg.block, time.Until(nextReclaim))
+		if block < time.Millisecond {
+			r.release(n)
+			continue
+		}
+		start := time.Now()
+		cmd := c.client.B().Xreadgroup().Group(c.group, c.name).Count(int64(n)).Block(block.Milliseconds()).
+			Streams().Key(c.stream).Id(">").Build()
+		res, err := c.client.Do(ctx, cmd).AsXRead()
+		if err != nil {
+			r.release(n)
+			if ctx.Err() != nil {
+				return
+			}
+			if rueidis.IsRedisNil(err) { // BLOCK timed out
+				continue
+			}
+			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted
+				err = c.createGroup(ctx)
+			}
+			if err != nil {
+				c.report(ctx, "read", "", store.OutcomeError, start, fmt.Errorf("redisonce: streams: read %q: %w", c.stream, err))
+				sleep(ctx, backoff)
+				backoff = min(2*backoff, 2*time.Second)
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		entries := res[c.stream]
+		entries = entries[:min(n, len(entries))] // COUNT n: never more
+		r.release(n - len(entries))
+		for _, e := range entries {
+			r.start(Message{Stream: c.stream, ID: e.ID, Values: e.FieldValues, Deliveries: 1})
+		}
+	}
+}
+
+// reclaim runs one XAUTOCLAIM from cursor and, with a dead-letter stream,
+// reads the delivery counts of what it claimed (XPENDING, one round trip).
+func (r *run) reclaim(ctx context.Context, cursor string, count int) (string, []Message, error) {
+	c := r.c
+	res, err := c.client.Do(ctx, c.client.B().Xautoclaim().Key(c.stream).Group(c.group).Consumer(c.name).
+		MinIdleTime(c.minIdleMS).Start(cursor).Count(int64(count)).Build()).ToArray()
+	if err != nil {
+		return cursor, nil, err
+	}
+	if len(res) < 2 {
+		return cursor, nil, fmt.Errorf("%w: XAUTOCLAIM replied %d elements", store.ErrUnexpectedReply, len(res))
+	}
+	next, err := res[0].ToString()
+	if err != nil {
+		return cursor, nil, err
+	}
+	entries, err := res[1].AsXRange()
+	if err != nil {
+		return cursor, nil, err
+	}
+	// (Entries deleted from the stream come back in res[2]; Redis >= 7.0
+	// has already dropped them from the pending list.)
+	msgs := make([]Message, 0, len(entries))
+	for _, e := range entries {
+		msgs = append(msgs, Message{Stream: c.stream, ID: e.ID, Values: e.FieldValues})
+	}
+	if c.cfg.deadLetter != "" && len(msgs) > 0 {
+		cmds := make(rueidis.Commands, len(msgs))
+		for i, m := range msgs {
+			cmds[i] = c.client.B().Arbitrary("XPENDING").Keys(c.stream).Args(c.group, m.ID, m.ID, "1").Build()
+		}
+		for i, res := range c.client.DoMulti(ctx, cmds...) {
+			msgs[i].Deliveries = pendingCount(res)
+		}
+	}
+	return next, msgs, nil
+}
+
+// pendingCount reads the delivery count from an XPENDING start end 1 reply:
+// [[id, consumer, idle, deliveries]]; 0 when it cannot.
+func pendingCount(res rueidis.RedisResult) int64 {
+	rows, err := res.ToArray()
+	if err != nil || len(rows) != 1 {
+		return 0
+	}
+	row, err := rows[0].ToArray()
+	if err != nil || len(row) != 4 {
+		return 0
+	}
+	n, err := row[3].AsInt64()
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// start runs the handler for m in a goroutine; it holds one reserved slot.
+// An entry this Run already holds (its own, reclaimed while its handler
+// runs longer than the lease) is parked for another lease instead.
+func (r *run) start(m Message) {
+	r.mu.Lock()
+	_, held := r.entries[m.ID]
+	if !held {
+		r.entries[m.ID] = struct{}{}
+	}
+	r.mu.Unlock()
+	r.handlers.Add(1)
+	if held {
+		go func() {
+			defer r.handlers.Done()
+			defer r.release(1)
+			start := time.Now()
+			r.park(m.ID, r.c.minIdle)
+			r.c.report(r.hctx, "handle", r.c.claimID(&m), store.OutcomeInFlight, start, nil)
+		}()
+		return
+	}
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.entries, m.ID)
+			r.mu.Unlock()
+		}()
+		r.handle(m)
+	}()
+}
+
+// handle settles one entry once a worker is free; it holds one slot,
+// released when it returns.
+func (r *run) handle(m Message) {
+	defer r.handlers.Done()
+	defer r.release(1)
+	c := r.c
+	var start time.Time
+	if c.cfg.observer != nil {
+		start = time.Now()
+	}
+	var out store.Outcome
+	var err error
+	select {
+	case r.workers <- struct{}{}:
+		select {
+		case <-r.stopping:
+			out = r.releaseUnstarted(&m)
+		default:
+			out, err = r.settle(&m)
+		}
+		<-r.workers
+	case <-r.stopping:
+		out = r.releaseUnstarted(&m)
+	}
+	c.report(r.hctx, "handle", m.ClaimID, out, start, err)
+}
+
+// releaseUnstarted leaves an entry read ahead and never started to the
+// other consumers: reclaimable at once.
+func (r *run) releaseUnstarted(m *Message) store.Outcome {
+	m.ClaimID = r.c.claimID(m)
+	r.park(m.ID, 0)
+	return store.OutcomeReleased
+}
+
+// settle runs m through Claims.Do and acks or parks it; it returns the
+// outcome and the error that goes with it.
+func (r *run) settle(m *Message) (store.Outcome, error) {
+	c := r.c
+	m.ClaimID = c.claimID(m)
+	if m.ClaimID == "" {
+		m.ClaimID = c.stream + "/" + m.ID
+		if c.cfg.deadLetter != "" {
+			return r.deadLetter(m, fmt.Sprintf("no %q field", c.cfg.idField))
+		}
+		// Left pending: never dropped silently.
+		return store.OutcomeInvalid, fmt.Errorf("redisonce: streams: entry %s of %q: %w: no %q field",
+			m.ID, c.stream, store.ErrInvalidArgument, c.cfg.idField)
+	}
+	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
+		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
+	}
+	end := r.begin(m.ClaimID)
+	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("redisonce: streams: handler panicked on entry %s of %q: %v", m.ID, c.stream, p)
+			}
+		}()
+		return c.handle(ctx, *m)
+	})
+	end()
+	switch {
+	case err == nil:
+		r.acks <- m.ID
+		if ran {
+			return store.OutcomeAcked, nil
+		}
+		return store.OutcomeDuplicate, nil
+	case errors.Is(err, store.ErrInFlight):
+		d, ok := store.RetryAfter(err)
+		if !ok {
+			d = c.minIdle
+		}
+		r.park(m.ID, d)
+		return store.OutcomeInFlight, err
+	case !ran:
+		// A store error before fn ran: the entry stays pending, reclaimed
+		// after the min idle time.
+		return store.OutcomeError, err
+	case r.shuttingDown.Load() && r.hctx.Err() != nil:
+		r.park(m.ID, 0)
+		return store.OutcomeReleased, err
+	case c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || store.IsPermanent(err)):
+		return r.deadLetter(m, err.Error())
+	default:
+		r.park(m.ID, c.cfg.retryDelay)
+		return store.OutcomeFailed, err
+	}
+}
+
+// deadLetter adds m to the dead-letter stream through Claims.Do (once per
+// claim id, never while another consumer holds it), then acks it.
+func (r *run) deadLetter(m *Message, reason string) (store.Outcome, error) {
+	c := r.c
+	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) error {
+		fields := make([]string, 0, len(m.Values))
+		for f := range m.Values {
+			fields = append(fields, f)
+		}
+		slices.Sort(fields)
+		cmd := c.client.B().Xadd().Key(c.cfg.deadLetter).Id("*").FieldValue()
+		for _, f := range fields {
+			cmd = cmd.FieldValue(f, m.Values[f])
+		}
+		cmd = cmd.FieldValue("redisonce.stream", c.stream).FieldValue("redisonce.id", m.ID).
+			FieldValue("redisonce.deliveries", strconv.FormatInt(m.Deliveries, 10)).FieldValue("redisonce.error", reason)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		return c.client.Do(sctx, cmd.Build()).Error()
+	})
+	switch {
+	case err == nil:
+		r.acks <- m.ID
+		if ran {
+			return OutcomeDeadLettered, nil
+		}
+		return store.OutcomeDuplicate, nil
+	case errors.Is(err, store.ErrInFlight):
+		d, ok := store.RetryAfter(err)
+		if !ok {
+			d = c.minIdle
+		}
+		r.park(m.ID, d)
+		return store.OutcomeInFlight, err
+	default:
+		return store.OutcomeError, err
+	}
+}
+
+// park leaves entry id pending, reclaimable (by any consumer) once after has
+// passed: XCLAIM ... IDLE (min idle - after) JUSTID sets its idle time
+// without counting a delivery. If it fails, the entry is reclaimed after the
+// min idle time instead.
+func (r *run) park(id string, after time.Duration) {
+	c := r.c
+	idle := max(c.minIdle-after, 0)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hctx), settleTimeout)
+	defer cancel()
+	_ = c.client.Do(ctx, c.client.B().Xclaim().Key(c.stream).Group(c.group).Consumer(c.name).MinIdleTime("0").
+		Id(id).Idle(idle.Milliseconds()).Justid().Build()).Error()
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
