@@ -8,7 +8,8 @@
 //	4 bytes   "ro1 "
 //	8 bytes   created_ms  big-endian IEEE 754 double, an integer 0..2^53-1
 //	8 bytes   updated_ms  (ms since the epoch, from the server's TIME)
-//	8 bytes   expires_ms  (0 = none; the key's own expiry is the same instant)
+//	8 bytes   expires_ms  (0 = none; the retention: the key expires then, or
+//	                      at lease_ms while a pending owner's lease runs past it)
 //	8 bytes   lease_ms    (0 = no lease; at byte offset 28, renewed in place)
 //	1 byte    n, then n bytes: the fence, a canonical decimal 1..9999999999999999999
 //	1 byte    n, then n bytes: the status, 1..64 bytes
