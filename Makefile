@@ -5,6 +5,9 @@ GO      ?= go
 MODULES := . scripts_test
 # the observer adapters: modules of their own (OpenTelemetry, Prometheus)
 OBSERVE_MODULES := observe/otel observe/prometheus
+# the integrations, modules of their own: frameworks (watermill, asynq) and
+# brokers (nats.go + nats-server in process, franz-go + kfake)
+INTEGRATION_MODULES := integrations/watermill integrations/asynq integrations/jetstream integrations/kafka
 export GOFLAGS ?= -count=1
 # The modules build from this checkout through the workspace (go.work), whatever
 # GOWORK the caller has; the root module, which requires none of the others,
@@ -71,6 +74,7 @@ test: redis-server noncgo-deps
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
 	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
 	$(MAKE) test-failover
 
 # test-failover: real failovers (scripts_test/failover_test.go, ~25 s): a
@@ -133,6 +137,7 @@ lint: luacheck
 	cd scripts_test && $(GO) vet ./...
 	cd adapters/gojob && $(GO) vet ./...
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	luacheck --no-color --globals redis struct KEYS ARGV -- scripts/*.lua
 
@@ -140,7 +145,7 @@ lint: luacheck
 # repository at the release being prepared (no tag yet, so no proxy has it)
 # is tidied with go.work's replace lines added to its go.mod, dropped again
 # after: a published go.mod never keeps a replace (docs/releasing.md).
-TIDY_MODULES := scripts_test adapters/gojob $(OBSERVE_MODULES)
+TIDY_MODULES := scripts_test adapters/gojob $(OBSERVE_MODULES) $(INTEGRATION_MODULES)
 tidy:
 	GOWORK=off $(GO) mod tidy
 	for m in $(TIDY_MODULES); do \

@@ -166,11 +166,24 @@ func releaseLayout(t *testing.T, root string) ([]repoModule, string) {
 	return mods, release
 }
 
-// TestReleaseLayout is releaseLayout on its own: fast, nothing built.
+// TestReleaseLayout is releaseLayout on its own (fast, nothing built), and
+// checks that `make release-tags`, which docs/releasing.md has the release
+// push, prints the tags this test tags, in the same order.
 func TestReleaseLayout(t *testing.T) {
 	root := strings.TrimSpace(run(t, ".", nil, "git", "rev-parse", "--show-toplevel"))
 	mods, release := releaseLayout(t, root)
 	t.Logf("release %s of %d modules", release, len(mods))
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("no make: %v", err)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { // not the calling make's
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "MAKEFLAGS" || k == "MFLAGS" || k == "MAKELEVEL"
+	})
+	got := strings.Fields(run(t, root, env, "make", "-s", "release-tags", "VERSION="+release))
+	if want := releaseTags(mods, release); !slices.Equal(got, want) {
+		t.Errorf("make release-tags VERSION=%s printed %v, want %v", release, got, want)
+	}
 }
 
 // releaseTags returns the tags a release of version puts on its commit, in the
@@ -277,7 +290,38 @@ func TestModulesFromLocalProxy(t *testing.T) {
 		ziphash[p] = strings.TrimSpace(string(b))
 	}
 
-	// 3. The consumer: a fresh module outside the repository and a fresh
+	// 3. Every published go.mod is tidy as the release resolves it (the
+	// modules of this repository from the proxy, no replace): a user who runs
+	// the module's own tests (go test <module>/...) needs every requirement
+	// listed. go.sum is left out: before a release it cannot hold the sums of
+	// this repository's modules at the release version.
+	hostCache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
+	hostProxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
+	goproxy := "GOPROXY=file://" + proxy + ",file://" + filepath.Join(hostCache, "cache", "download") + "," + hostProxy
+	tidyEnv := append(goEnv(os.Environ()), goproxy, "GOMODCACHE="+filepath.Join(tmp, "tidy-modcache"),
+		"GONOSUMDB="+modulePrefix, "GOSUMDB=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+	for _, m := range mods {
+		if unpublished[m.Path] {
+			continue
+		}
+		cmd := exec.Command("go", "mod", "tidy", "-diff")
+		cmd.Dir, cmd.Env = filepath.Join(repo, m.Dir), tidyEnv
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			continue
+		}
+		if !strings.Contains(string(out), "go.sum") && !strings.Contains(string(out), "go.mod") {
+			t.Fatalf("go mod tidy -diff in %s: %v\n%s", m.Dir, err, out)
+		}
+		// The diff, file by file: only go.mod's part counts.
+		for part := range strings.SplitSeq(string(out), "diff ") {
+			if strings.Contains(part, "go.mod\n") && strings.Contains(part, "\n@@") {
+				t.Errorf("%s/go.mod is not tidy as a release resolves it (make tidy):\ndiff %s", m.Dir, part)
+			}
+		}
+	}
+
+	// 4. The consumer: a fresh module outside the repository and a fresh
 	// module cache. Modules of this repository come from the proxy only;
 	// third-party modules from this machine's module cache, then its own
 	// GOPROXY. No workspace, no replace, no sum database (the release's
@@ -287,12 +331,10 @@ func TestModulesFromLocalProxy(t *testing.T) {
 	if err := os.MkdirAll(consumer, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	hostCache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
-	hostProxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
 	useEnv := append(goEnv(os.Environ()),
 		"GOMODCACHE="+filepath.Join(tmp, "consumer-modcache"),
 		"GOPATH="+filepath.Join(tmp, "gopath"), "GOBIN="+filepath.Join(tmp, "bin"),
-		"GOPROXY=file://"+proxy+",file://"+filepath.Join(hostCache, "cache", "download")+","+hostProxy,
+		goproxy,
 		"GONOSUMDB="+modulePrefix, "GOSUMDB=off",
 		// -trimpath: the build cache is then shared across fresh module caches.
 		"GOFLAGS=-mod=mod -trimpath", "GOWORK=off")

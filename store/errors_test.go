@@ -58,6 +58,7 @@ func TestIsPermanent(t *testing.T) {
 	}{
 		{"permanent", store.Permanent(boom), true},
 		{"wrapped", fmt.Errorf("charge: %w", store.Permanent(boom)), true},
+		{"joined", errors.Join(errors.New("other"), store.Permanent(boom)), true},
 		{"plain", boom, false},
 		{"nil", nil, false},
 		{"retryable over permanent", store.Retryable(store.Permanent(boom)), false},

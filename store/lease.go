@@ -38,6 +38,25 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 	return l, ok
 }
 
+type extendHookKey struct{}
+
+// OnExtend returns a copy of ctx under which Claims.Do, Records.Do and their
+// memory twins call fn after each successful extension of their lease, with
+// the lease fn holds (the one LeaseFromContext gives). It is for a caller that
+// must keep another timer in step with the lease, such as a broker's
+// redelivery timeout (JetStream's InProgress, an SQS visibility timeout).
+//
+// fn runs on the lease's heartbeat, one call at a time, before the next
+// extension is scheduled: keep it short, it delays the next one. Do makes no
+// call after it has returned. A failed extension is not reported. A nil fn
+// leaves ctx as it is.
+func OnExtend(ctx context.Context, fn func(Lease)) context.Context {
+	if fn == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, extendHookKey{}, fn)
+}
+
 // extendFunc extends the caller's lease by its full length from now: true when
 // the caller still holds it, false when it is lost (taken over, removed,
 // finished by someone else). An error means the extension's fate is unknown (a
@@ -55,7 +74,8 @@ type heartbeat struct {
 	extend          extendFunc
 	length, period  time.Duration
 	op              string
-	sentinel        error // wrapped by the cause of a lost lease
+	sentinel        error       // wrapped by the cause of a lost lease
+	onExtend        func(Lease) // OnExtend's fn, or nil
 
 	mu         sync.Mutex
 	timer      *time.Timer
@@ -86,6 +106,7 @@ func (h *heartbeat) Value(key any) any {
 func keepAlive(ctx context.Context, lease time.Duration, l Lease, op string, sentinel error, extend extendFunc) *heartbeat {
 	h := &heartbeat{lease: l, parent: ctx, extend: extend, length: lease,
 		period: max(lease/3, time.Millisecond), op: op, sentinel: sentinel, lastOK: time.Now()}
+	h.onExtend, _ = ctx.Value(extendHookKey{}).(func(Lease))
 	h.Context, h.cancel = context.WithCancelCause(ctx)
 	h.mu.Lock() // a first beat reads h.timer under mu
 	h.timer = time.AfterFunc(h.period, h.beat)
@@ -108,6 +129,11 @@ func (h *heartbeat) beat() {
 	start := time.Now()
 	held, err := h.extend(bctx)
 	bcancel()
+	if err == nil && held && h.onExtend != nil {
+		// Before the next beat is scheduled (calls never overlap) and
+		// within beats (stop waits for it).
+		h.onExtend(h.lease)
+	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()

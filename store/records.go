@@ -225,7 +225,8 @@ func (e permanentError) Unwrap() error { return e.err }
 // IsPermanent reports whether err is marked Permanent (and not also
 // Retryable), and is not a context error: what Records.Do stores as failed.
 // Integrations use it for their failure policy (the streams runner
-// dead-letters such an entry at once).
+// dead-letters such an entry at once; JetStream terminates it; Kafka sends it
+// to the dead-letter function).
 func IsPermanent(err error) bool { return storeFailure(err) }
 
 // storeFailure says whether Do stores fn's error as a failed record.

@@ -347,6 +347,48 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
+	t.Run("DoReportsExtensions", func(t *testing.T) {
+		// A caller that must keep a broker's redelivery timer at bay (JetStream's
+		// InProgress) hears of every successful extension through store.OnExtend,
+		// with the lease fn holds, and of none once Do has returned.
+		s := newStore(t)
+		lease := 9 * h.Tick // beats every 3 ticks: room for a loaded machine
+		var mu sync.Mutex
+		var heard []store.Lease
+		hctx := store.OnExtend(ctx, func(l store.Lease) {
+			mu.Lock()
+			heard = append(heard, l)
+			mu.Unlock()
+		})
+		var held store.Lease
+		ran, err := s.Do(hctx, "m", lease, func(ctx context.Context) error {
+			held, _ = store.LeaseFromContext(ctx)
+			// Real time, not h.Wait: the heartbeat runs on the real clock.
+			time.Sleep(2 * lease) // 6 beats (every lease/3) are due
+			return nil
+		})
+		if !ran || err != nil {
+			t.Fatalf("Do = %v, %v; want true, nil", ran, err)
+		}
+		mu.Lock()
+		n := len(heard)
+		for _, l := range heard {
+			if l != held {
+				t.Errorf("OnExtend got lease %+v, want fn's %+v", l, held)
+			}
+		}
+		mu.Unlock()
+		if n < 2 {
+			t.Errorf("OnExtend was called %d times over 2 leases, want >= 2 (one per extension, every lease/3)", n)
+		}
+		time.Sleep(lease)
+		mu.Lock()
+		if len(heard) != n {
+			t.Errorf("OnExtend was called %d times after Do returned", len(heard)-n)
+		}
+		mu.Unlock()
+	})
+
 	t.Run("DoCommitAfterForget", func(t *testing.T) {
 		s := newStore(t)
 		// The key is gone when the commit runs (forgotten; a lease that

@@ -1,0 +1,182 @@
+package asynq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// DefaultLease is the lease of Middleware unless WithLease says otherwise.
+const DefaultLease = 30 * time.Second
+
+// Option configures Middleware.
+type Option func(*config)
+
+type config struct {
+	lease time.Duration
+	id    func(context.Context, *asynq.Task) (string, error)
+	err   error
+}
+
+// WithLease sets the lease Claims.Do takes on a task id (default
+// DefaultLease, 30s): how long a task stays locked after its worker died
+// before a retry runs it. A live handler keeps its lease however long it
+// runs. It must be > 0.
+func WithLease(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.err = fmt.Errorf("redisonce/asynq: WithLease(%v): %w: the lease must be > 0", d, store.ErrInvalidArgument)
+			return
+		}
+		c.lease = d
+	}
+}
+
+// WithID takes a task's id from f instead of its asynq task id: for
+// producers that may enqueue the same job twice under two task ids (derive
+// the id from the payload: an order number, an idempotency key).
+func WithID(f func(ctx context.Context, t *asynq.Task) (string, error)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.err = fmt.Errorf("redisonce/asynq: WithID(nil): %w", store.ErrInvalidArgument)
+			return
+		}
+		c.id = f
+	}
+}
+
+// taskID is the default id: the task's asynq id (asynq.TaskID when the
+// producer set one), which a retry keeps.
+func taskID(ctx context.Context, _ *asynq.Task) (string, error) {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok || id == "" {
+		return "", fmt.Errorf("redisonce/asynq: no task id in the context (not called by an asynq server?): %w", store.ErrInvalidArgument)
+	}
+	return id, nil
+}
+
+// InFlightError is what the middleware returns for a task whose id another
+// worker is running: it wraps the store's in-flight error (errors.Is(err,
+// store.ErrInFlight)) and says when to try again. IsFailure does not count it
+// as a failure, and RetryDelay retries it after RetryAfter.
+type InFlightError struct {
+	ID    string
+	After time.Duration
+	Err   error // the store's error
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("redisonce/asynq: task %q is in flight on another worker; retry in %v: %v", e.ID, e.After, e.Err)
+}
+
+func (e *InFlightError) Unwrap() error { return e.Err }
+
+// RetryAfter is how long until the holder's lease runs out: the store's
+// answer when it gives one, else the lease.
+func (e *InFlightError) RetryAfter() time.Duration { return e.After }
+
+// Middleware returns an asynq middleware that runs each task's handler once
+// per task id across every worker, through claims.Do:
+//
+//   - first run: the handler runs under a lease that is kept alive while it
+//     runs; on success the id is committed and the task completes;
+//   - the handler fails (or panics): the id is released and the handler's
+//     error returned, so asynq retries the task (a failure, counted);
+//   - a task whose id was processed: the handler does not run; nil, the task
+//     completes;
+//   - a task another worker is running (a retry racing a worker that is slow
+//     or partitioned): the handler does not run; an *InFlightError, which
+//     IsFailure does not count and RetryDelay retries after the holder's lease
+//     time left;
+//   - the handler succeeded but the commit failed (the id taken by another
+//     worker after the lease ran out, or the store unreachable): nil, since
+//     the effect happened and a retry would run it again;
+//   - a worker killed in the handler stops extending the lease; asynq's
+//     recoverer retries the task once its own lease has expired, and that run
+//     finds the id free (or in flight until the lease runs out).
+//
+// Give the server IsFailure and RetryDelay too, or an in-flight task burns
+// one of its retries and waits asynq's exponential backoff:
+//
+//	srv := asynq.NewServer(redis, asynq.Config{
+//		IsFailure:      asynqonce.IsFailure,
+//		RetryDelayFunc: asynqonce.RetryDelay(nil),
+//	})
+//	mux := asynq.NewServeMux()
+//	mux.Use(asynqonce.Middleware(claims))
+//
+// An invalid option makes every task fail with it.
+func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
+	c := config{lease: DefaultLease, id: taskID}
+	for _, o := range opts {
+		o(&c)
+	}
+	return func(h asynq.Handler) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			if c.err != nil {
+				return c.err
+			}
+			id, err := c.id(ctx, t)
+			if err != nil {
+				return err
+			}
+			handled := false
+			ran, err := claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
+				herr := h.ProcessTask(ctx, t)
+				handled = herr == nil
+				return herr
+			})
+			switch {
+			case err == nil, handled:
+				return nil
+			case !ran && errors.Is(err, store.ErrInFlight):
+				return &InFlightError{ID: id, After: inFlightDelay(err, c.lease), Err: err}
+			default:
+				return err
+			}
+		})
+	}
+}
+
+// inFlightDelay is the holder's lease time left when the store says
+// (store.RetryAfter), else the lease, and never more than the lease.
+func inFlightDelay(err error, lease time.Duration) time.Duration {
+	if left, ok := store.RetryAfter(err); ok && left < lease {
+		return left
+	}
+	return lease
+}
+
+// IsFailure is an asynq.Config.IsFailure that counts every error as a
+// failure except an in-flight task (the middleware's *InFlightError, or any
+// error wrapping store.ErrInFlight): that one is retried without using up
+// one of the task's retries or counting in the queue's failure stats.
+func IsFailure(err error) bool {
+	return err != nil && !errors.Is(err, store.ErrInFlight)
+}
+
+// RetryDelay returns an asynq.Config.RetryDelayFunc that retries an
+// in-flight task after its RetryAfter (the holder's lease time left) plus one
+// second, and every other error after fallback's delay (nil:
+// asynq.DefaultRetryDelayFunc, exponential). The second is there because
+// asynq stores a retry time in whole Unix seconds, truncated: without it the
+// retry could come up to a second before the holder's lease runs out. asynq
+// moves due retries every Config.DelayedTaskCheckInterval (default 5s), which
+// adds to the delay.
+func RetryDelay(fallback asynq.RetryDelayFunc) asynq.RetryDelayFunc {
+	if fallback == nil {
+		fallback = asynq.DefaultRetryDelayFunc
+	}
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		var ra interface{ RetryAfter() time.Duration }
+		if errors.Is(err, store.ErrInFlight) && errors.As(err, &ra) {
+			return ra.RetryAfter() + time.Second
+		}
+		return fallback(n, err, t)
+	}
+}

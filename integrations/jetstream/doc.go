@@ -1,0 +1,55 @@
+// Package jetstream runs a NATS JetStream consumer's handler exactly once per
+// message id, over JetStream's at-least-once delivery, with a redisonce
+// store.ClaimStore (store.Claims on Redis).
+//
+// Wrap the handler once and give it to the consumer:
+//
+//	claims := store.NewClaims(redisClient, store.WithTTL(24*time.Hour))
+//	h, err := jetstream.New(claims, func(ctx context.Context, msg natsjs.Msg) error {
+//		return applyPayment(ctx, msg.Data()) // all-or-nothing: see below
+//	}, jetstream.WithLease(30*time.Second))
+//	cc, err := consumer.Consume(h.Handle)
+//
+// What each delivery gets (the failure mapping):
+//
+//	fn succeeded                DoubleAck
+//	id already processed        DoubleAck, fn not run
+//	id in flight elsewhere      NakWithDelay(time left on the holder's lease)
+//	fn failed                   the failure policy (DefaultFailure: Term for an
+//	                            error marked store.Permanent, else NakWithDelay
+//	                            with an exponential backoff)
+//	store error, lost lease     NakWithDelay(lease)
+//	context cancelled           Nak (another consumer takes it at once)
+//
+// While fn runs, the claim's lease is extended every lease/3 and each
+// extension sends InProgress, so a handler slower than the consumer's AckWait
+// is not redelivered while it lives; keep the lease at most the AckWait. A
+// consumer that dies stops extending: JetStream redelivers after AckWait, the
+// redelivery finds the id in flight and is nak'd until the dead holder's lease
+// has run out, then runs fn. Redeliveries of an in-flight message are thus
+// paced by the lease, not by the broker's retry rate.
+//
+// The id is the message's Nats-Msg-Id header (MsgID; JetStream's publish
+// deduplication uses it too, but only within the stream's duplicate window),
+// or what WithID returns, e.g. a payment id from the payload.
+//
+// # What fn must do
+//
+// fn's effect must be all-or-nothing: one write (one SQL transaction, one
+// Redis command or script), or idempotent downstream, or fenced with the
+// lease's token (store.LeaseFromContext) so that a write from a holder that
+// lost its lease is refused. A consumer killed between two writes of fn leaves
+// the first one done and the redelivery runs fn again.
+//
+// Return nil once the effect is written. A write that landed but reported
+// the context's error (fn's context was cancelled, by a shutdown or a lost
+// lease, while the command was on the wire) makes fn fail for an effect that
+// happened, and the message runs again: send the one final write with
+// context.WithoutCancel(ctx), so that once sent it is seen through, and
+// return its result. "Once" is about the whole of fn succeeding once, not
+// about each line of it.
+//
+// The tests run nats-server in process (github.com/nats-io/nats-server/v2)
+// and Redis from redis-server, with several consumer processes, one of them
+// SIGKILLed mid-handler.
+package jetstream

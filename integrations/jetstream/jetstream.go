@@ -1,0 +1,284 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// DefaultLease is the lease of a Handler unless WithLease says otherwise:
+// JetStream's default AckWait (30 s), so a consumer on the defaults has its
+// AckWait reset every 10 s, a third of it.
+const DefaultLease = 30 * time.Second
+
+// Outcome is what a Handler did with one delivery, as reported to WithReport
+// and returned by Process.
+type Outcome string
+
+const (
+	// OutcomeDone: fn ran and succeeded, the id is committed, the message
+	// double-acked.
+	OutcomeDone Outcome = "done"
+	// OutcomeDuplicate: the id was processed already (a redelivery, or the
+	// same message published twice); fn did not run; the message is
+	// double-acked.
+	OutcomeDuplicate Outcome = "duplicate"
+	// OutcomeInFlight: another consumer holds the id's lease; fn did not run;
+	// the message is nak'd with the time left on that lease as its delay.
+	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeRetry: fn failed and the failure policy chose a redelivery; the
+	// claim was released and the message nak'd with the policy's delay.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeTerm: fn failed and the failure policy chose to stop; the
+	// message is terminated (Term: never redelivered, an advisory is
+	// published).
+	OutcomeTerm Outcome = "term"
+	// OutcomeError: the store failed (Redis unreachable, a lost lease at the
+	// commit, a cancelled context) or the message had no usable id; the
+	// message is nak'd so it is redelivered (with the lease as delay, unless
+	// the context was cancelled: then at once, for another consumer).
+	OutcomeError Outcome = "error"
+)
+
+// Failure is a failure policy's decision for a message whose fn failed.
+type Failure struct {
+	// Term stops redelivery (jetstream.Msg.Term); Delay is then unused.
+	Term bool
+	// Delay is the nak's delay before JetStream redelivers (NakWithDelay);
+	// 0 redelivers at once.
+	Delay time.Duration
+}
+
+// DefaultFailure is the failure policy unless WithFailurePolicy says
+// otherwise: Term when fn's error is marked store.Permanent, else a redelivery
+// after an exponential backoff on the delivery count: 1 s, 2 s, 4 s... up to
+// 1 minute. The consumer's MaxDeliver, when set, bounds the attempts.
+func DefaultFailure(msg jetstream.Msg, err error) Failure {
+	if store.IsPermanent(err) {
+		return Failure{Term: true}
+	}
+	n := uint64(1)
+	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 0 {
+		n = md.NumDelivered
+	}
+	d := time.Minute
+	if n <= 6 {
+		d = time.Second << (n - 1)
+	}
+	return Failure{Delay: d}
+}
+
+// MsgID is the id of a message unless WithID says otherwise: its Nats-Msg-Id
+// header (the id JetStream's own publish deduplication uses), or, when the
+// message has none, "<stream>:<stream sequence>", which tells redeliveries of
+// one stored message apart from other messages but cannot tell that a
+// message was published twice.
+func MsgID(msg jetstream.Msg) (string, error) {
+	if id := msg.Headers().Get(nats.MsgIdHdr); id != "" {
+		return id, nil
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return "", err
+	}
+	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), nil
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithLease sets the lease a handler holds on a message's id while fn runs
+// (default DefaultLease). The lease is extended every lease/3, and every
+// extension sends InProgress, so keep lease/3 well below the consumer's
+// AckWait (lease <= AckWait leaves two thirds of AckWait as margin). A
+// crashed consumer's messages are taken over by another one once its lease
+// has passed.
+func WithLease(d time.Duration) Option { return func(h *Handler) { h.lease = d } }
+
+// WithID sets how a message's id is found (default MsgID): an id taken from
+// the payload (an order number, a payment id) makes a message that a producer
+// published twice, under two Nats-Msg-Id values or outside JetStream's
+// duplicate window, run once.
+func WithID(id func(jetstream.Msg) (string, error)) Option {
+	return func(h *Handler) { h.id = id }
+}
+
+// WithFailurePolicy sets what happens to a message whose fn failed (default
+// DefaultFailure).
+func WithFailurePolicy(p func(jetstream.Msg, error) Failure) Option {
+	return func(h *Handler) { h.failure = p }
+}
+
+// WithContext sets the context Handle runs fn under (default
+// context.Background()): cancel it to stop the handlers that run, whose
+// claims are then released and messages nak'd at once, for another consumer.
+// Stop the consumer (ConsumeContext.Stop) with it: a delivery that arrives
+// after the cancel is nak'd at once too, and comes back.
+func WithContext(ctx context.Context) Option { return func(h *Handler) { h.ctx = ctx } }
+
+// WithReport sets a function told of every delivery's outcome and error (the
+// error of fn, of the store, or of the ack or nak); Handle has no other way to
+// report them. It runs on the handler's goroutine.
+func WithReport(r func(msg jetstream.Msg, o Outcome, err error)) Option {
+	return func(h *Handler) { h.report = r }
+}
+
+// WithAckTimeout bounds the wait for DoubleAck's confirmation (default 5 s).
+func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTimeout = d } }
+
+// Handler runs fn at most once per message id over JetStream's at-least-once
+// delivery, through a store.ClaimStore's Do. Its Handle method is a
+// jetstream.MessageHandler.
+//
+// Per delivery:
+//
+//	fn succeeded                   DoubleAck                  OutcomeDone
+//	id processed already           DoubleAck, fn not run      OutcomeDuplicate
+//	id in flight elsewhere         NakWithDelay(time left     OutcomeInFlight
+//	                               on that lease)
+//	fn failed                      the failure policy:        OutcomeRetry, OutcomeTerm
+//	                               NakWithDelay or Term
+//	store error, lost lease        NakWithDelay(lease)        OutcomeError
+//	context cancelled              Nak                        OutcomeError
+//
+// While fn runs, every lease extension (every lease/3) sends InProgress, so
+// JetStream does not redeliver the message under a live handler however long
+// fn takes; one InProgress is also sent when fn starts, for a message that
+// waited in the client's buffer.
+//
+// fn's effect must be all-or-nothing: one write, or idempotent downstream, or
+// fenced with the lease's token (store.LeaseFromContext). A consumer killed
+// between two writes of fn leaves the first one done, and the redelivery runs
+// fn again.
+type Handler struct {
+	claims     store.ClaimStore
+	fn         func(context.Context, jetstream.Msg) error
+	lease      time.Duration
+	id         func(jetstream.Msg) (string, error)
+	failure    func(jetstream.Msg, error) Failure
+	ctx        context.Context
+	report     func(jetstream.Msg, Outcome, error)
+	ackTimeout time.Duration
+}
+
+// New returns a Handler that runs fn once per message id through claims. It
+// returns store.ErrInvalidArgument for a nil claims or fn, a lease or ack
+// timeout <= 0, a nil id function, policy or context.
+func New(claims store.ClaimStore, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
+	h := &Handler{claims: claims, fn: fn, lease: DefaultLease, id: MsgID, failure: DefaultFailure,
+		ctx: context.Background(), ackTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(h)
+	}
+	switch {
+	case claims == nil:
+		return nil, invalid("nil claims")
+	case fn == nil:
+		return nil, invalid("nil fn")
+	case h.lease <= 0:
+		return nil, invalid("lease %v must be > 0", h.lease)
+	case h.ackTimeout <= 0:
+		return nil, invalid("ack timeout %v must be > 0", h.ackTimeout)
+	case h.id == nil:
+		return nil, invalid("nil id function")
+	case h.failure == nil:
+		return nil, invalid("nil failure policy")
+	case h.ctx == nil:
+		return nil, invalid("nil context")
+	}
+	return h, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("redisonce/jetstream: %w: "+format, append([]any{store.ErrInvalidArgument}, args...)...)
+}
+
+// Handle processes one delivery under the handler's context (WithContext); it
+// is a jetstream.MessageHandler: consumer.Consume(h.Handle).
+func (h *Handler) Handle(msg jetstream.Msg) {
+	_, _ = h.Process(h.ctx, msg)
+}
+
+// Process processes one delivery under ctx and acks, naks or terminates it
+// (see Handler); for a loop of its own over consumer.Fetch or
+// consumer.Messages. It returns the outcome and the error behind it, or the
+// ack's error.
+func (h *Handler) Process(ctx context.Context, msg jetstream.Msg) (Outcome, error) {
+	o, err := h.process(ctx, msg)
+	if h.report != nil {
+		h.report(msg, o, err)
+	}
+	return o, err
+}
+
+func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, error) {
+	id, err := h.id(msg)
+	if err == nil && id == "" {
+		err = errors.New("empty id")
+	}
+	if err != nil {
+		err = fmt.Errorf("redisonce/jetstream: message id: %w", err)
+		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
+	}
+	var fnErr error
+	fnRan := false
+	dctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
+	ran, err := h.claims.Do(dctx, id, h.lease, func(ctx context.Context) error {
+		fnRan = true
+		_ = msg.InProgress()
+		fnErr = h.fn(ctx, msg)
+		return fnErr
+	})
+	switch {
+	case err == nil:
+		o := OutcomeDuplicate
+		if ran {
+			o = OutcomeDone
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.ackTimeout)
+		defer cancel()
+		return o, msg.DoubleAck(actx)
+	case fnRan && fnErr != nil && ctx.Err() == nil:
+		f := h.failure(msg, fnErr)
+		if f.Term {
+			return OutcomeTerm, errors.Join(fnErr, msg.TermWithReason(truncate(fnErr.Error(), 256)))
+		}
+		return OutcomeRetry, errors.Join(fnErr, msg.NakWithDelay(max(f.Delay, 0)))
+	case errors.Is(err, store.ErrInFlight):
+		return OutcomeInFlight, errors.Join(err, msg.NakWithDelay(h.inFlightDelay(err)))
+	case ctx.Err() != nil:
+		// Shutting down: the claim is released (or was never taken); let
+		// another consumer have the message now.
+		return OutcomeError, errors.Join(err, msg.Nak())
+	default:
+		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
+	}
+}
+
+// inFlightDelay is the nak delay of a duplicate whose id is in flight: the
+// time left on the holder's lease, which the store's error carries
+// (store.RetryAfter; measured on the server when the claim was refused, so
+// the redelivery, later by the nak's trip, cannot arrive before it), plus
+// 10 ms; the handler's own lease when the error does not say. A live holder
+// keeps extending its lease, so each redelivery meanwhile is nak'd again for
+// about its lease.
+func (h *Handler) inFlightDelay(err error) time.Duration {
+	if d, ok := store.RetryAfter(err); ok {
+		return d + 10*time.Millisecond
+	}
+	return h.lease
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,507 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// DefaultLease is the lease of a Consumer unless WithLease says otherwise.
+const DefaultLease = 30 * time.Second
+
+// Outcome is what the consumer did with one attempt at a record, as reported
+// to WithReport.
+type Outcome string
+
+const (
+	// OutcomeDone: fn ran and succeeded; the record's offset is marked for
+	// commit.
+	OutcomeDone Outcome = "done"
+	// OutcomeDuplicate: the id was processed already; fn did not run; the
+	// offset is marked.
+	OutcomeDuplicate Outcome = "duplicate"
+	// OutcomeInFlight: another consumer holds the id's lease; the record is
+	// tried again, in order, once that lease can have run out.
+	OutcomeInFlight Outcome = "in_flight"
+	// OutcomeRetry: fn failed (or the store did) and the failure policy
+	// chose another attempt, in order, after a backoff.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeDeadLetter: fn failed and the failure policy gave up: the
+	// record went to the dead-letter function (WithDeadLetter) and its
+	// offset is marked.
+	OutcomeDeadLetter Outcome = "dead_letter"
+	// OutcomeRevoked: the record's partition was revoked (or lost, or the
+	// consumer stopped) before it was done; its offset is not marked, and
+	// the partition's next owner reads it again.
+	OutcomeRevoked Outcome = "revoked"
+)
+
+// Failure is a failure policy's decision for a record whose fn failed.
+type Failure struct {
+	// DeadLetter gives up on the record: it is passed to the dead-letter
+	// function and its offset is committed. Otherwise the record is tried
+	// again after Delay, before any later record of its partition.
+	DeadLetter bool
+	Delay      time.Duration
+}
+
+// DefaultFailure is the failure policy unless WithFailurePolicy says
+// otherwise: dead letter for an error marked store.Permanent, else another
+// attempt after an exponential backoff on the attempt number (1, 2, ...):
+// 100 ms, 200 ms, 400 ms... up to 30 s, without end.
+func DefaultFailure(_ *kgo.Record, err error, attempt int) Failure {
+	if store.IsPermanent(err) {
+		return Failure{DeadLetter: true}
+	}
+	d := 30 * time.Second
+	if attempt <= 9 {
+		d = min(d, 100*time.Millisecond<<(attempt-1))
+	}
+	return Failure{Delay: d}
+}
+
+// OffsetID is the id of a record unless WithID says otherwise:
+// "<topic>/<partition>/<offset>". It tells a record read again (after a
+// crash, a rebalance, an uncommitted offset) from other records, but not a
+// message a producer sent twice: use HeaderID, or WithID with an id from the
+// payload, for that. (The record's key is not an id: Kafka keys route records
+// to partitions, and many records share one.)
+func OffsetID(r *kgo.Record) (string, error) {
+	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10), nil
+}
+
+// HeaderID returns an id function that reads the record header name (a
+// producer-given message id, which survives the producer sending the
+// message twice); a record without it is an error (a failure for the policy).
+func HeaderID(name string) func(*kgo.Record) (string, error) {
+	return func(r *kgo.Record) (string, error) {
+		for _, h := range r.Headers {
+			if h.Key == name && len(h.Value) > 0 {
+				return string(h.Value), nil
+			}
+		}
+		return "", fmt.Errorf("record %s/%d/%d has no %q header", r.Topic, r.Partition, r.Offset, name)
+	}
+}
+
+// Option configures a Consumer.
+type Option func(*Consumer)
+
+// WithLease sets the lease held on a record's id while fn runs (default
+// DefaultLease); it is extended every lease/3. A crashed consumer's records
+// are taken over once its lease has passed.
+func WithLease(d time.Duration) Option { return func(c *Consumer) { c.lease = d } }
+
+// WithID sets how a record's id is found (default OffsetID).
+func WithID(id func(*kgo.Record) (string, error)) Option { return func(c *Consumer) { c.id = id } }
+
+// WithFailurePolicy sets what happens to a record whose fn failed (default
+// DefaultFailure). attempt counts this consumer's attempts at the record,
+// from 1.
+func WithFailurePolicy(p func(r *kgo.Record, err error, attempt int) Failure) Option {
+	return func(c *Consumer) { c.failure = p }
+}
+
+// WithDeadLetter sets where records go that the failure policy gives up on
+// (default: nowhere; they are reported with OutcomeDeadLetter and skipped),
+// e.g. a produce to a dead-letter topic. When it fails the record is tried
+// again, so a record is never skipped without reaching it.
+func WithDeadLetter(dl func(ctx context.Context, r *kgo.Record, err error) error) Option {
+	return func(c *Consumer) { c.deadLetter = dl }
+}
+
+// WithReport sets a function told of every attempt's outcome and error. It
+// runs on the partition's goroutine. An error that belongs to no record (a
+// fetch error, as OutcomeRetry; a failed commit on revoke, as OutcomeRevoked)
+// comes with a record holding only its topic and partition, Offset -1.
+func WithReport(r func(rec *kgo.Record, o Outcome, err error)) Option {
+	return func(c *Consumer) { c.report = r }
+}
+
+// WithMaxBuffered sets how many polled records a partition may queue before
+// its fetching is paused (default 1000); it resumes below half of it.
+func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = n } }
+
+// WithRevokeTimeout bounds how long a rebalance waits for a revoked
+// partition's handler to return after its context was cancelled (default
+// 10 s). A handler still running then keeps its claim until it returns; the
+// partition's next owner finds the record in flight and waits for it. Keep
+// it below the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by
+// default), or a slow revoke gets this member dropped from the group.
+func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.revokeTimeout = d } }
+
+// Consumer is a Kafka consumer-group member (a franz-go client) that runs fn
+// once per record id through a store.ClaimStore's Do, and commits a
+// partition's offset only past records that are done.
+//
+// Each assigned partition has one goroutine that handles its records one at
+// a time, in offset order: partitions run in parallel, records of one
+// partition never do. A record that is not done holds its partition back
+// and is retried in order (Kafka's ordering is kept; later records wait):
+//
+//	fn succeeded                 offset marked, next record       OutcomeDone
+//	id processed already         offset marked, fn not run        OutcomeDuplicate
+//	id in flight elsewhere       wait the time left on that       OutcomeInFlight
+//	                             lease, try again
+//	fn or the store failed       the failure policy: try again    OutcomeRetry
+//	                             after a backoff, or dead letter  OutcomeDeadLetter
+//	                             and mark the offset
+//	partition revoked or lost    fn's context cancelled, offset   OutcomeRevoked
+//	                             not marked
+//
+// Marked offsets are committed by franz-go's autocommit (AutoCommitMarks,
+// every 5 s unless kgo.AutoCommitInterval says otherwise), when a partition
+// is revoked (after its handler returned), and when Run returns. A crash
+// therefore re-reads records past the last commit: their ids are processed
+// already, and they are acknowledged without running fn.
+//
+// fn's effect must be all-or-nothing: one write, or idempotent downstream, or
+// fenced with the lease's token (store.LeaseFromContext). A consumer killed
+// between two writes of fn leaves the first one done, and the record's next
+// reader runs fn again.
+type Consumer struct {
+	cl            *kgo.Client
+	claims        store.ClaimStore
+	fn            func(context.Context, *kgo.Record) error
+	lease         time.Duration
+	id            func(*kgo.Record) (string, error)
+	failure       func(*kgo.Record, error, int) Failure
+	deadLetter    func(context.Context, *kgo.Record, error) error
+	report        func(*kgo.Record, Outcome, error)
+	maxBuffered   int
+	revokeTimeout time.Duration
+
+	mu      sync.Mutex
+	runCtx  context.Context // set by Run: the partitions' parent
+	parts   map[topicPartition]*partition
+	started bool
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// New returns a Consumer over a new franz-go client made with opts, to which
+// it adds what it needs (AutoCommitMarks, BlockRebalanceOnPoll and the
+// partition callbacks); opts must make a group consumer (kgo.ConsumerGroup,
+// kgo.ConsumeTopics, the seed brokers). Do not set OnPartitionsAssigned,
+// OnPartitionsRevoked or OnPartitionsLost, nor DisableAutoCommit, in opts.
+//
+// It returns store.ErrInvalidArgument for a nil claims or fn, a lease,
+// buffer or revoke timeout <= 0, a nil id function or policy.
+func New(claims store.ClaimStore, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
+	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
+		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
+	for _, o := range options {
+		o(c)
+	}
+	switch {
+	case claims == nil:
+		return nil, invalid("nil claims")
+	case fn == nil:
+		return nil, invalid("nil fn")
+	case c.lease <= 0:
+		return nil, invalid("lease %v must be > 0", c.lease)
+	case c.id == nil:
+		return nil, invalid("nil id function")
+	case c.failure == nil:
+		return nil, invalid("nil failure policy")
+	case c.maxBuffered <= 0:
+		return nil, invalid("max buffered %d must be > 0", c.maxBuffered)
+	case c.revokeTimeout <= 0:
+		return nil, invalid("revoke timeout %v must be > 0", c.revokeTimeout)
+	}
+	all := append(append([]kgo.Opt(nil), opts...),
+		kgo.AutoCommitMarks(),
+		// A rebalance's callbacks wait until a poll's records are queued
+		// (AllowRebalance), so no record polled before a revoke reaches a
+		// partition assigned after it, out of order and past its commit.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.stop(ctx, m, true) }),
+		kgo.OnPartitionsLost(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) { c.stop(ctx, m, false) }))
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("redisonce/kafka: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("redisonce/kafka: %w: "+format, append([]any{store.ErrInvalidArgument}, args...)...)
+}
+
+// Client is the consumer's franz-go client (to produce, or to read its
+// state); do not poll it, Run does.
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Run polls and handles records until ctx is cancelled or the client is
+// closed; then it cancels the handlers, waits for them (up to the revoke
+// timeout), commits the marked offsets, leaves the group and closes the
+// client. It returns nil, or an error when called twice: Run once per
+// Consumer.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return errors.New("redisonce/kafka: Run called twice")
+	}
+	c.started, c.runCtx = true, ctx
+	c.mu.Unlock()
+	defer c.cl.Close() // leaves the group: revokes what is left
+	for {
+		fs := c.cl.PollRecords(ctx, 1000)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			c.cl.AllowRebalance()
+			break
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if c.report != nil {
+				c.report(&kgo.Record{Topic: t, Partition: p, Offset: -1}, OutcomeRetry, fmt.Errorf("redisonce/kafka: fetch: %w", err))
+			}
+		})
+		fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if len(ftp.Records) == 0 {
+				return
+			}
+			c.mu.Lock()
+			p := c.parts[topicPartition{ftp.Topic, ftp.Partition}]
+			c.mu.Unlock()
+			if p != nil {
+				p.push(ftp.Records)
+			}
+		})
+		c.cl.AllowRebalance() // push never blocks: callbacks wait only this long
+	}
+	// Stop every partition and commit what is done, before Close revokes.
+	c.mu.Lock()
+	all := map[string][]int32{}
+	for tp := range c.parts {
+		all[tp.topic] = append(all[tp.topic], tp.partition)
+	}
+	c.mu.Unlock()
+	c.stop(context.WithoutCancel(ctx), all, true)
+	return nil
+}
+
+func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	parent := c.runCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	for t, ps := range m {
+		for _, n := range ps {
+			tp := topicPartition{t, n}
+			if c.parts[tp] != nil {
+				continue
+			}
+			p := &partition{c: c, tp: tp, wake: make(chan struct{}, 1), done: make(chan struct{})}
+			p.ctx, p.cancel = context.WithCancel(parent)
+			c.parts[tp] = p
+			go p.run()
+		}
+	}
+}
+
+// stop cancels the partitions in m, waits for their handlers (bounded), and,
+// for a revoke (not a loss), commits the marked offsets.
+func (c *Consumer) stop(ctx context.Context, m map[string][]int32, commit bool) {
+	c.mu.Lock()
+	var ps []*partition
+	for t, ns := range m {
+		for _, n := range ns {
+			tp := topicPartition{t, n}
+			if p := c.parts[tp]; p != nil {
+				ps = append(ps, p)
+				delete(c.parts, tp)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range ps {
+		p.cancel()
+	}
+	timeout := time.After(c.revokeTimeout)
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-timeout:
+			// Its handler outlives the revoke: whatever it finishes is not
+			// marked (the partition may be another member's by then).
+			p.detached.Store(true)
+		}
+	}
+	if commit && len(ps) > 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.revokeTimeout)
+		defer cancel()
+		if err := c.cl.CommitMarkedOffsets(cctx); err != nil && c.report != nil {
+			c.report(&kgo.Record{Offset: -1}, OutcomeRevoked, fmt.Errorf("redisonce/kafka: commit on revoke: %w", err))
+		}
+	}
+}
+
+// partition handles one assigned partition's records in order.
+type partition struct {
+	c      *Consumer
+	tp     topicPartition
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{}
+
+	detached atomic.Bool // the revoke stopped waiting for it
+
+	mu     sync.Mutex
+	queue  []*kgo.Record
+	paused bool
+}
+
+func (p *partition) push(rs []*kgo.Record) {
+	p.mu.Lock()
+	p.queue = append(p.queue, rs...)
+	if !p.paused && len(p.queue) >= p.c.maxBuffered {
+		p.paused = true
+		p.c.cl.PauseFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *partition) next() *kgo.Record {
+	for {
+		p.mu.Lock()
+		if len(p.queue) > 0 {
+			r := p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			if p.paused && len(p.queue) < p.c.maxBuffered/2 {
+				p.paused = false
+				p.c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
+			}
+			p.mu.Unlock()
+			return r
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.wake:
+		case <-p.ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (p *partition) run() {
+	defer close(p.done)
+	defer func() {
+		p.mu.Lock()
+		if p.paused {
+			p.c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
+		}
+		p.mu.Unlock()
+	}()
+	for {
+		r := p.next()
+		if r == nil || !p.c.handle(p.ctx, r) || p.detached.Load() {
+			return
+		}
+		p.c.cl.MarkCommitRecords(r)
+	}
+}
+
+func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
+	if c.report != nil {
+		c.report(r, o, err)
+	}
+}
+
+// handle runs r's attempts until it is done (true: mark its offset) or ctx is
+// cancelled (false).
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
+	for attempt := 1; ; attempt++ {
+		var delay time.Duration
+		id, err := c.id(r)
+		if err == nil && id == "" {
+			err = errors.New("empty id")
+		}
+		fnRan, ran := false, false
+		var fnErr error
+		if err != nil {
+			// a record without a usable id fails like fn: the policy decides
+			fnRan, fnErr = true, fmt.Errorf("redisonce/kafka: record id: %w", err)
+			err = fnErr
+		} else {
+			ran, err = c.claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
+				fnRan = true
+				fnErr = c.fn(ctx, r)
+				return fnErr
+			})
+		}
+		switch {
+		case err == nil && ran:
+			c.say(r, OutcomeDone, nil)
+			return true
+		case err == nil:
+			c.say(r, OutcomeDuplicate, nil)
+			return true
+		case ctx.Err() != nil:
+			c.say(r, OutcomeRevoked, err)
+			return false
+		case errors.Is(err, store.ErrInFlight):
+			c.say(r, OutcomeInFlight, err)
+			delay = c.inFlightDelay(err)
+		case fnRan && fnErr != nil:
+			f := c.failure(r, fnErr, attempt)
+			if f.DeadLetter {
+				if c.deadLetter != nil {
+					if dlErr := c.deadLetter(ctx, r, fnErr); dlErr != nil {
+						c.say(r, OutcomeRetry, errors.Join(fnErr, fmt.Errorf("redisonce/kafka: dead letter: %w", dlErr)))
+						delay = DefaultFailure(r, dlErr, attempt).Delay
+						break
+					}
+				}
+				c.say(r, OutcomeDeadLetter, fnErr)
+				return true
+			}
+			c.say(r, OutcomeRetry, err)
+			delay = f.Delay
+		default:
+			// the store failed (Redis unreachable, a lost lease at commit)
+			c.say(r, OutcomeRetry, err)
+			delay = DefaultFailure(r, err, attempt).Delay
+		}
+		t := time.NewTimer(max(delay, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.say(r, OutcomeRevoked, ctx.Err())
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// inFlightDelay: the time left on the holder's lease, which the store's
+// error carries (measured on the server when the claim was refused), plus
+// 10 ms; the consumer's own lease when the error does not say
+// (store.RetryAfter false).
+func (c *Consumer) inFlightDelay(err error) time.Duration {
+	if d, ok := store.RetryAfter(err); ok {
+		return d + 10*time.Millisecond
+	}
+	return c.lease
+}

@@ -1,0 +1,264 @@
+package watermill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// DefaultLease is the lease of Middleware unless WithLease says otherwise.
+const DefaultLease = 30 * time.Second
+
+// ExpiringKeyRepository is a watermill middleware.ExpiringKeyRepository over a
+// claims store, so that watermill's own Deduplicator keeps its keys in Redis,
+// shared by every instance of the service:
+//
+//	d := &middleware.Deduplicator{Repository: watermill.NewExpiringKeyRepository(claims)}
+//
+// The window is the store's TTL (store.WithTTL): a key is remembered that
+// long after it was first seen. Without a TTL it is remembered forever.
+//
+// The Deduplicator marks a message as seen before the handler runs: a handler
+// that then fails, or a process that dies in it, loses the message, since its
+// redelivery is dropped as a duplicate. For effects, use Middleware.
+type ExpiringKeyRepository struct {
+	claims store.ClaimStore
+}
+
+var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
+
+// NewExpiringKeyRepository returns a repository over claims (store.Claims on
+// Redis, or store.MemoryClaims in a test).
+func NewExpiringKeyRepository(claims store.ClaimStore) *ExpiringKeyRepository {
+	return &ExpiringKeyRepository{claims: claims}
+}
+
+// IsDuplicate reports whether key was seen before (within the store's TTL),
+// and marks it seen: the first caller of a key gets false, every other true
+// (store.ClaimStore's Claim).
+func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
+	claimed, err := r.claims.Claim(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	return !claimed, nil
+}
+
+// Option configures Middleware.
+type Option func(*config)
+
+type config struct {
+	lease time.Duration
+	id    func(*message.Message) (string, error)
+	err   error
+}
+
+// WithLease sets the lease Claims.Do takes on a message id (default
+// DefaultLease, 30s): how long a message stays locked after its consumer
+// died before a redelivery runs it. A live handler keeps its lease however
+// long it runs. It must be > 0.
+func WithLease(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.err = fmt.Errorf("redisonce/watermill: WithLease(%v): %w: the lease must be > 0", d, store.ErrInvalidArgument)
+			return
+		}
+		c.lease = d
+	}
+}
+
+// WithMetadataID takes a message's id from its metadata field key instead of
+// its UUID: for producers that set a business id (an order number, an
+// idempotency key) there, or that publish a message again under a new UUID.
+// A message without the field fails with store.ErrInvalidArgument.
+func WithMetadataID(key string) Option {
+	return WithID(func(msg *message.Message) (string, error) {
+		id := msg.Metadata.Get(key)
+		if id == "" {
+			return "", fmt.Errorf("redisonce/watermill: message %s has no metadata %q: %w", msg.UUID, key, store.ErrInvalidArgument)
+		}
+		return id, nil
+	})
+}
+
+// WithID takes a message's id from f (default: the message's UUID).
+func WithID(f func(*message.Message) (string, error)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.err = fmt.Errorf("redisonce/watermill: WithID(nil): %w", store.ErrInvalidArgument)
+			return
+		}
+		c.id = f
+	}
+}
+
+// Middleware returns a router middleware that runs the handler once per
+// message id across every consumer, through claims.Do:
+//
+//   - first delivery: the handler runs under a lease that is kept alive while
+//     it runs; on success the id is committed and the message acked. When the
+//     handler returns messages, the router publishes them while the lease is
+//     still held, and the id is committed once the router acks the input: a
+//     failed publish nacks it, which releases the id, and the redelivery runs
+//     the handler and publishes again (at least once; a process that dies
+//     between the publish and the commit also runs it again);
+//   - the handler fails (or panics): the id is released and the handler's
+//     error returned, so the router nacks and the redelivery runs it again;
+//   - a duplicate of a processed message: the handler does not run, and the
+//     message is acked;
+//   - a duplicate while another consumer runs it: the handler does not run;
+//     the middleware waits for the holder's lease time left (RetryAfter of the
+//     in-flight error, at most the lease; the lease when the store does not
+//     say), then returns the in-flight error, so the router nacks it and the
+//     redelivery finds the outcome instead of spinning;
+//   - the handler succeeded but the commit failed (the id taken by another
+//     consumer after the lease ran out while the extensions failed,
+//     store.ErrLeaseLost; or the store unreachable): the message is acked,
+//     since the effect happened and a nack would run it again (the store's
+//     observer, store.WithObserver, reports the failed commit);
+//   - the id cannot be read, or the store fails: the error is returned and the
+//     message nacked.
+//
+// An invalid option makes every message fail with it.
+func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddleware {
+	c := config{lease: DefaultLease, id: func(msg *message.Message) (string, error) { return msg.UUID, nil }}
+	for _, o := range opts {
+		o(&c)
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if c.err != nil {
+				return nil, c.err
+			}
+			id, err := c.id(msg)
+			if err != nil {
+				return nil, err
+			}
+			ctx := msg.Context()
+			// Do runs in a goroutine of its own so that, when the handler
+			// returns messages, the middleware can hand them to the router
+			// while Do still holds the lease: the commit waits for the
+			// router's ack, which follows their publication.
+			handoff := make(chan []*message.Message, 1)
+			result := make(chan doResult, 1)
+			go func() {
+				var r doResult
+				defer func() {
+					if p := recover(); p != nil { // Do released the id; panic in the router's goroutine
+						r.panicked, r.panic = true, p
+					}
+					result <- r
+				}()
+				r.ran, r.err = claims.Do(ctx, id, c.lease, func(lctx context.Context) error {
+					// The handler sees the lease's context (cancelled if the
+					// lease is lost) and the Lease in it.
+					msg.SetContext(lctx)
+					out, herr := h(msg)
+					msg.SetContext(ctx)
+					if herr != nil {
+						return herr
+					}
+					r.handled = true
+					if len(out) == 0 {
+						return nil
+					}
+					handoff <- out
+					return awaitAck(lctx, msg)
+				})
+			}()
+			select {
+			case out := <-handoff:
+				return out, nil
+			case r := <-result:
+				if r.panicked {
+					panic(r.panic)
+				}
+				select {
+				case out := <-handoff:
+					// Handed over, then Do ended before the ack (the lease's
+					// context ended: the router closing, or the lease lost)
+					// and released the id: nack, so the redelivery runs it.
+					if r.err == nil {
+						return out, nil
+					}
+					return nil, r.err
+				default:
+				}
+				switch {
+				case r.err == nil:
+					return nil, nil
+				case r.handled:
+					// The effect happened; only the commit failed (the id
+					// taken by another consumer, or the store unreachable). A
+					// nack would run it again: ack it.
+					return nil, nil
+				case !r.ran && errors.Is(r.err, store.ErrInFlight):
+					wait(ctx, inFlightDelay(r.err, c.lease))
+					return nil, r.err
+				default:
+					return nil, r.err
+				}
+			}
+		}
+	}
+}
+
+// doResult is what the goroutine running Do reports.
+type doResult struct {
+	ran, handled bool // Do ran the handler; the handler returned nil
+	err          error
+	panicked     bool
+	panic        any
+}
+
+// errNacked is the handler's outcome when the router nacked the message
+// after the handler returned messages (their publication failed): the id is
+// released, and the redelivery runs the handler again.
+var errNacked = errors.New("redisonce/watermill: the router nacked the message (publishing its outputs failed)")
+
+// awaitAck waits for the router to ack msg (nil: commit) or nack it
+// (errNacked: release). An ack wins over the lease's context ending at the
+// same time (GoChannel cancels a message's context right after its ack).
+func awaitAck(lctx context.Context, msg *message.Message) error {
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return errNacked
+	case <-lctx.Done():
+		select {
+		case <-msg.Acked():
+			return nil
+		default:
+			return context.Cause(lctx)
+		}
+	}
+}
+
+// inFlightDelay is how long to hold an in-flight duplicate before nacking
+// it: the holder's lease time left when the store says (store.RetryAfter)
+// plus 10ms, so the redelivery lands after the lease ran
+// out rather than a hair before it; else the lease; never more than the
+// lease.
+func inFlightDelay(err error, lease time.Duration) time.Duration {
+	if left, ok := store.RetryAfter(err); ok && left+10*time.Millisecond < lease {
+		return left + 10*time.Millisecond
+	}
+	return lease
+}
+
+// wait sleeps for d or until ctx is done.
+func wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

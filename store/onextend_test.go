@@ -1,0 +1,12 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/redisonce/redisonce/store"
+	"github.com/redisonce/redisonce/store/storetest"
+)
+
+func TestMemoryRecordsOnExtend(t *testing.T) {
+	storetest.TestRecordsOnExtend(t, store.NewMemoryRecords())
+}
