@@ -6,8 +6,10 @@
 // run the scripts (SCRIPT LOAD + EVALSHA, or EVAL with Source). The Go stores in
 // package store wrap these scripts with rueidis.
 //
-// Every script takes exactly one key, KEYS[1] = prefix + id, built by the caller,
-// and documents its KEYS, ARGV, replies and errors in a header that a test keeps
+// Every script takes exactly one key, KEYS[1] = prefix + id, built by the caller
+// (the batch scripts claim_many and seen_many: 1..MaxBatchKeys keys of one hash
+// slot), and refuses any other count, or a key outside 1..MaxKeyLen bytes, with
+// BADARG before anything else. Each documents its KEYS, ARGV, replies and errors in a header that a test keeps
 // true. Errors are replies whose first word is one of BADARG, STALE_OWNER,
 // NOT_FOUND, FULL, MISMATCH, CORRUPT.
 package redisonce
@@ -24,6 +26,18 @@ import (
 	"strings"
 	"sync"
 )
+
+// MaxKeyLen is the longest key a script accepts, in bytes: a key is prefix +
+// id, a prefix at most 1024 bytes and an id 1..1024 (store.MaxIDLen), so every
+// key a Go store sends fits. Every script refuses an empty key or a longer one
+// with BADARG before anything else.
+const MaxKeyLen = 2048
+
+// MaxBatchKeys is the most keys a batch script (claim_many, seen_many) takes
+// in one call; it refuses 0 keys or more than MaxBatchKeys with BADARG before
+// anything else. The Go stores cut a bigger group into calls of at most this
+// many keys.
+const MaxBatchKeys = 500
 
 // FS holds scripts/*.lua and scripts/SHA1SUMS exactly as checked in.
 //
@@ -42,9 +56,12 @@ type Script struct {
 	// NumKeys is the number of keys the script takes: 1, or for a batch
 	// script (Batch) the fewest it takes.
 	NumKeys int
-	// Batch is true for a script that takes NumKeys or more keys, all in one
-	// hash slot (header "KEYS (n>=1)"), such as claim_many: callers group a
-	// batch by slot and send one call per group.
+	// MaxKeys is the most keys the script takes: 1, or for a batch script
+	// MaxBatchKeys.
+	MaxKeys int
+	// Batch is true for a script that takes NumKeys to MaxKeys keys, all in
+	// one hash slot (header "KEYS (n=1..500)"), such as claim_many: callers
+	// group a batch by slot and send one call per group.
 	Batch bool
 	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
 	// be run with EVALSHA_RO / FCALL_RO and on replicas.
@@ -180,16 +197,20 @@ func parseScript(name, src string) (Script, error) {
 	s.Doc = strings.TrimSpace(doc)
 	_, keys, ok := strings.Cut(s.Doc, "KEYS (n=")
 	if !ok {
-		if _, keys, ok = strings.Cut(s.Doc, "KEYS (n>="); !ok {
-			return s, fmt.Errorf("header has no \"KEYS (n=\" or \"KEYS (n>=\" line")
-		}
-		s.Batch = true
+		return s, fmt.Errorf("header has no \"KEYS (n=\" line")
 	}
 	n, _, _ := strings.Cut(keys, ")")
-	nk, err := strconv.Atoi(n)
+	lo, hi, batch := strings.Cut(n, "..")
+	nk, err := strconv.Atoi(lo)
 	if err != nil {
 		return s, fmt.Errorf("header KEYS (n=%s): %w", n, err)
 	}
-	s.NumKeys = nk
+	mk := nk
+	if batch {
+		if mk, err = strconv.Atoi(hi); err != nil || mk < nk {
+			return s, fmt.Errorf("header KEYS (n=%s): want n=LOW..HIGH", n)
+		}
+	}
+	s.NumKeys, s.MaxKeys, s.Batch = nk, mk, batch
 	return s, nil
 }

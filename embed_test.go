@@ -148,7 +148,7 @@ func TestHeadersMatchCode(t *testing.T) {
 				// fixed index, and its header says the keys share one slot and
 				// what a CROSSSLOT does.
 				if s.NumKeys != 1 || maxKey != 0 || !regexp.MustCompile(`#KEYS\b`).MatchString(code) {
-					t.Errorf("batch script: want KEYS (n>=1) read through #KEYS, got n>=%d and KEYS[%d]", s.NumKeys, maxKey)
+					t.Errorf("batch script: want KEYS (n=1..%d) read through #KEYS, got n=%d.. and KEYS[%d]", MaxBatchKeys, s.NumKeys, maxKey)
 				}
 				for _, word := range []string{"ONE hash slot", "CROSSSLOT", "[1..]"} {
 					if !strings.Contains(section(s.Doc, "KEYS")[0]+strings.Join(section(s.Doc, "KEYS"), "\n"), word) {
@@ -160,6 +160,26 @@ func TestHeadersMatchCode(t *testing.T) {
 				}
 			case maxKey != s.NumKeys || s.NumKeys != 1:
 				t.Errorf("header KEYS n=%d, code uses up to KEYS[%d]; every single-item script takes exactly one key", s.NumKeys, maxKey)
+			}
+			// The KEYS rule, like ARGV's: the header states the count
+			// (n=1, or n=1..MaxBatchKeys for a batch) and the code checks it,
+			// and every key's length, first, with the shared snippet; the
+			// Errors entry says so.
+			wantKeys, snippet := 1, "one_key"
+			if s.Batch {
+				wantKeys, snippet = MaxBatchKeys, "batch_keys"
+			}
+			if s.NumKeys != 1 || s.MaxKeys != wantKeys {
+				t.Errorf("header KEYS (n=%d..%d), want n=1..%d", s.NumKeys, s.MaxKeys, wantKeys)
+			}
+			if !strings.HasPrefix(strings.TrimLeft(code, "\n"), "-- <snippet:"+snippet+">\n") {
+				t.Errorf("the code does not start with the <snippet:%s> check of KEYS", snippet)
+			}
+			badarg := strings.Join(section(s.Doc, "Errors"), "\n")
+			for _, word := range []string{"KEYS", strconv.Itoa(MaxKeyLen) + " bytes", strconv.Itoa(wantKeys)} {
+				if !strings.Contains(badarg, word) {
+					t.Errorf("the Errors entry does not state the KEYS rule (%q)", word)
+				}
 			}
 
 			// ARGV: every used index is documented and every documented one is used.

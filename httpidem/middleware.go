@@ -75,26 +75,44 @@ const (
 // Idempotency-Key header, with rs keeping the responses (see the package
 // documentation for the behaviour and the defaults). Give it a store with a
 // prefix of its own (store.WithPrefix("http-idem:")): a record that other
-// code wrote under the same key is not a stored response, and is answered 500. It panics when an option
-// is invalid (a lease or key length <= 0, a key length over store.MaxIDLen),
-// as a programming error at start-up.
+// code wrote under the same key is not a stored response, and is answered 500.
+// A nil store or handler, or an invalid option (a nil one, a lease or key
+// length <= 0, a key length over store.MaxIDLen, a negative TTL or body
+// limit) does not panic: the middleware then answers every request 500 with
+// a problem saying what is wrong, and never runs the handler (fail closed).
 func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Handler {
-	cfg := newConfig(opts)
+	cfg, bad := newConfig(opts), ""
 	switch {
 	case rs == nil:
-		panic("httpidem: nil store")
+		bad = "httpidem: nil store"
+	case cfg.badOption != "":
+		bad = cfg.badOption
 	case cfg.lease <= 0:
-		panic(fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease))
+		bad = fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease)
 	case cfg.ttl < 0:
-		panic(fmt.Sprintf("httpidem: WithTTL(%v): negative", cfg.ttl))
+		bad = fmt.Sprintf("httpidem: WithTTL(%v): negative", cfg.ttl)
 	case cfg.maxKeyLen <= 0 || cfg.maxKeyLen > store.MaxIDLen:
-		panic(fmt.Sprintf("httpidem: WithMaxKeyLen(%d): want 1..%d", cfg.maxKeyLen, store.MaxIDLen))
+		bad = fmt.Sprintf("httpidem: WithMaxKeyLen(%d): want 1..%d", cfg.maxKeyLen, store.MaxIDLen)
 	case cfg.maxBody < 0:
-		panic(fmt.Sprintf("httpidem: WithMaxBody(%d): negative", cfg.maxBody))
+		bad = fmt.Sprintf("httpidem: WithMaxBody(%d): negative", cfg.maxBody)
 	}
 	return func(next http.Handler) http.Handler {
+		if bad == "" && next == nil {
+			bad = "httpidem: nil handler"
+		}
+		if bad != "" {
+			return misconfigured(bad)
+		}
 		return &handler{rs: rs, cfg: cfg, next: next}
 	}
+}
+
+// misconfigured answers every request 500 with detail: middleware built with
+// bad input, which must not run the handler unguarded.
+type misconfigured string
+
+func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, http.StatusInternalServerError, string(m), "", 0)
 }
 
 type handler struct {

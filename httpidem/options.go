@@ -3,6 +3,7 @@ package httpidem
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
@@ -27,6 +28,7 @@ const (
 type Option func(*config)
 
 type config struct {
+	badOption   string // the first nil option, for Middleware to refuse
 	methods     map[string]bool
 	require     bool
 	scope       func(*http.Request) string
@@ -48,7 +50,13 @@ func newConfig(opts []Option) *config {
 		maxBody:     DefaultMaxBody,
 		log:         slog.Default(),
 	}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			if c.badOption == "" {
+				c.badOption = fmt.Sprintf("httpidem: option %d is nil", i)
+			}
+			continue
+		}
 		o(c)
 	}
 	return c

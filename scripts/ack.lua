@@ -12,7 +12,9 @@
             creates the hash. An ack carries no epoch: message ids minted at random
             never repeat across incarnations; a caller who reuses its own ids after
             DropConn must not let an old owner's acks reach the new incarnation
-  Errors    BADARG <what>        before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>        before any write; nothing written (also
                              for a count of ARGV other than the header's)
             STALE_OWNER <what>   generation below the stored floor _gen; nothing written
             CORRUPT <what>       the key is not a well-formed outbox hash (another type,
@@ -27,6 +29,13 @@
             tails when maxmemory is reached under noeviction
   Complexity O(number of ids)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 local key = KEYS[1]
 local gen = ARGV[1]
 

@@ -7,9 +7,11 @@
                               layout"); a layout-0 HASH is read too
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
+                      (1..15 digits, no sign: "-1" is BADARG)
     [2] token         the caller's owner token, 1..256 bytes
     [3] fingerprint   the request's fingerprint, 0..256 bytes ('' = none)
     [4] lease_ms      decimal integer ms the caller's lease lasts, 0 = no lease
+                      (1..15 digits, no sign: "-1" is BADARG)
   Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
              lease_ms, fence, fp, token}: 10 elements, acquired and the four
             times integers (ms since the epoch from TIME, 0 = none), the rest
@@ -22,7 +24,9 @@
             acquired 0: the existing record, unchanged; token is '' (an owner's
                token is never shown to a non-owner). A pending record with
                lease_ms 0 has no lease and is never taken over
-  Errors    BADARG <what>     before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>     before any write; nothing written (also
                              for a count of ARGV other than the header's)
             MISMATCH <what>   the caller's and the record's fingerprints are both
                               non-empty and differ; nothing written
@@ -45,6 +49,13 @@
             one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 4 then
   return redis.error_reply('BADARG want 4 arguments: ttl_ms, token, fingerprint, lease_ms')
 end

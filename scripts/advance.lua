@@ -7,6 +7,7 @@
                      zeros), the new owner's generation
     [2] ttl_ms       decimal integer ms the hash lives after a raise; 0 = leave the
                      expiry as it is (a new hash then never expires)
+                     (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the floor was raised to generation (and the TTL re-armed); on a
               connection that does not exist, a new incarnation is created with
               no messages (_seq "0", _gen generation, _epoch now, _rid the
@@ -14,7 +15,9 @@
               holds for the appends and acks that follow, until drop.lua or expiry
             0 generation is not above the floor (0 on an absent connection:
               nothing is created)
-  Errors    BADARG <what>    before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key is not a well-formed outbox hash (another type,
                              or _seq, _gen, _epoch missing or not canonical
@@ -27,6 +30,13 @@
   Atomicity every check precedes the first write
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 local key = KEYS[1]
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: generation, ttl_ms')

@@ -7,7 +7,9 @@
     [2] payload       any bytes, at most 4194304 (4 MiB)
     [3] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
+                      (1..15 digits, no sign: "-1" is BADARG)
     [4] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+                      (1..15 digits, no sign: "-1" is BADARG)
   Returns   {seq, epoch, created} (three integers, all exact: below 2^53)
               seq      the message's sequence number: 1, 2, 3... per incarnation
               epoch    server time in microseconds when this incarnation of the
@@ -21,7 +23,9 @@
               created  1 appended now; 0 msg_id was already in the tail and its
                        existing seq is returned (an idempotent retry; the stored
                        payload is kept)
-  Errors    BADARG <what>    before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             FULL <what>      a new msg_id while the tail holds max_unacked, or while
                              _seq is at 2^53-1 (the last exact integer), or a new
@@ -40,6 +44,13 @@
             protects, or a seq could be handed out under the old epoch
   Complexity O(1) (plus the payload's size, and one INFO replication)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
 if #ARGV ~= 4 then

@@ -5,7 +5,9 @@
   ARGV (n>=3)
     [1] ttl_ms        decimal integer ms the hash lives after this append; 0 = leave
                       the expiry as it is (a new hash then never expires)
+                      (1..15 digits, no sign: "-1" is BADARG)
     [2] max_unacked   decimal integer, the most messages the tail may hold; 0 = unbounded
+                      (1..15 digits, no sign: "-1" is BADARG)
     [3..] pairs       msg_id, payload, ... : 1..1000 pairs; msg_id 1..256 bytes, not
                       starting with "_"; payload any bytes, at most 4194304 (4 MiB)
   Returns   {epoch, seq1, created1, seq2, created2, ...} (integers): per message,
@@ -22,7 +24,9 @@
               created  1 appended now; 0 msg_id was already in the tail, or given
                        earlier in this call (first wins), and its seq is returned
                        (the stored payload is kept)
-  Errors    BADARG <what>    before any write; nothing written
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written
             FULL <what>      the new messages do not all fit under max_unacked, or
                              _seq would pass 2^53-1 (the last exact integer), or
                              a new epoch would; nothing written (all or nothing)
@@ -43,6 +47,13 @@
             seqs it protects (as append.lua)
   Complexity O(number of messages) (plus the payloads' size, and one INFO replication)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 local key = KEYS[1]
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
 if #ARGV < 3 or #ARGV % 2 == 1 or #ARGV > 2002 then

@@ -4,6 +4,7 @@
     [1] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight, leased)
   ARGV (n=2)
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+                 (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the id processed, or "~<token>" to lease it
   Returns   1  created (the caller won)
             0  exists and is processed (any value not starting with "~", so keys
@@ -12,7 +13,9 @@
                lease (PTTL; 1 when less is left, or the "~" value has no
                expiry), so any negative reply means in flight and -reply is
                when a redelivery is worth trying
-  Errors    BADARG <what>    before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] value NX GET [PX ttl_ms] (only when the key is absent;
@@ -21,6 +24,13 @@
             another type, fails and writes nothing: then CORRUPT)
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')
 end

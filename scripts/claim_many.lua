@@ -1,6 +1,6 @@
 #!lua
 --[[ claim_many.lua — claim many message ids of one hash slot in one call: claim.lua for each, in order.
-  KEYS (n>=1)
+  KEYS (n=1..500)
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (ids sharing a {hash tag}
                                on a cluster; any keys on a standalone or Sentinel
@@ -8,6 +8,7 @@
                                CROSSSLOT before the script runs: nothing written
   ARGV (n=2)
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
+                 (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the ids processed, or "~<token>" to lease them
   Returns   an array with one integer per key, in KEYS order, as claim.lua:
             1 created; 0 exists and is processed (any value not starting with
@@ -15,16 +16,31 @@
             occurrence may create it, the later ones then see it (first wins).
             A key of another type gets a CORRUPT element instead, is left as
             it is, and the other keys are claimed (as single calls would)
-  Errors    BADARG <what>    before any write; nothing written (also for a
+  Errors    BADARG <what>    KEYS is not 1..500 keys, each of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also for a
                              count of ARGV other than the header's)
             CORRUPT <what>   an element, not the reply: that key only
   Writes    SET key value NX GET [PX ttl_ms] for every key (only when absent; GET
             reports the value found)
   Atomicity the whole batch is one script call: every check precedes the first
             SET, and no other command runs between the SETs (a group is atomic;
-            the Go store sends at most 500 keys per call)
+            a call takes at most 500 keys, the script's limit; the Go store cuts
+            a bigger group into calls of 500)
   Complexity O(number of keys)
 ]]
+-- <snippet:batch_keys>
+-- 1..500 keys, each of 1..2048 bytes (a prefix of at most 1024 bytes and an
+-- id of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS == 0 or #KEYS > 500 then
+  return redis.error_reply('BADARG want 1..500 keys (KEYS), each of 1..2048 bytes')
+end
+for i = 1, #KEYS do
+  if #KEYS[i] == 0 or #KEYS[i] > 2048 then
+    return redis.error_reply('BADARG want 1..500 keys (KEYS), each of 1..2048 bytes')
+  end
+end
+-- </snippet>
 -- (One count instead of a type() call per argument: ARGV holds only strings.)
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: ttl_ms, value')

@@ -5,13 +5,18 @@
   ARGV (n=2)
     [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
     [2] ttl_ms   decimal integer ms the processed mark lives, 0 = no expiry
+                 (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the value was "~<token>" and is now "1" with the new expiry
             2 the key was absent (the lease expired and nobody took the id):
               "1" is written with the new expiry (SET NX)
             0 the key already holds "1": processed, by another consumer or by
               an earlier attempt of this very commit (nothing changed)
-            -1 the key holds another consumer's lease (nothing changed)
-  Errors    BADARG <what>    before any write; nothing written (also
+            -1 the key holds any other value: another consumer's lease
+               "~<other>", or a value other than "1" written by something
+               else (which claim.lua counts as processed); nothing changed
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] "1" [PX ttl_ms] (own lease, or NX on an absent key)
@@ -21,6 +26,13 @@
             "~<token>" to "1" (or writes one short key where the lease expired)
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, ttl_ms')
 end

@@ -5,10 +5,15 @@
   ARGV (n=2)
     [1] token      the lease token the caller claimed with (without "~"), 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now, >= 1
+                   (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the value is "~<token>": its expiry is now lease_ms from now
+              (the lease is the key's expiry: once it ran out the key is
+              gone and the answer is 0, even if nobody claimed the id since)
             0 the key is absent or holds another value (the lease was lost;
               nothing changed)
-  Errors    BADARG <what>    before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    PEXPIRE KEYS[1] lease_ms (only when the caller holds the lease)
@@ -17,6 +22,13 @@
             owner keeps its lease when maxmemory is reached under noeviction
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end

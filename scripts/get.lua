@@ -8,12 +8,21 @@
              fence, fp, token}: the four times integers (ms since the epoch,
             0 = none), the rest strings (fence a decimal uint64), token always '';
             or nil when the key is absent (never created, deleted, or expired)
-  Errors    BADARG <what>    an argument was given; nothing done
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    an argument was given; nothing done
             CORRUPT <what>   the key holds something other than a record
   Writes    nothing
   Atomicity one GET (and an HMGET for a layout-0 hash) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 0 then
   return redis.error_reply('BADARG want no arguments')
 end

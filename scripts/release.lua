@@ -6,7 +6,9 @@
     [1] token    the lease token the caller claimed with (without "~"), 1..256 bytes
   Returns   1 the value was "~<token>" and the key is deleted
             0 the key is absent or held by another value (nothing changed)
-  Errors    BADARG <what>    before any write; nothing written (also
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written (also
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    DEL KEYS[1] (only when the caller holds the lease)
@@ -15,6 +17,13 @@
             maxmemory is reached under noeviction
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 1 then
   return redis.error_reply('BADARG want 1 argument: token')
 end

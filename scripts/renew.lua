@@ -6,12 +6,19 @@
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
+                   (1..15 digits, no sign: "-1" is BADARG)
   Returns   1 the record is pending and owned by token: lease_ms is now
-              lease_ms from now, and the key lives at least until then
+              lease_ms from now, and the key lives at least until then. Also
+              when the lease had already passed, as long as no acquire.lua
+              took the record over: the lease is a field, not the key's
+              expiry (unlike extend.lua's: extend answers 0 once its lease
+              ran out)
             0 the key is absent (deleted or expired; nothing created)
             -1 the record has another owner, or is no longer pending
               (nothing changed)
-  Errors    BADARG <what>    before any write; nothing written
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    before any write; nothing written
             CORRUPT <what>   the key is not a well-formed record (as
                              acquire.lua defines it); nothing written
   Writes    SETRANGE of the 8 bytes of lease_ms in place (only when the
@@ -34,6 +41,13 @@
             already has (expires_ms is not 0)
   Complexity O(1)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 if #ARGV ~= 2 then
   return redis.error_reply('BADARG want 2 arguments: token, lease_ms')
 end

@@ -13,7 +13,9 @@
             are passed through unchecked: a reader must reject a value that is
             not "<seq>:<payload>" and an id starting with "_" (the Go store
             does: ErrUnexpectedReply)
-  Errors    BADARG <what>    an argument was given
+  Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
+                             checked first, before ARGV; nothing read or written
+            BADARG <what>    an argument was given
             CORRUPT <what>   the key is not a well-formed outbox hash (another type,
                              or _seq, _gen, _epoch missing or not canonical
                              decimals, as append.lua defines)
@@ -21,6 +23,13 @@
   Atomicity one HGETALL
   Complexity O(messages in the tail)
 ]]
+-- <snippet:one_key>
+-- Exactly one key of 1..2048 bytes (a prefix of at most 1024 bytes and an id
+-- of 1..1024, as the Go stores check), refused before anything else is read.
+if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
+  return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
+end
+-- </snippet>
 -- The reply is HGETALL's own table, rearranged in place: a tail of 1000
 -- messages costs about 1.02-1.05x a bare `return redis.call('HGETALL',
 -- KEYS[1])` in server time (a new table, a C call or a pattern check per

@@ -197,8 +197,11 @@ var redisCLICases = map[string][]cliCase{
 				if r.Fingerprint != "fp1" || r.LeaseUntil.IsZero() || r.ExpiresAt.IsZero() {
 					t.Errorf("Records.Get: fingerprint %q, lease %v, expires %v; want fp1 with a lease and an expiry", r.Fingerprint, r.LeaseUntil, r.ExpiresAt)
 				}
-				if _, _, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute}, nil); !errors.Is(err, store.ErrInFlight) {
-					t.Errorf("Records.Do while redis-cli's lease runs: %v, want ErrInFlight", err)
+				// (fn must not run; a nil fn is ErrInvalidArgument since issue 21)
+				ran := false
+				fn := func(context.Context) ([]byte, error) { ran = true; return nil, nil }
+				if _, _, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute}, fn); !errors.Is(err, store.ErrInFlight) || ran {
+					t.Errorf("Records.Do while redis-cli's lease runs: %v, fn ran %v; want ErrInFlight, fn not run", err, ran)
 				}
 			}},
 		{name: "completed by Go", seed: goDo("receipt-1"), argv: []string{"0", "tok2", "", "0"},

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -101,8 +102,14 @@ func newLeaseValue() string {
 // ErrInFlight while another consumer holds the message (nack it so it is
 // redelivered later: store.RetryAfter(err) says when its holder's lease can
 // have ended), and h's error when h fails (the claim is released so the
-// redelivery retries).
+// redelivery retries). A nil s, id or h gives a handler that returns
+// ErrInvalidArgument.
 func Wrap[M any](s ClaimStore, lease time.Duration, id func(M) string, h func(context.Context, M) error) func(context.Context, M) error {
+	if s == nil || id == nil || h == nil {
+		return func(context.Context, M) error {
+			return fmt.Errorf("redisonce: wrap: %w: a nil store, id func or handler", ErrInvalidArgument)
+		}
+	}
 	return func(ctx context.Context, msg M) error {
 		_, err := s.Do(ctx, id(msg), lease, func(ctx context.Context) error { return h(ctx, msg) })
 		return err

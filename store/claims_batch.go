@@ -80,6 +80,12 @@ func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 // occurrence's result, or as failed when its first occurrence's group failed.
 func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
 	read func(int64) (result, valid bool), t *tally, copyRepeats bool, repeat func(first bool) Outcome) ([]bool, error) {
+	if len(ids) == 0 {
+		// An empty batch sends nothing, but bad input is still refused.
+		if err := s.checkBatch(ctx, op); err != nil {
+			return nil, err
+		}
+	}
 	for _, id := range ids {
 		if err := s.check(ctx, op, id); err != nil {
 			return nil, err

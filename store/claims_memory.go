@@ -91,6 +91,12 @@ func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, err
 		tally = newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
 		defer func() { tally.report(ctx, &s.ev, "claim_many", "", "", len(ids)) }()
 	}
+	if len(ids) == 0 {
+		if err := s.checkBatch(ctx, "claim"); err != nil {
+			tally.fail(err)
+			return nil, err
+		}
+	}
 	for _, id := range ids {
 		if err := s.check(ctx, "claim", id); err != nil {
 			tally.fail(err)
@@ -130,6 +136,12 @@ func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, erro
 	if s.ev.obs != nil {
 		tally = newTally(OutcomeSeen, OutcomeNotSeen)
 		defer func() { tally.report(ctx, &s.ev, "seen_many", "", "", len(ids)) }()
+	}
+	if len(ids) == 0 {
+		if err := s.checkBatch(ctx, "seen"); err != nil {
+			tally.fail(err)
+			return nil, err
+		}
 	}
 	for _, id := range ids {
 		if err := s.check(ctx, "seen", id); err != nil {
@@ -193,6 +205,9 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 	if err := s.check(ctx, "do", id); err != nil {
 		return false, outcome(err, OutcomeError), err
 	}
+	if fn == nil {
+		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+	}
 	if lease <= 0 {
 		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
@@ -250,6 +265,14 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 
 // Close does nothing; it is there to satisfy ClaimStore.
 func (s *MemoryClaims) Close() error { return nil }
+
+// checkBatch validates the options and the context of an empty batch.
+func (s *MemoryClaims) checkBatch(ctx context.Context, op string) error {
+	if s.err != nil {
+		return s.err
+	}
+	return checkCtx(ctx, op, "")
+}
 
 func (s *MemoryClaims) check(ctx context.Context, op, id string) error {
 	if s.err != nil {

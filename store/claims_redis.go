@@ -189,6 +189,9 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	if err := s.check(ctx, "do", id); err != nil {
 		return false, outcome(err, OutcomeError), err
 	}
+	if fn == nil {
+		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+	}
 	if lease <= 0 {
 		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,9 @@ import (
 //	// ... adjust opt ...
 //	c, err := rueidis.NewClient(opt)
 func ClientOptions(rawURL string) (rueidis.ClientOption, error) {
+	if err := checkUserinfo(rawURL); err != nil {
+		return rueidis.ClientOption{}, err
+	}
 	opt, err := rueidis.ParseURL(rawURL)
 	if err != nil {
 		return rueidis.ClientOption{}, openError(rawURL, err)
@@ -60,47 +64,93 @@ func ClientOptions(rawURL string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// openError is err from opening rawURL, for an error message: the URL without
-// its password ((*url.URL).Redacted), and err's text with the password cut out
+// RedactURL returns rawURL for a message or a log: its password, if it has
+// one, replaced by "xxxxx". It does not rely on the URL parsing: the userinfo
+// is the text between "://" (without one: the start) and the LAST "@", as its
+// writer means it (a password may hold "/", "?", "#", "@" or a bad "%"
+// escape; a host never holds "@"), and the password is what follows the
+// userinfo's first ":". Every error of OpenClaims, OpenOutbox, OpenRecords and
+// ClientOptions shows the URL this way.
+func RedactURL(rawURL string) string {
+	head, user, _, tail, ok := splitUserinfo(rawURL)
+	switch {
+	case !ok:
+		return rawURL
+	case head == "":
+		return "xxxxx@" + tail
+	}
+	return head + user + ":xxxxx@" + tail
+}
+
+// splitUserinfo cuts rawURL around its password (see RedactURL): head is up
+// to the userinfo ("redis://"), user the user name, pw the password as
+// written (still %-escaped) and tail what follows the last "@". ok is false
+// when there is no password.
+func splitUserinfo(rawURL string) (head, user, pw, tail string, ok bool) {
+	i := strings.Index(rawURL, "://")
+	at := strings.LastIndex(rawURL, "@")
+	if i < 0 {
+		// No scheme: everything before the last "@" may be a secret.
+		if at < 0 {
+			return "", "", "", "", false
+		}
+		return "", "", rawURL[:at], rawURL[at+1:], true
+	}
+	start := i + len("://")
+	if at < start {
+		return "", "", "", "", false
+	}
+	user, pw, ok = strings.Cut(rawURL[start:at], ":")
+	if !ok {
+		return "", "", "", "", false
+	}
+	return rawURL[:start], user, pw, rawURL[at+1:], true
+}
+
+// checkUserinfo refuses a URL whose user or password url.Parse (and so
+// rueidis.ParseURL) would not read as written: an unescaped "/", "?" or "#"
+// in the password ends the URL's authority there, so the password's first
+// part would be taken for the host and dialed (and shown in a dial error),
+// and a bad "%" escape fails to parse.
+func checkUserinfo(rawURL string) error {
+	_, user, pw, _, ok := splitUserinfo(rawURL)
+	if !ok {
+		return nil
+	}
+	u, err := url.Parse(rawURL)
+	wantUser, uerr := url.PathUnescape(user)
+	wantPW, perr := url.PathUnescape(pw)
+	if err == nil && uerr == nil && perr == nil && u.User != nil {
+		if got, _ := u.User.Password(); got == wantPW && u.User.Username() == wantUser {
+			return nil
+		}
+	}
+	return fmt.Errorf("redisonce: open %q: %w: the URL's user or password holds an unescaped \"/\", \"?\" or \"#\", "+
+		"or a bad %%-escape; %%-escape them (/ %%2F, ? %%3F, # %%23, %% %%25, @ %%40, : %%3A)", RedactURL(rawURL), ErrInvalidArgument)
+}
+
+// openError is err from opening rawURL, for an error message: the URL
+// without its password (RedactURL), and err's text with the password cut out
 // too (url.Parse quotes the whole URL). When the password had to be cut from
 // err's text, the result wraps ErrInvalidArgument instead of err, so no
 // errors.Unwrap reaches the password either.
 func openError(rawURL string, err error) error {
-	shown, secret := redactURL(rawURL)
-	if secret == "" || !strings.Contains(err.Error(), secret) {
+	shown := strconv.Quote(RedactURL(rawURL))
+	text := err.Error()
+	if _, _, pw, _, ok := splitUserinfo(rawURL); ok && pw != "" {
+		secrets := []string{pw}
+		if dec, derr := url.PathUnescape(pw); derr == nil && dec != pw {
+			secrets = append(secrets, dec)
+		}
+		for _, secret := range secrets {
+			text = strings.ReplaceAll(text, secret, "xxxxx")
+		}
+	}
+	if text == err.Error() {
 		return fmt.Errorf("redisonce: open %s: %w", shown, err)
 	}
-	text := strings.ReplaceAll(err.Error(), secret, "xxxxx")
 	if errors.Is(err, ErrInvalidArgument) {
 		return fmt.Errorf("redisonce: open %s: %s", shown, text)
 	}
 	return fmt.Errorf("redisonce: open %s: %w: %s", shown, ErrInvalidArgument, text)
-}
-
-// redactURL returns rawURL quoted with its password replaced by "xxxxx", and
-// the password ("" when there is none). A URL that does not parse has the
-// text between "://" and the last "@" before the path treated as userinfo.
-func redactURL(rawURL string) (shown, secret string) {
-	if u, err := url.Parse(rawURL); err == nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			return fmt.Sprintf("%q", u.Redacted()), pw
-		}
-		return fmt.Sprintf("%q", rawURL), ""
-	}
-	_, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return fmt.Sprintf("%q", rawURL), ""
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return fmt.Sprintf("%q", rawURL), ""
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || pw == "" {
-		return fmt.Sprintf("%q", rawURL), ""
-	}
-	return fmt.Sprintf("%q", strings.Replace(rawURL, ":"+pw+"@", ":xxxxx@", 1)), pw
 }

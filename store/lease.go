@@ -34,6 +34,9 @@ type leaseKey struct{}
 // LeaseFromContext returns the lease of the Do whose fn received ctx (or a
 // context derived from it), and false outside such a fn.
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
+	if ctx == nil {
+		return Lease{}, false
+	}
 	l, ok := ctx.Value(leaseKey{}).(Lease)
 	return l, ok
 }

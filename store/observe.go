@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -76,6 +78,68 @@ type Event struct {
 	Err error
 }
 
+// ErrorText is Err's text for an observer ("" when Err is nil). With withKey
+// it is Err.Error(). Without, it holds no key: every store error quotes its
+// id (`redisonce: ack "c1": stale owner`), and ErrorText cuts each quoted id
+// that follows "redisonce: <op>" (`redisonce: ack: stale owner`); when what
+// is left still holds Key (an error of fn that names it, say), it is only
+// `redisonce: <op>: <kind>`, kind the store sentinel Err wraps ("stale
+// owner", "context canceled"...) or "error" (so a key of a letter or two,
+// found in most texts, leaves only the kind). An observer that promises no
+// keys (SlogObserver, the OpenTelemetry adapter without their key options)
+// records ErrorText(false), never Err.Error().
+func (e Event) ErrorText(withKey bool) string {
+	if e.Err == nil {
+		return ""
+	}
+	text := e.Err.Error()
+	if withKey {
+		return text
+	}
+	text = cutQuotedIDs(text)
+	if e.Key != "" && (strings.Contains(text, e.Key) || strings.Contains(text, strconv.Quote(e.Key)[1:len(strconv.Quote(e.Key))-1])) {
+		return "redisonce: " + e.Op + ": " + errorKind(e.Err) + " (its text is not shown: it holds the key)"
+	}
+	return text
+}
+
+// cutQuotedIDs removes the quoted id after every "redisonce: <op> " in text.
+func cutQuotedIDs(text string) string {
+	const mark = "redisonce: "
+	var b strings.Builder
+	for {
+		i := strings.Index(text, mark)
+		if i < 0 {
+			b.WriteString(text)
+			return b.String()
+		}
+		b.WriteString(text[:i+len(mark)])
+		text = text[i+len(mark):]
+		op, rest, ok := strings.Cut(text, " ")
+		if !ok || strings.ContainsAny(op, "\":") {
+			continue
+		}
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			continue
+		}
+		b.WriteString(op)
+		text = rest[len(q):]
+	}
+}
+
+// errorKind names the store sentinel or context error err wraps, else "error".
+func errorKind(err error) string {
+	for _, k := range []error{ErrInvalidArgument, ErrStaleOwner, ErrInFlight, ErrLeaseLost, ErrOutboxFull,
+		ErrFingerprintMismatch, ErrNotFound, ErrUnexpectedReply, ErrNotReplicated, ErrFailed,
+		context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	return "error"
+}
+
 // Outcome is how an operation ended, in a store's words. Its values are
 // stable: alert and dashboard on them.
 type Outcome string
@@ -141,15 +205,37 @@ const (
 
 // SlogObserver logs every event to l: Debug for routine outcomes, Warn for
 // the ones worth a look (stale_owner, lease_lost, taken_over, mismatch, full,
-// invalid), Error for error. Attributes: store, op, script, key, n, outcome,
-// duration, err.
-func SlogObserver(l *slog.Logger) Observer {
-	return slogObserver{l}
+// invalid), Error for error. Attributes: store, op, script, n, outcome,
+// duration, err (Event.ErrorText: without the key), and key only with
+// SlogWithKey (keys can carry user data).
+func SlogObserver(l *slog.Logger, opts ...SlogOption) Observer {
+	o := slogObserver{l: l}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
 }
 
-type slogObserver struct{ l *slog.Logger }
+// SlogOption configures SlogObserver.
+type SlogOption func(*slogObserver)
+
+// SlogWithKey makes SlogObserver log the key attribute, and error texts as
+// they are, quoting the key. Default: neither.
+func SlogWithKey() SlogOption {
+	return func(o *slogObserver) { o.withKey = true }
+}
+
+type slogObserver struct {
+	l       *slog.Logger
+	withKey bool
+}
 
 func (o slogObserver) Observe(ctx context.Context, e Event) {
+	if o.l == nil {
+		return
+	}
 	level := slog.LevelDebug
 	switch e.Outcome {
 	case OutcomeStaleOwner, OutcomeLeaseLost, OutcomeTakenOver, OutcomeMismatch, OutcomeFull, OutcomeInvalid:
@@ -169,14 +255,14 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Script != "" {
 		attrs = append(attrs, slog.String("script", e.Script))
 	}
-	if e.Key != "" {
+	if o.withKey && e.Key != "" {
 		attrs = append(attrs, slog.String("key", e.Key))
 	}
 	if e.N != 1 {
 		attrs = append(attrs, slog.Int("n", e.N))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("err", e.Err.Error()))
+		attrs = append(attrs, slog.String("err", e.ErrorText(o.withKey)))
 	}
 	o.l.LogAttrs(ctx, level, "redisonce "+e.Store+" "+e.Op, attrs...)
 }
@@ -197,6 +283,9 @@ func newEvents(store string, c config) events {
 // first, and only then read the clock, so that a store without an observer
 // builds nothing.
 func (ev *events) report(ctx context.Context, op, script, key string, n int, out Outcome, start time.Time, err error) {
+	if ctx == nil {
+		ctx = context.Background() // a call refused for its nil context is reported too
+	}
 	ev.obs.Observe(ctx, Event{
 		Store: ev.store, Op: op, Script: script, Prefix: ev.prefix, Key: key, N: n,
 		Outcome: out, Start: start, Duration: time.Since(start), Err: err,

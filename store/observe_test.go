@@ -14,16 +14,25 @@ import (
 )
 
 func TestSlogObserver(t *testing.T) {
-	boom := errors.New(`redisonce: claim "a": connection refused`)
+	boom := errors.New(`redisonce: claim "order-9": connection refused`)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name  string
 		level slog.Level // the handler's minimum level
+		opts  []store.SlogOption
 		e     store.Event
 		want  map[string]any // nil: nothing logged
 	}{{
 		name:  "routine outcome at debug",
 		level: slog.LevelDebug,
+		e: store.Event{Store: "claims", Op: "claim", Script: "claim", Prefix: "once:", Key: "order-1",
+			N: 1, Outcome: store.OutcomeDuplicate, Start: t0, Duration: 1500 * time.Microsecond},
+		want: map[string]any{"level": "DEBUG", "msg": "redisonce claims claim", "store": "claims",
+			"op": "claim", "script": "claim", "outcome": "duplicate", "duration": 1.5e6},
+	}, {
+		name:  "the key only with SlogWithKey",
+		level: slog.LevelDebug,
+		opts:  []store.SlogOption{store.SlogWithKey()},
 		e: store.Event{Store: "claims", Op: "claim", Script: "claim", Prefix: "once:", Key: "order-1",
 			N: 1, Outcome: store.OutcomeDuplicate, Start: t0, Duration: 1500 * time.Microsecond},
 		want: map[string]any{"level": "DEBUG", "msg": "redisonce claims claim", "store": "claims",
@@ -38,14 +47,14 @@ func TestSlogObserver(t *testing.T) {
 		e: store.Event{Store: "outbox", Op: "ack_many", Script: "ack", Key: "conn-1", N: 3,
 			Outcome: store.OutcomeStaleOwner, Duration: time.Millisecond, Err: store.ErrStaleOwner},
 		want: map[string]any{"level": "WARN", "msg": "redisonce outbox ack_many", "store": "outbox",
-			"op": "ack_many", "script": "ack", "key": "conn-1", "n": 3.0, "outcome": "stale_owner",
+			"op": "ack_many", "script": "ack", "n": 3.0, "outcome": "stale_owner",
 			"duration": 1e6, "err": store.ErrStaleOwner.Error()},
 	}, {
 		name:  "batch without key, memory twin without script",
 		level: slog.LevelWarn,
 		e:     store.Event{Store: "outbox", Op: "append", Key: "c", N: 1, Outcome: store.OutcomeFull, Err: store.ErrOutboxFull},
 		want: map[string]any{"level": "WARN", "msg": "redisonce outbox append", "store": "outbox",
-			"op": "append", "key": "c", "outcome": "full", "duration": 0.0, "err": store.ErrOutboxFull.Error()},
+			"op": "append", "outcome": "full", "duration": 0.0, "err": store.ErrOutboxFull.Error()},
 	}, {
 		name:  "taken over, lease lost, mismatch, invalid are warnings",
 		level: slog.LevelWarn,
@@ -55,9 +64,16 @@ func TestSlogObserver(t *testing.T) {
 	}, {
 		name:  "error is an error",
 		level: slog.LevelError,
-		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "a", N: 1, Outcome: store.OutcomeError, Err: boom},
+		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.OutcomeError, Err: boom},
 		want: map[string]any{"level": "ERROR", "msg": "redisonce claims claim", "store": "claims",
-			"op": "claim", "script": "claim", "key": "a", "outcome": "error", "duration": 0.0, "err": boom.Error()},
+			"op": "claim", "script": "claim", "outcome": "error", "duration": 0.0, "err": "redisonce: claim: connection refused"},
+	}, {
+		name:  "an error quoting the key as it is only with SlogWithKey",
+		level: slog.LevelError,
+		opts:  []store.SlogOption{store.SlogWithKey()},
+		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.OutcomeError, Err: boom},
+		want: map[string]any{"level": "ERROR", "msg": "redisonce claims claim", "store": "claims",
+			"op": "claim", "script": "claim", "key": "order-9", "outcome": "error", "duration": 0.0, "err": boom.Error()},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,7 +87,7 @@ func TestSlogObserver(t *testing.T) {
 					return a
 				},
 			})
-			store.SlogObserver(slog.New(h)).Observe(context.Background(), tt.e)
+			store.SlogObserver(slog.New(h), tt.opts...).Observe(context.Background(), tt.e)
 			if tt.want == nil {
 				if buf.Len() != 0 {
 					t.Fatalf("logged %s, want nothing", buf.Bytes())

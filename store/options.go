@@ -24,7 +24,10 @@ type config struct {
 
 // WithPrefix sets the key prefix; a key is prefix + id, built in Go, so the
 // prefix may hold a hash tag like "{app}:". Defaults: Claims "bq:idemp:",
-// Outbox "gateway:outbox:", Records "idempotency:".
+// Outbox "gateway:outbox:", Records "idempotency:". At most MaxPrefixLen
+// bytes (so that every key fits the scripts' redisonce.MaxKeyLen); a longer
+// one is invalid: Open* fails with ErrInvalidArgument, and a store made with
+// New* returns that error from every call.
 func WithPrefix(p string) Option {
 	return func(c *config) { c.prefix = p }
 }
@@ -107,8 +110,17 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 
 func newConfig(defaultPrefix string, opts []Option) config {
 	c := config{prefix: defaultPrefix, now: time.Now}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			if c.err == nil {
+				c.err = fmt.Errorf("redisonce: option %d: %w: a nil Option", i, ErrInvalidArgument)
+			}
+			continue
+		}
 		o(&c)
+	}
+	if len(c.prefix) > MaxPrefixLen && c.err == nil {
+		c.err = fmt.Errorf("redisonce: WithPrefix: %w: the prefix is %d bytes, the limit is %d", ErrInvalidArgument, len(c.prefix), MaxPrefixLen)
 	}
 	if c.now == nil {
 		c.now = time.Now

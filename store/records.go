@@ -254,6 +254,12 @@ func leaseLeft(until, now time.Time) time.Duration {
 // takeover ("acquire" taken_over, with acquireScript); the flow's outcome is
 // returned for the caller's "do" event.
 func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renewScript, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
+	if err := checkCtx(ctx, "do", key); err != nil {
+		return nil, false, outcome(err, OutcomeError), err
+	}
+	if fn == nil {
+		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "nil fn")
+	}
 	if o.Lease <= 0 {
 		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -17,21 +18,28 @@ type redisStore struct {
 	err    error // the first invalid option, returned by every call
 }
 
+// errNilClient is every call's error on a store that New* made on a nil
+// client (Open* makes one too, then connects it).
+var errNilClient = fmt.Errorf("redisonce: %w: a nil rueidis.Client", ErrInvalidArgument)
+
 func newRedisStore(c rueidis.Client, cfg config) redisStore {
+	if c == nil && cfg.err == nil {
+		cfg.err = errNilClient
+	}
 	return redisStore{c: newRedisClient(c, cfg), prefix: cfg.prefix, err: cfg.err}
 }
 
 // open connects to url with ClientOptions and takes ownership of the client
 // (Close closes it). An invalid option fails here, before connecting.
 func (s *redisStore) open(url string) error {
-	if s.err != nil {
+	if s.err != nil && s.err != errNilClient {
 		return s.err
 	}
 	c, err := openClient(url)
 	if err != nil {
 		return err
 	}
-	s.c.Client, s.owned = c, true
+	s.c.Client, s.owned, s.err = c, true, nil
 	return nil
 }
 
@@ -66,6 +74,15 @@ func (s *redisStore) check(ctx context.Context, op, id string) error {
 		return s.err
 	}
 	return checkID(ctx, op, id)
+}
+
+// checkBatch validates the store's options and the context of a batch with
+// no ids, which sends nothing.
+func (s *redisStore) checkBatch(ctx context.Context, op string) error {
+	if s.err != nil {
+		return s.err
+	}
+	return checkCtx(ctx, op, "")
 }
 
 // key is the Redis key of id.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/redisonce/redisonce"
 )
 
 // MaxIDLen is the longest message id, connection id or record key accepted, in
@@ -11,10 +13,27 @@ import (
 // is exactly prefix + id.
 const MaxIDLen = 1024
 
-// checkID validates an id and the context before anything is sent.
-func checkID(ctx context.Context, op, id string) error {
+// MaxPrefixLen is the longest key prefix accepted (WithPrefix), in bytes:
+// with an id of at most MaxIDLen, every key fits the 1..redisonce.MaxKeyLen
+// bytes the scripts accept.
+const MaxPrefixLen = redisonce.MaxKeyLen - MaxIDLen
+
+// checkCtx refuses a nil context (ErrInvalidArgument) and returns a done
+// one's error, before anything is sent.
+func checkCtx(ctx context.Context, op, id string) error {
+	if ctx == nil {
+		return errorf(op, id, ErrInvalidArgument, "nil context")
+	}
 	if err := ctx.Err(); err != nil {
 		return opError(op, id, err)
+	}
+	return nil
+}
+
+// checkID validates an id and the context before anything is sent.
+func checkID(ctx context.Context, op, id string) error {
+	if err := checkCtx(ctx, op, id); err != nil {
+		return err
 	}
 	if id == "" {
 		return errorf(op, id, ErrInvalidArgument, "empty id")

@@ -86,7 +86,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // NewStore returns go-job's idempotency.Store over rs. The Store does not own
-// rs: closing rs is the caller's business.
+// rs: closing rs is the caller's business. With a nil rs every call returns
+// store.ErrInvalidArgument.
 func NewStore(rs store.RecordStore, opts ...Option) *Store {
 	s := &Store{rs: rs, now: time.Now}
 	for _, o := range opts {
@@ -95,6 +96,20 @@ func NewStore(rs store.RecordStore, opts ...Option) *Store {
 		}
 	}
 	return s
+}
+
+// check refuses a Store without a RecordStore, a nil context and an empty
+// key (ErrInvalidArgument) before anything is read.
+func (s *Store) check(ctx context.Context, key string) error {
+	switch {
+	case s == nil || s.rs == nil:
+		return fmt.Errorf("redisonce/gojob: %w: a nil store.RecordStore", store.ErrInvalidArgument)
+	case ctx == nil:
+		return fmt.Errorf("redisonce/gojob: %w: nil context", store.ErrInvalidArgument)
+	case key == "":
+		return errKeyRequired()
+	}
+	return nil
 }
 
 // errKeyRequired is go-job's own text for an empty key.
@@ -128,8 +143,8 @@ func toRecord(r store.Record) idempotency.Record {
 // with false. With WithLegacy, a record the legacy store still holds is
 // returned with false first.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (idempotency.Record, bool, error) {
-	if key == "" {
-		return idempotency.Record{}, false, errKeyRequired()
+	if err := s.check(ctx, key); err != nil {
+		return idempotency.Record{}, false, err
 	}
 	if s.legacy != nil {
 		rec, found, err := s.legacy.Get(ctx, key)
@@ -165,8 +180,8 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (ide
 
 // Get returns key's record and true, or false when it is missing or expired.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, bool, error) {
-	if key == "" {
-		return idempotency.Record{}, false, errKeyRequired()
+	if err := s.check(ctx, key); err != nil {
+		return idempotency.Record{}, false, err
 	}
 	rec, found, err := s.rs.Get(ctx, key)
 	if s.legacy != nil && (err == nil && !found || isWrongType(err)) {
@@ -184,8 +199,8 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, bool, 
 // removes the expiry. An Update with no field changes nothing (see the
 // package documentation).
 func (s *Store) Update(ctx context.Context, key string, u idempotency.Update) error {
-	if key == "" {
-		return errKeyRequired()
+	if err := s.check(ctx, key); err != nil {
+		return err
 	}
 	if u.Status == nil && u.Payload == nil && u.ExpiresAt == nil {
 		_, found, err := s.Get(ctx, key)
@@ -235,8 +250,8 @@ func (s *Store) Update(ctx context.Context, key string, u idempotency.Update) er
 // Delete removes key's record; a missing key is not an error. With
 // WithLegacy it is removed from the legacy store too.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if key == "" {
-		return errKeyRequired()
+	if err := s.check(ctx, key); err != nil {
+		return err
 	}
 	err := s.rs.Delete(ctx, key)
 	if s.legacy != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/inspect"
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
 )
 
@@ -128,7 +129,7 @@ func printReply(w io.Writer, m rueidis.RedisMessage) error {
 			if err != nil {
 				s = m.String()
 			}
-			lines = append(lines, s)
+			lines = append(lines, inspect.Show(s)) // bytes from Redis: never raw to the terminal
 		}
 	}
 	walk(m)

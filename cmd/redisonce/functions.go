@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/inspect"
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/server"
 )
 
@@ -60,7 +61,7 @@ names) and runs FUNCTION LOAD REPLACE. Safe to re-run.
 						return err
 					}
 					for _, d := range deleted {
-						fmt.Fprintf(e.stdout, "%s: deleted older library %s\n", n.Addr, d)
+						fmt.Fprintf(e.stdout, "%s: deleted older library %s\n", n.Addr, inspect.Show(d))
 					}
 					fmt.Fprintf(e.stdout, "%s: loaded library %s (%d functions)\n", n.Addr, name, len(redisonce.All()))
 				}

@@ -129,7 +129,7 @@ func runInspect(ctx context.Context, e *env, rawURL, kind, id, prefix string, as
 		return server.Explain(err, srv.Where)
 	}
 	if asJSON {
-		err = json.NewEncoder(e.stdout).Encode(r)
+		err = writeJSON(e.stdout, r)
 	} else {
 		err = printInspect(e.stdout, kind, r)
 	}
@@ -158,13 +158,13 @@ func readInspected(ctx context.Context, srv *server.Server, kind string, r *insp
 
 // printInspect writes the state in words.
 func printInspect(w io.Writer, kind string, r inspectResult) error {
-	head := fmt.Sprintf("%s %s (key %s): ", kind, r.ID, r.Key)
+	head := fmt.Sprintf("%s %s (key %s): ", kind, inspect.Show(r.ID), inspect.Show(r.Key))
 	switch {
 	case !r.Found:
 		_, err := fmt.Fprintf(w, "%snot found (never written, deleted, or expired)\n", head)
 		return err
 	case r.Foreign != "":
-		_, err := fmt.Fprintf(w, "%snot a key of the %s store: %s\n", head, r.Store, r.Foreign)
+		_, err := fmt.Fprintf(w, "%snot a key of the %s store: %s\n", head, r.Store, r.Foreign) // its Redis bytes are quoted (Preview)
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -183,7 +183,7 @@ func printClaim(w io.Writer, head string, c inspect.Claim) {
 	fmt.Fprintf(w, "%s%s\n", head, c.State)
 	if c.State == inspect.InFlight {
 		fmt.Fprintf(w, "  lease\t%s\n", left(c.TTLms, "never expires: only a commit, a release or a forget ends it"))
-		fmt.Fprintf(w, "  token\t%s\n", c.Token)
+		fmt.Fprintf(w, "  token\t%s\n", inspect.Show(c.Token))
 		return
 	}
 	fmt.Fprintf(w, "  expires\t%s\n", left(c.TTLms, "never"))
@@ -195,7 +195,7 @@ func printClaim(w io.Writer, head string, c inspect.Claim) {
 func printTail(w *tabwriter.Writer, head string, t inspect.Tail, now int64) {
 	fmt.Fprintf(w, "%s%s\n", head, plural(len(t.Messages), "unacked message", "unacked messages"))
 	fmt.Fprintf(w, "  epoch\t%d µs: created %s\n", t.EpochUs, at(int64(t.EpochUs/1000), now))
-	fmt.Fprintf(w, "  generation\t%s (acks below it are refused as stale)\n", t.Generation)
+	fmt.Fprintf(w, "  generation\t%s (acks below it are refused as stale)\n", inspect.Show(t.Generation))
 	fmt.Fprintf(w, "  seq\t%d (the last appended)\n", t.Seq)
 	fmt.Fprintf(w, "  expires\t%s\n", left(t.TTLms, "never"))
 	if len(t.Messages) == 0 {
@@ -205,12 +205,12 @@ func printTail(w *tabwriter.Writer, head string, t inspect.Tail, now int64) {
 	fmt.Fprintf(w, "  messages in seq order:\n")
 	fmt.Fprintf(w, "    SEQ\tID\tSIZE\tPREVIEW\n")
 	for _, m := range t.Messages {
-		fmt.Fprintf(w, "    %d\t%s\t%d\t%s\n", m.Seq, m.ID, m.Size, m.Preview)
+		fmt.Fprintf(w, "    %d\t%s\t%d\t%s\n", m.Seq, inspect.Show(m.ID), m.Size, m.Preview)
 	}
 }
 
 func printRecord(w io.Writer, head string, r inspect.Record, now int64) {
-	fmt.Fprintf(w, "%s%s\n", head, r.Status)
+	fmt.Fprintf(w, "%s%s\n", head, inspect.Show(r.Status))
 	fmt.Fprintf(w, "  created\t%s\n", at(r.CreatedMs, now))
 	fmt.Fprintf(w, "  updated\t%s\n", at(r.UpdatedMs, now))
 	fmt.Fprintf(w, "  expires\t%s\n", at(r.ExpiresMs, now))
@@ -274,7 +274,18 @@ func orNone(s string) string {
 	if s == "" {
 		return "none"
 	}
-	return s
+	return inspect.Show(s)
+}
+
+// writeJSON writes v as one line of JSON, every character a terminal could
+// act on escaped (inspect.SafeJSON).
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(inspect.SafeJSON(b), '\n'))
+	return err
 }
 
 // exitCode ends the command with that code and no message: the command has

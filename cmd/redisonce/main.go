@@ -34,8 +34,10 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 )
 
 func main() {
@@ -199,9 +201,26 @@ func lookup(name string) *command {
 }
 
 // oneLine folds a multi-line message into one line.
+// oneLine is an error message on one line, with every character a terminal
+// could act on escaped (as strconv.Quote writes it, without the quotes): an
+// error may quote what it was given, a URL or a server's reply.
 func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+	s = strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case strconv.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.Quote(string(r))
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 func topUsage(w io.Writer) {

@@ -166,7 +166,12 @@ func TestScripts(t *testing.T) {
 		case s.AllowOOM:
 			mode = "write,allow-oom"
 		}
-		re := regexp.MustCompile(`^` + s.Name + ` +` + s.SHA1 + ` +1 +` + mode + ` +` + regexp.QuoteMeta(s.Summary()) + `$`)
+		// KEYS is what the header's "KEYS (n=...)" says: 1, or 1..500 for a batch.
+		m := regexp.MustCompile(`KEYS \(n=([0-9.]+)\)`).FindStringSubmatch(s.Doc)
+		if m == nil {
+			t.Fatalf("%s: header has no KEYS (n=...)", s.Name)
+		}
+		re := regexp.MustCompile(`^` + s.Name + ` +` + s.SHA1 + ` +` + regexp.QuoteMeta(m[1]) + ` +` + mode + ` +` + regexp.QuoteMeta(s.Summary()) + `$`)
 		if !re.MatchString(lines[i+1]) {
 			t.Errorf("line for %s is %q, want it to match %s", s.Name, lines[i+1], re)
 		}

@@ -43,7 +43,11 @@ func printScripts(w io.Writer, scripts []redisonce.Script) error {
 		case s.AllowOOM:
 			mode = "write,allow-oom"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.SHA1, strconv.Itoa(s.NumKeys), mode, s.Summary())
+		keys := strconv.Itoa(s.NumKeys)
+		if s.Batch {
+			keys += ".." + strconv.Itoa(s.MaxKeys) // as the header's KEYS (n=1..500)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.SHA1, keys, mode, s.Summary())
 	}
 	return tw.Flush()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -166,7 +165,7 @@ func printStats(w io.Writer, s *storeScan) {
 		c := s.claims
 		fmt.Fprintf(w, "claims (%s*): %d processed, %d in flight, %d foreign (%s)\n", s.prefix, c.Processed, c.InFlight, c.Foreign, plural(c.Keys, "key", "keys"))
 		if c.ShortestLease != nil {
-			fmt.Fprintf(w, "  oldest lease: %s, %s left\n", c.ShortestLease.Key, span(c.ShortestLease.Ms))
+			fmt.Fprintf(w, "  oldest lease: %s, %s left\n", inspect.Show(c.ShortestLease.Key), span(c.ShortestLease.Ms))
 		}
 		if c.NoExpiry > 0 {
 			fmt.Fprintf(w, "  in flight without expiry: %d (never ends by itself)\n", c.NoExpiry)
@@ -177,7 +176,7 @@ func printStats(w io.Writer, s *storeScan) {
 		fmt.Fprintf(w, "outbox (%s*): %s, %s, %d drained, %d foreign (%s)\n", s.prefix, plural(o.Connections, "connection", "connections"),
 			plural(o.Unacked, "unacked message", "unacked messages"), o.Drained, o.Foreign, plural(o.Keys, "key", "keys"))
 		for _, t := range o.Tails {
-			fmt.Fprintf(w, "  largest tail: %s, %d unacked\n", t.Key, t.Unacked)
+			fmt.Fprintf(w, "  largest tail: %s, %d unacked\n", inspect.Show(t.Key), t.Unacked)
 		}
 		printForeign(w, o.Counts)
 	default:
@@ -188,7 +187,7 @@ func printStats(w io.Writer, s *storeScan) {
 			fmt.Fprintf(w, "  in layout 0 (the hash of before issue 23): %d; read as they are, rewritten in layout 1 by their next write\n", r.Layout0)
 		}
 		if r.OldestExpired != nil {
-			fmt.Fprintf(w, "  oldest expired lease: %s, passed %s ago\n", r.OldestExpired.Key, span(r.OldestExpired.Ms))
+			fmt.Fprintf(w, "  oldest expired lease: %s, passed %s ago\n", inspect.Show(r.OldestExpired.Key), span(r.OldestExpired.Ms))
 		}
 		printForeign(w, r.Counts)
 	}
@@ -209,14 +208,23 @@ func byStatus(m map[string]int) string {
 	}
 	sort.Strings(others)
 	for _, st := range others {
-		parts = append(parts, fmt.Sprintf("%d %q", m[st], st))
+		parts = append(parts, fmt.Sprintf("%d %s", m[st], inspect.Show(st)))
 	}
 	return strings.Join(parts, ", ")
 }
 
+// showAll is every s shown (inspect.Show), comma-separated.
+func showAll(ss []string) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = inspect.Show(s)
+	}
+	return strings.Join(out, ", ")
+}
+
 func printForeign(w io.Writer, c inspect.Counts) {
 	if c.Foreign > 0 {
-		fmt.Fprintf(w, "  foreign keys (not the store's type or format), e.g.: %s\n", strings.Join(c.ForeignSamples, ", "))
+		fmt.Fprintf(w, "  foreign keys (not the store's type or format), e.g.: %s\n", showAll(c.ForeignSamples))
 	}
 	if c.Moved > 0 {
 		fmt.Fprintf(w, "  not counted: %s whose slot moved to another node during the scan (resharding)\n", plural(c.Moved, "key", "keys"))
@@ -249,5 +257,5 @@ func printStatsJSON(w io.Writer, scans []*storeScan, nodes []server.Node) error 
 			Stats  any    `json:"stats"`
 		}{s.prefix, v}
 	}
-	return json.NewEncoder(w).Encode(out)
+	return writeJSON(w, out)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -56,7 +55,7 @@ error follows on stderr, and the exit code is 1.
 					v.Server, err = serverVersions(ctx, *u, v.Library)
 				}
 				if *asJSON {
-					if jerr := json.NewEncoder(e.stdout).Encode(v); jerr != nil {
+					if jerr := writeJSON(e.stdout, v); jerr != nil {
 						return jerr
 					}
 					return err
@@ -142,7 +141,7 @@ func printServerVersions(w io.Writer, h *serverHolds, count int, library string)
 	for _, p := range h.Primaries {
 		libs := "no redisonce Functions library"
 		if len(p.Libraries) > 0 {
-			libs = "Functions library " + strings.Join(p.Libraries, ", ")
+			libs = "Functions library " + showAll(p.Libraries)
 			if len(p.Libraries) == 1 && p.Libraries[0] == library {
 				libs += " (this version)"
 			} else {

@@ -21,8 +21,10 @@
 //	redisonce.n        items in a batch, 1 otherwise
 //	redisonce.key      the id, connection or record key: only with WithKey
 //
-// The status is Error, with the error recorded, for the outcome "error" only
-// (connection, server, corrupt data). Verdicts such as duplicate, in_flight or
+// The status is Error, with the error recorded (an "exception" event), for
+// the outcome "error" only (connection, server, corrupt data). The status
+// description and exception.message are the error's text without the key
+// (store.Event.ErrorText: every store error quotes its id) unless WithKey. Verdicts such as duplicate, in_flight or
 // stale_owner are answers, not failures of the operation: their status is
 // left unset; alert on them through the metrics.
 //
@@ -54,6 +56,7 @@ package redisonceotel
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -62,6 +65,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -98,8 +102,10 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithKey adds the operation's key (claim id, connection, record key) to its
-// span as redisonce.key. Default: off, because keys can carry user data
-// (an order number, an e-mail address). Never added to metrics.
+// span as redisonce.key, and records an error's text as it is (store errors
+// quote the key). Default: off, because keys can carry user data (an order
+// number, an e-mail address): no key attribute, and error texts without the
+// key (store.Event.ErrorText). Never added to metrics.
 func WithKey() Option {
 	return func(c *config) { c.withKey = true }
 }
@@ -130,10 +136,14 @@ type measureOpts struct {
 var _ store.Observer = (*Observer)(nil)
 
 // New returns an Observer that writes to the given providers (the global
-// ones by default). It fails only when an instrument cannot be created.
+// ones by default). It fails when an instrument cannot be created, and on a
+// nil Option (ErrInvalidArgument).
 func New(opts ...Option) (*Observer, error) {
 	var c config
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("redisonceotel: option %d: %w: a nil Option", i, store.ErrInvalidArgument)
+		}
 		o(&c)
 	}
 	if c.tp == nil {
@@ -166,6 +176,9 @@ func New(opts ...Option) (*Observer, error) {
 
 // Observe records e as a span and in the metrics.
 func (o *Observer) Observe(ctx context.Context, e store.Event) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	m := o.measure(e.Store, e.Op, e.Outcome)
 	o.ops.Add(ctx, int64(items(e.N)), m.add...)
 	o.duration.Record(ctx, e.Duration.Seconds(), m.record...)
@@ -199,8 +212,13 @@ func (o *Observer) Observe(ctx context.Context, e store.Event) {
 		trace.WithAttributes(attrs...))
 	if e.Outcome == store.OutcomeError {
 		if e.Err != nil {
-			span.RecordError(e.Err, trace.WithTimestamp(start.Add(e.Duration)))
-			span.SetStatus(codes.Error, e.Err.Error())
+			// The error's text without the key unless WithKey: store errors
+			// quote the id (store.Event.ErrorText). The exception event is
+			// RecordError's, with that text.
+			text := e.ErrorText(o.withKey)
+			span.AddEvent(semconv.ExceptionEventName, trace.WithTimestamp(start.Add(e.Duration)),
+				trace.WithAttributes(semconv.ExceptionType(fmt.Sprintf("%T", e.Err)), semconv.ExceptionMessage(text)))
+			span.SetStatus(codes.Error, text)
 		} else {
 			span.SetStatus(codes.Error, string(e.Outcome))
 		}

@@ -106,8 +106,9 @@ func TestSpans(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("spans (-want +got):\n%s", diff)
 	}
-	if d := spans.Ended()[1].Status().Description; d != boom.Error() {
-		t.Errorf("error status description = %q, want %q", d, boom.Error())
+	// Without WithKey the description is the error without the id it quotes.
+	if d, want := spans.Ended()[1].Status().Description, "redisonce: claim: connection refused"; d != want {
+		t.Errorf("error status description = %q, want %q", d, want)
 	}
 }
 

@@ -92,7 +92,9 @@ var (
 func New(opts ...Option) *Observer {
 	c := config{buckets: DefaultBuckets}
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // a nil Option changes nothing
+			o(&c)
+		}
 	}
 	return &Observer{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{

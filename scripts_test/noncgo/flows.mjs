@@ -514,6 +514,60 @@ async function flowCorrupt(c, p, client) {
   assert.equal(await client.send(['HGET', h, 'x']), 'y', 'the hash is untouched');
 }
 
+// Issue 21: the KEYS rule, the order of checks and the edge statements of
+// the README and headers (as flow_edges in flows.py).
+async function flowEdges(c, p, client) {
+  const k = p + 'edges:k';
+  const k2 = p + 'edges:k2';
+  const cases = [
+    ['claim', ['60000', '1']], ['seen', []], ['forget', []], ['append', ['m', 'p', '0', '0']],
+    ['acquire', ['0', 'tok', '', '0']], ['get', []], ['commit', ['tok', '0']],
+  ];
+  for (const [name, args] of cases) {
+    const detail = await c.err('BADARG', name, [], ...args);
+    assert.ok(detail.includes('key'), `${name} with no key: detail ${detail} does not speak of the keys`);
+    await c.err('BADARG', name, [k, k2], ...args);
+    await c.err('BADARG', name, 'x'.repeat(2049), ...args);
+    await c.err('BADARG', name, '', ...args);
+  }
+  assert.equal(await client.send(['EXISTS', k, k2, 'x'.repeat(2049), '']), 0, 'a refused key count or length wrote nothing');
+  const long = p + 'edges:' + 'y'.repeat(2048 - p.length - 'edges:'.length);
+  assert.equal(await c.call('claim', long, '60000', '1'), 1, 'claim on a 2048-byte key');
+  await c.err('BADARG', 'claim_many', [], '60000', '1');
+  await c.err('BADARG', 'seen_many', []);
+  const many = Array.from({ length: 501 }, (_, i) => `${p}{edges}:${i}`);
+  await c.err('BADARG', 'claim_many', many, '60000', '1');
+  assert.equal(await client.send(['EXISTS', ...many]), 0, 'claim_many of 501 keys wrote nothing');
+  assert.deepEqual(await c.call('claim_many', many.slice(0, 500), '60000', '1'), Array(500).fill(1), 'claim_many of 500 keys');
+
+  // The order: BADARG before CORRUPT and NOT_FOUND; durations have no sign.
+  const s = p + 'edges:string';
+  await client.send(['SET', s, 'x']);
+  await c.err('BADARG', 'ack', s, '01', 'm');
+  await c.err('BADARG', 'update', p + 'edges:missing', 'tok', 'status');
+  await c.err('BADARG', 'claim', k, '-1', '1');
+  await c.err('BADARG', 'acquire', k, '0', 'tok', '', '-5');
+  assert.equal(await client.send(['EXISTS', k]), 0, 'refused durations wrote nothing');
+
+  // seen_many: 1 for a key of any type; commit on another value: -1.
+  const h = p + '{edges}:hash';
+  await client.send(['HSET', h, 'f', 'v']);
+  assert.deepEqual(await c.call('seen_many', [h, p + '{edges}:none']), [1, 0], 'seen_many of a hash key and an absent one');
+  const d = p + 'edges:done';
+  await client.send(['SET', d, 'done']);
+  assert.equal(await c.call('commit', d, 'tok', '0'), -1, 'commit on a value written by something else');
+  assert.equal(await client.send(['GET', d]), 'done', 'commit left the value');
+  // renew answers 1 after the lease passed (no takeover yet); extend 0.
+  const rk = p + 'edges:rec';
+  record(await c.call('acquire', rk, '0', 'tok', '', '1'), 'acquire a 1 ms lease', { acquired: 1 });
+  const ck = p + 'edges:claim';
+  assert.equal(await c.call('claim', ck, '1', '~tok'), 1, 'claim a 1 ms lease');
+  await sleep(20);
+  assert.equal(await c.call('renew', rk, 'tok', '60000'), 1, 'renew after the lease passed, before a takeover');
+  assert.equal(await c.call('extend', ck, 'tok', '60000'), 0, 'extend after the lease ran out');
+  assert.equal(await c.call('update', rk, 'tok', 'status', 'completed'), 1, 'update replies 1');
+}
+
 // runAll loads the scripts and the library, runs every flow both ways, prints
 // "N passed, N failed" and sets the exit code.
 export async function runAll(client) {
@@ -544,7 +598,7 @@ export async function runAll(client) {
     for (const mode of ['evalsha', 'fcall']) {
       const c = new Caller(client, scripts, mode);
       const p = `${prefix}${mode}:`;
-      for (const flow of [flowClaims, flowOutbox, flowRecords, flowBatch, flowCorrupt]) {
+      for (const flow of [flowClaims, flowOutbox, flowRecords, flowBatch, flowCorrupt, flowEdges]) {
         await attempt(`${mode} ${flow.name}`, () => flow(c, p, client, goPrefix));
       }
       if (mode === 'fcall') {

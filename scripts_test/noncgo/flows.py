@@ -538,6 +538,91 @@ def flow_decode(url, scripts, p):
     raise Fail("decode_responses=True decoded a binary payload: the README's warning is stale")
 
 
+# ---- Issue 21: the KEYS rule, the order of checks, and edge statements --
+
+
+# The README's Functions flags: allow-oom on these eight, no-writes on the
+# read-only scripts, none on the others.
+ALLOW_OOM = {"forget", "commit", "extend", "release", "ack", "drop", "delete", "renew"}
+
+
+def flow_edges(call, p, r):
+    k, k2 = p + "edges:k", p + "edges:k2"
+    # KEYS: exactly one key (1..500 for a batch), each 1..2048 bytes, checked
+    # before anything else: BADARG, nothing written.
+    for name, argv in [("claim", ("60000", "1")), ("seen", ()), ("forget", ()), ("append", ("m", b"p", "0", "0")),
+                       ("acquire", ("0", "tok", "", "0")), ("get", ()), ("commit", ("tok", "0"))]:
+        detail = call.err("BADARG", name, [], *argv)
+        check("key" in detail, f"{name} with no key: detail {detail!r} does not speak of the keys")
+        call.err("BADARG", name, [k, k2], *argv)
+        call.err("BADARG", name, "x" * 2049, *argv)
+        call.err("BADARG", name, "", *argv)
+    eq(r.exists(k, k2, "x" * 2049, ""), 0, "a refused key count or length wrote nothing")
+    long = p + "edges:" + "y" * (2048 - len(p) - len("edges:"))
+    eq(call("claim", long, "60000", "1"), 1, "claim on a 2048-byte key")
+    call.err("BADARG", "claim_many", [], "60000", "1")
+    call.err("BADARG", "seen_many", [])
+    many = [p + "{edges}:" + str(i) for i in range(501)]
+    call.err("BADARG", "claim_many", many, "60000", "1")
+    eq(r.exists(*many), 0, "claim_many of 501 keys wrote nothing")
+    eq(call("claim_many", many[:500], "60000", "1"), [1] * 500, "claim_many of 500 keys")
+    call.err("BADARG", "claim_many", [p + "{edges}:x", "{edges}" + "z" * 2049], "60000", "1")
+    eq(r.exists(p + "{edges}:x"), 0, "a batch with a long key wrote nothing")
+
+    # The order: BADARG before CORRUPT, NOT_FOUND, STALE_OWNER.
+    s = p + "edges:string"
+    r.set(s, "x")
+    call.err("BADARG", "ack", s, "01", "m")  # a bad generation on a string key
+    call.err("BADARG", "update", p + "edges:missing", "tok", "status")  # half a pair on a missing record
+    call.err("BADARG", "delete", s, "t" * 257)
+    # Durations have no sign.
+    call.err("BADARG", "claim", k, "-1", "1")
+    call.err("BADARG", "acquire", k, "0", "tok", "", "-5")
+    call.err("BADARG", "append", k, "m", b"p", "-1", "0")
+    eq(r.exists(k), 0, "refused durations wrote nothing")
+
+    # seen_many answers 1 for a key of any type (no CORRUPT element).
+    h = p + "{edges}:hash"
+    r.hset(h, "f", "v")
+    eq(call("seen_many", [h, p + "{edges}:none"]), [1, 0], "seen_many of a hash key and an absent one")
+    # commit on a value other than "1" or the caller's lease: -1, unchanged.
+    d = p + "edges:done"
+    r.set(d, "done")
+    eq(call("commit", d, "tok", "0"), -1, "commit on a value written by something else")
+    eq(r.get(d), b"done", "commit left the value")
+    eq(call("claim", d, "60000", "1"), 0, "claim counts that value processed")
+    # renew answers 1 after the lease passed (no takeover yet); extend 0.
+    rk = p + "edges:rec"
+    record(call("acquire", rk, "0", "tok", "", "1"), "acquire a 1 ms lease", acquired=1)
+    ck = p + "edges:claim"
+    eq(call("claim", ck, "1", "~tok"), 1, "claim a 1 ms lease")
+    time.sleep(0.02)
+    eq(call("renew", rk, "tok", "60000"), 1, "renew after the lease passed, before a takeover")
+    eq(call("extend", ck, "tok", "60000"), 0, "extend after the lease ran out")
+    eq(call("update", rk, "tok", "status", "completed"), 1, "update replies 1")
+
+
+def flow_function_flags(r, scripts):
+    """FUNCTION LIST shows the flags the README names."""
+    libs = r.execute_command("FUNCTION", "LIST", "LIBRARYNAME", scripts.library)
+    lib = [l for l in libs if dict(zip(l[::2], l[1::2])).get(b"library_name") == scripts.library.encode()]
+    eq(len(lib), 1, "FUNCTION LIST of the library")
+    fns = dict(zip(lib[0][::2], lib[0][1::2]))[b"functions"]
+    got = {}
+    for f in fns:
+        f = dict(zip(f[::2], f[1::2]))
+        got[f[b"name"].decode()] = sorted(x.decode() for x in f[b"flags"])
+    want = {}
+    for name in scripts.src:
+        if scripts.read_only[name]:
+            want["redisonce_" + name] = ["no-writes"]
+        elif name in ALLOW_OOM:
+            want["redisonce_" + name] = ["allow-oom"]
+        else:
+            want["redisonce_" + name] = []
+    eq(got, want, "the functions' flags")
+
+
 # ---- main ---------------------------------------------------------------
 
 
@@ -558,7 +643,7 @@ def main():
     for mode in ("evalsha", "fcall"):
         call = Caller(r, scripts, mode)
         p = f"{PREFIX}{mode}:"
-        for flow in (flow_claims, flow_outbox, flow_records, flow_batch, flow_corrupt):
+        for flow in (flow_claims, flow_outbox, flow_records, flow_batch, flow_corrupt, flow_edges):
             try:
                 flow(call, p, r)
                 passed += 1
@@ -575,6 +660,12 @@ def main():
                 print("FAIL redis-py fcall: FCALL_RO ran a write function", file=sys.stderr)
             except redis.exceptions.ResponseError:
                 passed += 1
+    try:
+        flow_function_flags(r, scripts)
+        passed += 1
+    except Exception as e:  # noqa: BLE001
+        failed += 1
+        print(f"FAIL redis-py flow_function_flags: {e}", file=sys.stderr)
     try:
         flow_decode(URL, scripts, PREFIX)
         passed += 1

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/redisonce/redisonce/internal/recordlayout"
@@ -228,4 +229,45 @@ func Preview(s string, n int) string {
 		cut--
 	}
 	return strconv.Quote(s[:cut]) + "…"
+}
+
+// Show is how the CLI prints any string that came from Redis (ids, key
+// names, tokens, statuses, fingerprints, generations, message ids, library
+// names, reply strings), so that stored bytes never reach a terminal raw: s
+// as it is when it is valid UTF-8 made of printable characters other than
+// space, '"' and '\' (strconv.IsPrint: no control character, escape
+// sequence, DEL or bidi override); otherwise Go-quoted (strconv.Quote:
+// "msg\x1b]0;pwned\a", "bad\xff", "a b"). A bare string is never ambiguous
+// with a quoted one: a string that starts with '"' is quoted.
+func Show(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || r == ' ' || r == '"' || r == '\\' || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// SafeJSON escapes, in JSON text b, every character a terminal could act on
+// that encoding/json leaves raw (it escapes control characters and replaces
+// invalid UTF-8 with U+FFFD, but writes DEL, U+202E and other unprintable
+// characters as they are) as \uXXXX: the same JSON value, printable on a
+// terminal.
+func SafeJSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if (r < utf8.RuneSelf && r != 0x7f) || (r >= utf8.RuneSelf && strconv.IsPrint(r)) {
+			out = append(out, b[i:i+size]...)
+		} else if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	return out
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/cmd/redisonce/internal/inspect"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -114,12 +115,14 @@ func (s *Server) Primaries(ctx context.Context) ([]Node, error) {
 		role, _ := vals[0].ToString()
 		switch role {
 		case "master":
-			out = append(out, Node{Addr: addr, Client: c})
+			// The address comes from the server (CLUSTER SLOTS, Sentinel):
+			// shown escaped wherever a command prints it.
+			out = append(out, Node{Addr: inspect.Show(addr), Client: c})
 		case "slave", "replica":
 			if len(vals) > 2 {
 				h, _ := vals[1].ToString()
 				p, _ := vals[2].AsInt64()
-				replicaOf = net.JoinHostPort(h, strconv.FormatInt(p, 10))
+				replicaOf = inspect.Show(net.JoinHostPort(h, strconv.FormatInt(p, 10)))
 			}
 		}
 	}
@@ -209,13 +212,9 @@ func Addrs(nodes []Node) string {
 	return strings.Join(a, ", ")
 }
 
-// Redacted is rawURL for messages: (*url.URL).Redacted, which replaces the
-// password by "xxxxx". A URL that does not parse is not shown at all (a
-// password with an unescaped character is the usual reason).
+// Redacted is rawURL for messages, without its password: store.RedactURL,
+// which finds the password without parsing the URL (a password may hold
+// "/", "?", "#", "@" or a bad "%" escape).
 func Redacted(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(the --url / REDIS_URL, not shown: it does not parse)"
-	}
-	return u.Redacted()
+	return store.RedactURL(rawURL)
 }

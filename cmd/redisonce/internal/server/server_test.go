@@ -14,7 +14,7 @@ func TestRedacted(t *testing.T) {
 		"redis://u:sekret@h:1/2":   "redis://u:xxxxx@h:1/2",
 		"redis://h:1":              "redis://h:1",
 		"redis://u@h:1":            "redis://u@h:1",
-		"redis://:se%zzkret@h:1":   "(the --url / REDIS_URL, not shown: it does not parse)",
+		"redis://:se%zzkret@h:1":   "redis://:xxxxx@h:1", // found without parsing
 		"rediss://:p@ss@word@h:10": "rediss://:xxxxx@h:10",
 		"unix:///tmp/r.sock":       "unix:///tmp/r.sock",
 	} {

@@ -1,0 +1,232 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/mock"
+	"go.uber.org/mock/gomock"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// Issue 21: no panic on bad input anywhere in the public API. A nil context,
+// a nil client, a nil option or a nil fn gives ErrInvalidArgument, and
+// nothing reaches Redis. The walk calls EVERY exported method of every store
+// (by reflection, so a method added later is walked too).
+
+var (
+	ctxType = reflect.TypeFor[context.Context]()
+	errType = reflect.TypeFor[error]()
+)
+
+// argsFor returns good arguments for m's parameters, ctx as given; a func
+// parameter is a function that does nothing and succeeds, or nil when nilFn;
+// a batch (slice) parameter is nil when empty.
+func argsFor(t *testing.T, m reflect.Method, ctx context.Context, nilFn, empty bool) []reflect.Value {
+	mt := m.Type
+	var args []reflect.Value
+	for i := 1; i < mt.NumIn(); i++ { // 0 is the receiver
+		pt := mt.In(i)
+		if mt.IsVariadic() && i == mt.NumIn()-1 {
+			break
+		}
+		switch {
+		case pt == ctxType:
+			if ctx == nil {
+				args = append(args, reflect.Zero(pt))
+			} else {
+				args = append(args, reflect.ValueOf(ctx))
+			}
+		case pt.Kind() == reflect.String:
+			args = append(args, reflect.ValueOf("id-1").Convert(pt))
+		case pt == reflect.TypeFor[[]byte]():
+			args = append(args, reflect.ValueOf([]byte("payload")))
+		case pt.Kind() == reflect.Slice && empty && pt != reflect.TypeFor[[]byte]():
+			args = append(args, reflect.Zero(pt)) // an empty batch
+		case pt == reflect.TypeFor[[]string]():
+			args = append(args, reflect.ValueOf([]string{"id-1", "id-2"}))
+		case pt == reflect.TypeFor[time.Duration]():
+			args = append(args, reflect.ValueOf(time.Second))
+		case pt.Kind() == reflect.Uint64:
+			args = append(args, reflect.ValueOf(uint64(1)))
+		case pt.Kind() == reflect.Func:
+			if nilFn {
+				args = append(args, reflect.Zero(pt))
+				break
+			}
+			args = append(args, reflect.MakeFunc(pt, func([]reflect.Value) []reflect.Value {
+				out := make([]reflect.Value, pt.NumOut())
+				for j := range out {
+					out[j] = reflect.Zero(pt.Out(j))
+				}
+				return out
+			}))
+		case pt.Kind() == reflect.Slice:
+			args = append(args, reflect.MakeSlice(pt, 1, 1))
+		case pt.Kind() == reflect.Struct:
+			args = append(args, reflect.Zero(pt))
+		default:
+			t.Fatalf("%s: no argument for a %s; teach argsFor", m.Name, pt)
+		}
+	}
+	return args
+}
+
+// call runs m and returns its error result (nil for none) and a panic.
+func call(v reflect.Value, m reflect.Method, args []reflect.Value) (err error, panicked any) {
+	defer func() { panicked = recover() }()
+	out := v.Method(m.Index).Call(args)
+	if n := len(out); n > 0 && out[n-1].Type() == errType && !out[n-1].IsNil() {
+		err = out[n-1].Interface().(error)
+	}
+	return err, nil
+}
+
+// hasError says whether m returns an error last.
+func hasError(m reflect.Method) bool {
+	n := m.Type.NumOut()
+	return n > 0 && m.Type.Out(n-1) == errType
+}
+
+func hasParam(m reflect.Method, want func(reflect.Type) bool) bool {
+	for i := 1; i < m.Type.NumIn(); i++ {
+		if want(m.Type.In(i)) {
+			return true
+		}
+	}
+	return false
+}
+
+// untouched is a rueidis client that fails the test when anything is sent.
+func untouched(t *testing.T) rueidis.Client {
+	return mock.NewClient(gomock.NewController(t))
+}
+
+func TestBadInputNeverPanics(t *testing.T) {
+	type storeCase struct {
+		name string
+		s    any
+		// everyCall: every call gives ErrInvalidArgument (a nil client, a nil option)
+		everyCall bool
+	}
+	var cases []storeCase
+	longPrefix := store.WithPrefix(strings.Repeat("p", store.MaxPrefixLen+1)) // keys past redisonce.MaxKeyLen
+	for _, opts := range [][]store.Option{nil, {nil}, {store.WithPrefix("p:"), nil}, {longPrefix}} {
+		bad := len(opts) > 0
+		suffix := fmt.Sprintf(" opts %d", len(opts))
+		cases = append(cases,
+			storeCase{"Claims" + suffix, store.NewClaims(untouched(t), opts...), bad},
+			storeCase{"Outbox" + suffix, store.NewOutbox(untouched(t), opts...), bad},
+			storeCase{"Records" + suffix, store.NewRecords(untouched(t), opts...), bad},
+			storeCase{"MemoryClaims" + suffix, store.NewMemoryClaims(opts...), bad},
+			storeCase{"MemoryOutbox" + suffix, store.NewMemoryOutbox(opts...), bad},
+			storeCase{"MemoryRecords" + suffix, store.NewMemoryRecords(opts...), bad},
+			storeCase{"Claims(nil client)" + suffix, store.NewClaims(nil, opts...), true},
+			storeCase{"Outbox(nil client)" + suffix, store.NewOutbox(nil, opts...), true},
+			storeCase{"Records(nil client)" + suffix, store.NewRecords(nil, opts...), true},
+		)
+	}
+	walked := 0
+	for _, sc := range cases {
+		v := reflect.ValueOf(sc.s)
+		for i := 0; i < v.Type().NumMethod(); i++ {
+			m := v.Type().Method(i)
+			withCtx := hasParam(m, func(p reflect.Type) bool { return p == ctxType })
+			withFn := hasParam(m, func(p reflect.Type) bool { return p.Kind() == reflect.Func })
+			withSlice := hasParam(m, func(p reflect.Type) bool { return p.Kind() == reflect.Slice && p != reflect.TypeFor[[]byte]() })
+			t.Run(sc.name+"."+m.Name, func(t *testing.T) {
+				walked++
+				type run struct {
+					what         string
+					ctx          context.Context
+					nilFn, empty bool
+					want         bool // ErrInvalidArgument expected
+				}
+				runs := []run{{"good arguments", context.Background(), false, false, sc.everyCall}}
+				if withCtx {
+					runs = append(runs, run{"a nil context", nil, false, false, true})
+				}
+				if withFn {
+					runs = append(runs, run{"a nil fn", context.Background(), true, false, true})
+				}
+				if withSlice {
+					runs = append(runs,
+						run{"an empty batch", context.Background(), false, true, sc.everyCall},
+						run{"an empty batch and a nil context", nil, false, true, true})
+				}
+				for _, r := range runs {
+					if !r.want && !r.empty && !strings.HasPrefix(sc.name, "Memory") {
+						continue // good arguments on a good Redis store would reach the (untouched) client
+					}
+					err, p := call(v, m, argsFor(t, m, r.ctx, r.nilFn, r.empty))
+					if p != nil {
+						t.Fatalf("%s with %s panicked: %v", m.Name, r.what, p)
+					}
+					if r.want && hasError(m) && m.Name != "Close" && !errors.Is(err, store.ErrInvalidArgument) {
+						t.Errorf("%s with %s = %v, want ErrInvalidArgument", m.Name, r.what, err)
+					}
+				}
+			})
+		}
+	}
+	if walked < 100 {
+		t.Errorf("walked %d methods; the stores have more", walked)
+	}
+}
+
+// Functions that take a handler, a context or an error: nil is refused, not
+// a panic later.
+func TestBadInputFunctions(t *testing.T) {
+	if l, ok := store.LeaseFromContext(nil); ok || l != (store.Lease{}) { //nolint:staticcheck // a nil context on purpose
+		t.Errorf("LeaseFromContext(nil) = %+v, %v", l, ok)
+	}
+	if store.Permanent(nil) != nil {
+		t.Error("Permanent(nil) is not nil")
+	}
+	id := func(s string) string { return s }
+	h := func(context.Context, string) error { return nil }
+	claims := store.NewMemoryClaims()
+	for name, f := range map[string]func(context.Context, string) error{
+		"nil store":   store.Wrap[string](nil, time.Second, id, h),
+		"nil id":      store.Wrap[string](claims, time.Second, nil, h),
+		"nil handler": store.Wrap(claims, time.Second, id, nil),
+	} {
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("Wrap with a %s: the handler panicked: %v", name, p)
+				}
+			}()
+			err = f(context.Background(), "m1")
+		}()
+		if !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("Wrap with a %s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := store.Wrap(claims, time.Second, id, h)(nil, "m1"); !errors.Is(err, store.ErrInvalidArgument) { //nolint:staticcheck
+		t.Errorf("a wrapped handler on a nil context: %v, want ErrInvalidArgument", err)
+	}
+	// Open* refuses a nil option before it connects (nothing listens there).
+	for name, open := range map[string]func() error{
+		"OpenClaims":  func() error { _, err := store.OpenClaims("redis://127.0.0.1:1", nil); return err },
+		"OpenOutbox":  func() error { _, err := store.OpenOutbox("redis://127.0.0.1:1", nil); return err },
+		"OpenRecords": func() error { _, err := store.OpenRecords("redis://127.0.0.1:1", nil); return err },
+	} {
+		if err := open(); !errors.Is(err, store.ErrInvalidArgument) || strings.Contains(err.Error(), "refused") {
+			t.Errorf("%s with a nil option = %v, want ErrInvalidArgument before connecting", name, err)
+		}
+	}
+	obs := store.SlogObserver(nil)
+	obs.Observe(context.Background(), store.Event{Outcome: store.OutcomeError}) // no logger: no log, no panic
+	if _, err := store.ClientOptions(""); !errors.Is(err, store.ErrInvalidArgument) && err == nil {
+		t.Errorf("ClientOptions(\"\") = %v", err)
+	}
+}
