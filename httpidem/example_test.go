@@ -13,8 +13,10 @@ import (
 
 // An API on an http.ServeMux whose POST /payments charges once per
 // Idempotency-Key: a retry of the same request gets the first response again,
-// marked Idempotent-Replayed. In production the store is store.OpenRecords
-// on Redis, shared by every server.
+// marked Idempotent-Replayed. Keys are scoped to the caller (here the Basic
+// auth user; in an API, the authenticated account), so one caller never gets
+// another's response. In production the store is store.OpenRecords on Redis,
+// shared by every server.
 func Example() {
 	charges := 0
 	mux := http.NewServeMux()
@@ -25,13 +27,17 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":"pay_%d","amount":%s}`, charges, body)
 	})
-	idem := httpidem.Middleware(store.NewMemoryRecords())
+	idem := httpidem.Middleware(store.NewMemoryRecords(), httpidem.WithScope(func(r *http.Request) string {
+		user, _, _ := r.BasicAuth() // after authentication: the caller's identity
+		return user
+	}))
 	srv := httptest.NewServer(idem(mux))
 	defer srv.Close()
 
 	post := func(key, body string) {
 		req, _ := http.NewRequest("POST", srv.URL+"/payments", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)
+		req.SetBasicAuth("alice", "secret")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			fmt.Println(err)

@@ -1,50 +1,3 @@
-// Package httpidem is net/http middleware for the Idempotency-Key header
-// (Stripe's, and the IETF draft "The Idempotency-Key HTTP Header Field") over
-// any store.RecordStore: the first response to a key — status, headers and
-// body — is stored, and a retry with the same key gets the same response
-// again, marked with "Idempotent-Replayed: true", without the handler running.
-//
-// For a request with one of the middleware's methods (POST and PATCH by
-// default) and an Idempotency-Key header:
-//
-//   - the key must be 1..255 bytes (WithMaxKeyLen) of visible ASCII or
-//     spaces, else 400; it is scoped by WithScope (the authenticated user,
-//     say);
-//   - the body is read once (at most 8 MiB, WithMaxBody, else 413) and handed
-//     to the handler intact;
-//   - a fingerprint of the method, the path and a SHA-256 of the body
-//     (WithFingerprint) guards the key: the same key with another request is
-//     answered 422 and the handler does not run;
-//   - the handler runs inside the store's Do, so it runs once per key across
-//     every server sharing the store, with the key's lease kept alive while it
-//     runs; a retry meanwhile is answered 409 with a Retry-After (in seconds)
-//     of the lease's remaining time. The request the handler gets carries
-//     the lease in its context: store.LeaseFromContext(r.Context()) gives the
-//     fencing token and fence to pass to a downstream system that checks them;
-//     if the lease is lost, that context is cancelled;
-//   - a 2xx, 3xx or 4xx response is a final answer: it is stored (headers
-//     minus the hop-by-hop ones, Date and Set-Cookie: WithKeepHeader) and
-//     replayed to every retry until the record expires (WithTTL, else the
-//     store's TTL);
-//   - a 5xx response, a handler that panics, and a request whose context ends
-//     while the handler runs (the client went away) are not stored: the record
-//     is deleted so that a retry runs the handler again. A 5xx response still
-//     reaches the client as the handler wrote it. A panic is not recovered: the
-//     record is deleted and the panic goes on, to net/http or to an outer
-//     recovery middleware, exactly as without this middleware;
-//   - a response whose stored form would exceed store.MaxRecordPayloadLen
-//     (1 MiB) is sent to the client as it is written but not stored, and the
-//     record is released (deleted), never half-stored: a retry runs the
-//     handler again. A handler that calls Flush (a streaming response) or
-//     hijacks the connection is passed through the same way, unstored.
-//   - 1xx informational responses (103 Early Hints) are sent at once and not
-//     stored; trailers are not stored.
-//
-// Requests with other methods, and requests without the header (unless
-// WithRequireKey), pass through untouched. When the middleware answers for
-// itself the body is an RFC 9457 problem+json (Problem). When the store
-// cannot be reached the answer is 503 and the handler does not run: the
-// middleware fails closed.
 package httpidem
 
 import (
@@ -57,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -87,6 +41,8 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 		bad = "httpidem: nil store"
 	case cfg.badOption != "":
 		bad = cfg.badOption
+	case !cfg.scoped:
+		bad = "httpidem: Middleware needs WithScope(fn) (keys per caller: the secure choice) or WithSharedKeys() (one key space for every caller)"
 	case cfg.lease <= 0:
 		bad = fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease)
 	case cfg.ttl < 0:
@@ -95,6 +51,10 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 		bad = fmt.Sprintf("httpidem: WithMaxKeyLen(%d): want 1..%d", cfg.maxKeyLen, store.MaxIDLen)
 	case cfg.maxBody < 0:
 		bad = fmt.Sprintf("httpidem: WithMaxBody(%d): negative", cfg.maxBody)
+	case cfg.wait < 0:
+		bad = fmt.Sprintf("httpidem: WithWait(%v): negative", cfg.wait)
+	case cfg.retryAfter < 0:
+		bad = fmt.Sprintf("httpidem: WithRetryAfter(%v): negative", cfg.retryAfter)
 	}
 	return func(next http.Handler) http.Handler {
 		if bad == "" && next == nil {
@@ -112,7 +72,7 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 type misconfigured string
 
 func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	writeProblem(w, http.StatusInternalServerError, string(m), "", 0)
+	writeProblem(w, "", http.StatusInternalServerError, string(m), "", 0)
 }
 
 type handler struct {
@@ -129,18 +89,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	keys := r.Header.Values(HeaderKey)
 	switch {
 	case len(keys) == 0 && h.cfg.require:
-		writeProblem(w, http.StatusBadRequest, "this request needs an Idempotency-Key header", HeaderKey, 0)
+		h.problem(w, http.StatusBadRequest, "this request needs an Idempotency-Key header", HeaderKey, 0)
 		return
 	case len(keys) == 0:
 		h.next.ServeHTTP(w, r)
 		return
 	case len(keys) > 1:
-		writeProblem(w, http.StatusBadRequest, "the request has more than one Idempotency-Key header", HeaderKey, 0)
+		h.problem(w, http.StatusBadRequest, "the request has more than one Idempotency-Key header", HeaderKey, 0)
 		return
 	}
-	key := keys[0]
-	if detail := h.checkKey(key); detail != "" {
-		writeProblem(w, http.StatusBadRequest, detail, HeaderKey, 0)
+	key, detail := parseKey(keys[0])
+	if detail == "" {
+		detail = h.checkKey(key)
+	}
+	if detail != "" {
+		h.problem(w, http.StatusBadRequest, detail, HeaderKey, 0)
 		return
 	}
 
@@ -148,45 +111,68 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request with an Idempotency-Key may have a body of at most %d bytes", tooBig.Limit), "", 0)
+			h.problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request with an Idempotency-Key may have a body of at most %d bytes", tooBig.Limit), "", 0)
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "the request body could not be read: "+err.Error(), "", 0)
+		h.problem(w, http.StatusBadRequest, "the request body could not be read: "+err.Error(), "", 0)
 		return
 	}
 	id := key
-	if h.cfg.scope != nil {
+	if h.cfg.scope != nil { // nil: WithSharedKeys
 		id = url.QueryEscape(h.cfg.scope(r)) + ":" + key
 		if len(id) > store.MaxIDLen {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
+			h.problem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
 			return
 		}
 	}
-	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease}
+	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease, Wait: h.cfg.wait}
 	if h.cfg.fingerprint != nil {
 		o.Fingerprint = h.cfg.fingerprint(r, body)
 	}
 
+	// The handler's context: detached from the client unless
+	// WithCancelOnDisconnect, ended by WithShutdown's context; the store's Do
+	// ends it too when the lease is lost.
+	ctx := r.Context()
+	if h.cfg.detach {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if h.cfg.shutdown != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(h.cfg.shutdown, func() { cancel(context.Cause(h.cfg.shutdown)) })
+		defer stop()
+	}
+
 	var rec *recorder
 	var fnErr error
-	res, replayed, err := h.rs.Do(r.Context(), id, o, func(ctx context.Context) ([]byte, error) {
+	start := time.Now()
+	res, replayed, err := h.rs.Do(ctx, id, o, func(ctx context.Context) ([]byte, error) {
 		rec = newRecorder(w, h.cfg.keep, store.MaxRecordPayloadLen)
+		finished := false
+		defer func() {
+			if !finished {
+				// a panic: the store's Do deletes the record, and it goes on
+				h.notStored(r.Context(), id, start, ErrPanicked)
+			}
+		}()
 		h.next.ServeHTTP(rec, r.WithContext(ctx))
+		finished = true
 		rec.finish()
-		switch {
-		case rec.passed != nil:
+		if rec.passed != nil {
 			fnErr = store.Retryable(rec.passed)
-		case ctx.Err() != nil:
-			fnErr = store.Retryable(fmt.Errorf("%w: %w", errClientGone, context.Cause(ctx)))
-		default:
-			return encode(rec.response()), nil
+			return nil, fnErr
 		}
-		return nil, fnErr
+		return encode(rec.response()), nil
 	})
 	if rec != nil {
 		// The handler ran here: its response goes to the client whatever the
 		// store said (the effect has happened), unless it went already.
 		rec.deliver()
+		if rec.passed != nil {
+			h.notStored(r.Context(), id, start, rec.passed)
+		}
 		if err != nil && err != fnErr {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", "key", id, "err", err)
 		}
@@ -196,26 +182,56 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil && replayed:
 		h.replay(w, r, id, res)
 	case errors.Is(err, store.ErrInFlight):
-		writeProblem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter(r.Context(), id))
+		h.problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter())
 	case errors.Is(err, store.ErrFingerprintMismatch):
-		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
+		h.problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
 		// A fingerprint over store.MaxFingerprintLen, say: a configuration error.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
+		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
+		h.problem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
 	case err == nil:
 		// Do neither ran fn nor replayed: a broken store.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", "key", id)
-		writeProblem(w, http.StatusInternalServerError, "the idempotency store answered nothing", "", 0)
+		h.problem(w, http.StatusInternalServerError, "the idempotency store answered nothing", "", 0)
 	default:
 		if r.Context().Err() == nil {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: store error", "key", id, "err", err)
 		}
-		writeProblem(w, http.StatusServiceUnavailable, "the idempotency store is unavailable; retry later", "", 1)
+		h.problem(w, http.StatusServiceUnavailable, "the idempotency store is unavailable; retry later", "", 1)
 	}
+}
+
+// parseKey reads the header's value: an sf-string (RFC 8941 section
+// 3.3.3: "..." with \" and \\ escapes, as the IETF draft says) is
+// unquoted, anything else is taken as it is (a bare token, as Stripe's
+// clients send): `"abc"` and `abc` are the same key. It returns why the
+// value is not acceptable, or "".
+func parseKey(v string) (key, detail string) {
+	if !strings.HasPrefix(v, `"`) {
+		return v, ""
+	}
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+				return "", fmt.Sprintf("the Idempotency-Key is a quoted string with a bad escape at %d: only \\\" and \\\\ are allowed", i)
+			}
+			i++
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", "the Idempotency-Key has bytes after its closing quote"
+			}
+			return b.String(), ""
+		default:
+			b.WriteByte(c) // checkKey refuses what is not visible ASCII
+		}
+	}
+	return "", "the Idempotency-Key has an opening quote and no closing one"
 }
 
 // checkKey returns why key is not acceptable, or "".
@@ -250,12 +266,17 @@ func (h *handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	return body, nil
 }
 
+// problem answers with a problem+json body of the middleware's problem type.
+func (h *handler) problem(w http.ResponseWriter, status int, detail, header string, retryAfter int) {
+	writeProblem(w, h.cfg.problemType, status, detail, header, retryAfter)
+}
+
 // replay writes a stored response with Idempotent-Replayed: true.
 func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payload []byte) {
 	resp, err := decode(payload)
 	if err != nil {
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: stored response does not decode", "key", id, "err", err)
-		writeProblem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
+		h.problem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
 		return
 	}
 	hd := w.Header()
@@ -267,18 +288,8 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 	}
 }
 
-// retryAfter is the Retry-After of a 409, in whole seconds: the time left on
-// the running request's lease (after which a crashed server's request is
-// taken over), at least 1 and at most the configured lease.
-func (h *handler) retryAfter(ctx context.Context, id string) int {
-	limit := int(math.Ceil(h.cfg.lease.Seconds()))
-	rec, ok, err := h.rs.Get(ctx, id)
-	if err != nil || !ok || rec.Status != store.StatusPending {
-		return 1 // it just finished, or the store is unsure: try again soon
-	}
-	if rec.LeaseUntil.IsZero() {
-		return limit
-	}
-	s := int(math.Ceil(time.Until(rec.LeaseUntil).Seconds()))
-	return min(max(s, 1), limit)
+// retryAfter is the Retry-After of a 409, in whole seconds: the
+// WithRetryAfter hint rounded up, at least 1.
+func (h *handler) retryAfter() int {
+	return max(int(math.Ceil(h.cfg.retryAfter.Seconds())), 1)
 }

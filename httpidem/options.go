@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net/textproto"
 	"strings"
 	"time"
+
+	"github.com/redisonce/redisonce/store"
 )
 
 // Defaults of the options.
@@ -22,6 +25,9 @@ const (
 	// DefaultMaxBody is the largest request body the middleware reads, in
 	// bytes: 8 MiB (WithMaxBody).
 	DefaultMaxBody = 8 << 20
+	// DefaultRetryAfter is the Retry-After hint of a 409 (a retry while the
+	// first request runs): 1 second (WithRetryAfter).
+	DefaultRetryAfter = time.Second
 )
 
 // Option configures Middleware.
@@ -32,6 +38,13 @@ type config struct {
 	methods     map[string]bool
 	require     bool
 	scope       func(*http.Request) string
+	scoped      bool // WithScope or WithSharedKeys was given
+	detach      bool // the handler runs detached from the client's disconnect
+	shutdown    context.Context
+	retryAfter  time.Duration
+	wait        time.Duration
+	problemType string
+	obs         store.Observer
 	fingerprint func(*http.Request, []byte) string
 	keep        func(name string) bool
 	lease, ttl  time.Duration
@@ -46,6 +59,8 @@ func newConfig(opts []Option) *config {
 		fingerprint: Fingerprint,
 		keep:        DefaultKeepHeader,
 		lease:       DefaultLease,
+		detach:      true,
+		retryAfter:  DefaultRetryAfter,
 		maxKeyLen:   DefaultMaxKeyLen,
 		maxBody:     DefaultMaxBody,
 		log:         slog.Default(),
@@ -81,12 +96,100 @@ func WithRequireKey(require bool) Option {
 	return func(c *config) { c.require = require }
 }
 
-// WithScope sets a function that scopes keys, typically to the authenticated
-// user or tenant: the record key is the scope (query-escaped) + ":" + the
-// header value, so two users' equal keys never meet. Default nil: the record
-// key is the header value. The scope may be any string, "" included.
+// WithScope sets a function that scopes keys, typically to the
+// authenticated user or tenant: the record key is the scope (query-escaped) +
+// ":" + the header value, so two callers' equal keys never meet — a caller
+// never replays another's response, and a 422 never tells one caller that
+// another used a key. Middleware needs WithScope or WithSharedKeys: there is
+// no unscoped default. The scope may be any string, but requests with the
+// same scope share keys: return a stable identity of the caller (the user or
+// API-key id, not a session token that changes between a request and its
+// retry), and "" only for callers who may see each other's responses. The
+// last of WithScope and WithSharedKeys given wins.
 func WithScope(scope func(*http.Request) string) Option {
-	return func(c *config) { c.scope = scope }
+	return func(c *config) {
+		if scope == nil {
+			panic("httpidem: WithScope(nil): give a scope function, or WithSharedKeys()")
+		}
+		c.scope, c.scoped = scope, true
+	}
+}
+
+// WithSharedKeys makes every caller share one key space: the record key is
+// the header value alone. Any caller who sends another's key value (with the
+// same method, path, query and body) gets that caller's stored response,
+// headers and body, and with another request a 422 that tells them the key
+// is in use. Use it only when keys are unguessable and never shared between
+// callers who must not see each other's responses, or behind a gateway that
+// already scopes the header; otherwise use WithScope.
+func WithSharedKeys() Option {
+	return func(c *config) { c.scope, c.scoped = nil, true }
+}
+
+// WithCancelOnDisconnect makes the handler's context end when the client
+// goes away (the request's context, as without this middleware). By default
+// the handler runs detached from the client: its context (still carrying the
+// request's values) ends only when the key's lease is lost or the
+// WithShutdown context ends, so an effect is never cut in half because a
+// client timed out or hung up, and the response it writes is stored for the
+// retry. The cost of cancelling: a handler that stops half-way leaves an
+// effect done but unanswered — if it then writes nothing or a 5xx, nothing is
+// stored and the retry runs the handler again (a second charge unless the
+// downstream call is idempotent itself); a status it did write is still
+// stored, whether or not the client is there.
+func WithCancelOnDisconnect() Option {
+	return func(c *config) { c.detach = false }
+}
+
+// WithShutdown ties the handler's context to ctx: when ctx ends (cancel it
+// when the server shuts down, after http.Server.Shutdown's grace period, say)
+// the handler's context ends with ctx's cause. Default none: a detached
+// handler runs to its end, and http.Server.Shutdown waits for it.
+func WithShutdown(ctx context.Context) Option {
+	return func(c *config) { c.shutdown = ctx }
+}
+
+// WithRetryAfter sets the Retry-After hint of a 409 (a retry while the first
+// request with the key runs), rounded up to whole seconds, at least 1: about
+// how long such requests take, not the lease (a lease bounds how long a
+// crashed server holds the key, far longer than a request runs). Default
+// DefaultRetryAfter (1 s).
+func WithRetryAfter(d time.Duration) Option {
+	return func(c *config) { c.retryAfter = d }
+}
+
+// WithWait makes a retry that arrives while the first request with its key
+// runs wait up to d for it to finish, and get its stored response (replayed)
+// instead of a 409; when d passes first, or the first's response is not
+// stored (a 5xx, say) and the retry then runs the handler itself, it is
+// answered as without the wait. The wait is pushed: the store's Do waits
+// (store.AcquireOptions.Wait), notified by the first request's final write
+// (on Redis a shard-channel message, no polling; a waiter re-reads the record
+// at most once a second in case a notice is missed), so a waiting request
+// costs the server nothing while it waits. It does hold its connection and a
+// goroutine: keep d to about how long the handler takes. A waiting request
+// keeps waiting when its client hangs up (until the answer or d). Default 0:
+// a 409 at once.
+func WithWait(d time.Duration) Option {
+	return func(c *config) { c.wait = d }
+}
+
+// WithProblemType sets the "type" of the problem+json bodies the middleware
+// answers with (400 for a bad or missing key, 409, 413, 422, 500, 503): a URI
+// of your API's documentation of its idempotency rules, as the IETF draft's
+// examples do ("https://developer.example.com/idempotency"). Default
+// "about:blank" (the status says what the problem is).
+func WithProblemType(uri string) Option {
+	return func(c *config) { c.problemType = uri }
+}
+
+// WithObserver makes the middleware report to o, as a store.Event with Store
+// "httpidem", Op "respond" and Outcome OutcomeNotStored, every response it
+// sent but did not store (Err says why: it wraps ErrNotStored). They are
+// logged too (WithLogger). Default none. The store's own observer
+// (store.WithObserver) still sees the store's operations.
+func WithObserver(o store.Observer) Option {
+	return func(c *config) { c.obs = o }
 }
 
 // WithFingerprint sets how a request is fingerprinted; the same key with a
@@ -114,18 +217,19 @@ func WithKeepHeader(keep func(name string) bool) Option {
 // WithLease sets how long a request owns its key while the handler runs;
 // the store's Do renews it every lease/3 while the handler runs (on stores
 // that do), so it bounds how long a crashed server blocks the key, not how
-// long a handler may take. A retry meanwhile is answered 409 with a
-// Retry-After of at most the lease. Default DefaultLease (30 s); d must be > 0.
+// long a handler may take. A retry meanwhile is answered 409 (with the
+// WithRetryAfter hint, not the lease), or waits (WithWait). Default
+// DefaultLease (30 s); d must be > 0.
 func WithLease(d time.Duration) Option {
 	return func(c *config) { c.lease = d }
 }
 
 // WithTTL sets how long a stored response is replayed, counted from the
 // first request. A handler still running when it passes keeps its key (a
-// retry meanwhile is answered 409), and its response is then replayed for d
-// from when it was stored (store.AcquireOptions.TTL). Default 0: the store's
-// own TTL (store.WithTTL; for Records and MemoryRecords by default
-// store.DefaultRecordsTTL, 24 hours).
+// retry meanwhile is answered 409, or waits: WithWait), and its response is
+// then replayed for d from when it was stored (store.AcquireOptions.TTL).
+// Default 0: the store's own TTL (store.WithTTL; for Records and
+// MemoryRecords by default store.DefaultRecordsTTL, 24 hours).
 func WithTTL(d time.Duration) Option {
 	return func(c *config) { c.ttl = d }
 }
@@ -146,7 +250,9 @@ func WithMaxBody(n int64) Option {
 
 // WithLogger sets where the middleware logs what it cannot tell the client:
 // a store error after the handler ran (the response was sent but may not be
-// stored). Default slog.Default().
+// stored), at Error; a response sent but not stored on purpose (a 5xx, a
+// panic, too large, streamed, nothing written), at Warn. Default
+// slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
@@ -157,8 +263,12 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // Fingerprint is the default request fingerprint: the hex SHA-256 of the
-// method, the escaped URL path and the SHA-256 of the body. The query string
-// and the headers are not part of it; use WithFingerprint to add them.
+// method, the escaped URL path, the SHA-256 of the body and the raw query
+// string, so the same key with another method, path, body or query is
+// answered 422. The query is compared as sent (byte for byte: "?a=1&b=2" and
+// "?b=2&a=1" differ); a request without one hashes as before the query was
+// part of the fingerprint, so records stored then still match. Headers are
+// not part of it; use WithFingerprint to add them.
 func Fingerprint(r *http.Request, body []byte) string {
 	b := sha256.Sum256(body)
 	h := sha256.New()
@@ -167,6 +277,11 @@ func Fingerprint(r *http.Request, body []byte) string {
 	h.Write([]byte(r.URL.EscapedPath()))
 	h.Write([]byte{0})
 	h.Write(b[:])
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		// after the fixed-length body digest: unambiguous
+		h.Write([]byte{'?'})
+		h.Write([]byte(r.URL.RawQuery))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

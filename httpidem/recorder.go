@@ -3,21 +3,9 @@ package httpidem
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"maps"
 	"net"
 	"net/http"
-)
-
-// Why a response went straight to the client instead of being kept: each one
-// makes fn return an error marked store.Retryable, so the record is deleted
-// and a retry runs the handler again.
-var (
-	errServerError = errors.New("httpidem: 5xx response, not stored")
-	errTooLarge    = errors.New("httpidem: response larger than a record payload, not stored")
-	errFlushed     = errors.New("httpidem: the handler flushed (streaming), not stored")
-	errHijacked    = errors.New("httpidem: the handler hijacked the connection, not stored")
-	errClientGone  = errors.New("httpidem: the request's context ended (client went away), not stored")
 )
 
 // recorder is the http.ResponseWriter the handler gets. It keeps the response
@@ -70,11 +58,11 @@ func (r *recorder) WriteHeader(code int) {
 	r.budget = r.limit - headerLen(code, r.stored())
 	switch {
 	case code >= 500:
-		r.pass(errServerError)
+		r.pass(ErrServerError)
 	case code == http.StatusSwitchingProtocols:
-		r.pass(errHijacked)
+		r.pass(ErrHijacked)
 	case r.budget < 0:
-		r.pass(errTooLarge)
+		r.pass(ErrTooLarge)
 	}
 }
 
@@ -88,7 +76,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 		return r.w.Write(p)
 	}
 	if r.body.Len()+len(p) > r.budget {
-		r.pass(errTooLarge)
+		r.pass(ErrTooLarge)
 		return r.w.Write(p)
 	}
 	return r.body.Write(p)
@@ -104,7 +92,7 @@ func (r *recorder) FlushError() error {
 		r.WriteHeader(http.StatusOK)
 	}
 	if r.passed == nil {
-		r.pass(errFlushed)
+		r.pass(ErrStreamed)
 	}
 	return http.NewResponseController(r.w).Flush()
 }
@@ -112,7 +100,7 @@ func (r *recorder) FlushError() error {
 // Hijack hands the connection to the handler; the response is not stored.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if r.passed == nil {
-		r.passed = errHijacked
+		r.passed = ErrHijacked
 	}
 	return http.NewResponseController(r.w).Hijack()
 }
@@ -134,10 +122,12 @@ func (r *recorder) pass(why error) {
 }
 
 // finish ends the handler's turn: a handler that wrote nothing answered 200
-// with an empty body, as with net/http.
+// with an empty body, as with net/http, and that is not stored
+// (ErrNothingWritten).
 func (r *recorder) finish() {
 	if r.status == 0 && r.passed == nil {
 		r.WriteHeader(http.StatusOK)
+		r.pass(ErrNothingWritten)
 	}
 }
 

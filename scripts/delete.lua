@@ -16,10 +16,13 @@
                                  (another caller took the record over); nothing written
             CORRUPT <what>       token given and the key is not a well-formed
                                  record (as acquire.lua defines it); nothing written
-  Writes    DEL KEYS[1]
+  Writes    DEL KEYS[1]; with a token, on a record watch.lua marked: SPUBLISH
+            KEYS[1] "deleted" after it, so its waiters acquire the key (an
+            unfenced delete reads nothing and publishes nothing: waiters find
+            out on their bounded re-read)
   Atomicity the checks precede the single DEL
-  Memory    flags=allow-oom: it only deletes, so it runs (and frees memory) when
-            maxmemory is reached under noeviction
+  Memory    flags=allow-oom: it only deletes (its SPUBLISH stores nothing), so
+            it runs (and frees memory) when maxmemory is reached under noeviction
   Complexity O(1)
 ]]
 -- <snippet:one_key>
@@ -48,7 +51,7 @@ local key = KEYS[1]
 -- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
 local function parse_record(v)
   local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
-  if not ok or m ~= 'ro1 ' then
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
@@ -57,20 +60,21 @@ local function parse_record(v)
     or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
     return nil, redis.error_reply('CORRUPT bad record header')
   end
-  return {s, string.sub(v, pos), c, u, e, l, f, p, tok}
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
 end
 -- </snippet>
 -- <snippet:record_hash>
 -- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token),
--- read in one HMGET into parse_record's form; nil and CORRUPT for a key of
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
 -- another type, a missing field or a malformed one (status not 1..64 bytes, fp
 -- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
 -- decimal of at most 19 digits).
 -- Every write script rewrites such a record in layout 1.
 local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
@@ -90,6 +94,7 @@ local function load_hash(k)
     or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
 end
 -- </snippet>
@@ -113,6 +118,7 @@ if #token > 256 then
   return redis.error_reply('BADARG token must be 0..256 bytes')
 end
 
+local watched = false
 if token ~= '' then
   local r, bad = load_record(key)
   if bad then
@@ -124,5 +130,12 @@ if token ~= '' then
   if r[9] ~= token then
     return redis.error_reply('STALE_OWNER the record has another owner')
   end
+  watched = r[10]
 end
-return redis.call('DEL', key)
+local n = redis.call('DEL', key)
+-- The owner gave the key back: its waiters (watch.lua) acquire it again (a
+-- pcall, as in update.lua: a refused publish never fails the delete).
+if watched then
+  redis.pcall('SPUBLISH', key, 'deleted')
+end
+return n

@@ -41,7 +41,7 @@ local key = KEYS[1]
 -- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
 local function parse_record(v)
   local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
-  if not ok or m ~= 'ro1 ' then
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
@@ -50,20 +50,21 @@ local function parse_record(v)
     or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
     return nil, redis.error_reply('CORRUPT bad record header')
   end
-  return {s, string.sub(v, pos), c, u, e, l, f, p, tok}
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
 end
 -- </snippet>
 -- <snippet:record_hash>
 -- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token),
--- read in one HMGET into parse_record's form; nil and CORRUPT for a key of
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
 -- another type, a missing field or a malformed one (status not 1..64 bytes, fp
 -- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
 -- decimal of at most 19 digits).
 -- Every write script rewrites such a record in layout 1.
 local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
@@ -83,6 +84,7 @@ local function load_hash(k)
     or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
 end
 -- </snippet>

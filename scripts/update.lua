@@ -38,7 +38,10 @@
   Writes    one SET of the record in layout 1 (a layout-0 hash is rewritten):
             PXAT max(expires_ms, lease_ms) when expires_in_ms is given or the
             expiry rule moves the key, no expiry for expires_in_ms 0, else
-            KEEPTTL; DEL instead when expires_in_ms is negative
+            KEEPTTL; DEL instead when expires_in_ms is negative. A watched
+            record (the header's mark, set by watch.lua) that stops being
+            pending: the SET drops the mark, then SPUBLISH KEYS[1] the new
+            status ("deleted" after the DEL), so its waiters read it again
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while the record stays pending with
             a lease past it. A write that leaves no live lease (the final
@@ -47,10 +50,10 @@
             while the lease kept the record, the record gets it again from
             now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    90 lines of code besides its snippets: four optional fields, each
+  Length    104 lines of code besides its snippets: four optional fields, each
             validated before the first write, two durations turned into
-            deadlines on the server's clock, and the expiry rule; one script,
-            so a fenced change is all or nothing
+            deadlines on the server's clock, the expiry rule, and the waiters'
+            notice; one script, so a fenced change is all or nothing
   Complexity O(1) (plus the size of the payload)
 ]]
 -- <snippet:one_key>
@@ -105,7 +108,7 @@ end
 -- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
 local function parse_record(v)
   local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
-  if not ok or m ~= 'ro1 ' then
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
@@ -114,27 +117,28 @@ local function parse_record(v)
     or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
     return nil, redis.error_reply('CORRUPT bad record header')
   end
-  return {s, string.sub(v, pos), c, u, e, l, f, p, tok}
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
 end
 -- </snippet>
 -- <snippet:record_value>
 -- A record in parse_record's form as its layout-1 string.
 local function record_value(r)
-  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
+  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', r[10] and 'ro1w' or 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
     #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
 end
 -- </snippet>
 -- <snippet:record_hash>
 -- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token),
--- read in one HMGET into parse_record's form; nil and CORRUPT for a key of
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
 -- another type, a missing field or a malformed one (status not 1..64 bytes, fp
 -- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
 -- decimal of at most 19 digits).
 -- Every write script rewrites such a record in layout 1.
 local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token')
+    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
     return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
@@ -154,6 +158,7 @@ local function load_hash(k)
     or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
 end
 -- </snippet>
@@ -232,6 +237,11 @@ if expires then
   local d = tonumber(expires)
   if d < 0 then
     redis.call('DEL', key)
+    -- A watched record (watch.lua) tells its waiters it is gone (a pcall: a
+    -- publish the caller may not make never fails the write before it).
+    if r[10] then
+      redis.pcall('SPUBLISH', key, 'deleted')
+    end
     return 0
   end
   r[5] = d == 0 and 0 or now + d
@@ -246,23 +256,38 @@ r[4] = now
 if r[1] ~= 'pending' then
   r[6] = 0
 end
+-- A watched record (watch.lua) that stops being pending drops the mark and
+-- tells its waiters, after the write (a pcall: a publish the caller may not
+-- make never fails the write before it; the waiter's bounded re-read covers
+-- it). An unwatched record, the common case, pays for one test.
+local notify = r[10] and r[1] ~= 'pending'
+if notify then
+  r[10] = nil
+end
 -- The expiry rule: the key lives until max(expires_ms, a pending lease_ms);
 -- a retention that ran out under a lease starts again once no lease holds.
+local ttl = 'KEEPTTL'
 if r[5] == 0 then
   if set_expires then
-    redis.call('SET', key, record_value(r))
-  else
-    redis.call('SET', key, record_value(r), 'KEEPTTL')
+    ttl = nil
   end
-  return 1
-end
-if r[5] <= now and r[6] <= now then
-  r[5] = now + math.max(r[5] - r[3], 1)
-end
-local at = math.max(r[5], r[6])
-if set_expires or at ~= was then
-  redis.call('SET', key, record_value(r), 'PXAT', at)
 else
+  if r[5] <= now and r[6] <= now then
+    r[5] = now + math.max(r[5] - r[3], 1)
+  end
+  local at = math.max(r[5], r[6])
+  if set_expires or at ~= was then
+    ttl = at
+  end
+end
+if ttl == 'KEEPTTL' then
   redis.call('SET', key, record_value(r), 'KEEPTTL')
+elseif ttl then
+  redis.call('SET', key, record_value(r), 'PXAT', ttl)
+else
+  redis.call('SET', key, record_value(r))
+end
+if notify then
+  redis.pcall('SPUBLISH', key, r[1])
 end
 return 1

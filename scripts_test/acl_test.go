@@ -29,14 +29,17 @@ import (
 //   - the scripts: EVALSHA, EVALSHA_RO, EVAL and EVAL_RO (the fallback when a
 //     restart, failover or SCRIPT FLUSH emptied the script cache), SCRIPT LOAD
 //     (batches reload their scripts).
+//   - Records.Do's waiters (AcquireOptions.Wait): SSUBSCRIBE and SUNSUBSCRIBE
+//     on the record's own key as a shard channel (&idempotency:*), which the
+//     final scripts SPUBLISH to.
 //   - inside the scripts: every command a script calls (checked against the
 //     scripts by TestACLLineMatchesScripts).
-const aclSetUser = "ACL SETUSER app on >app-secret resetchannels " +
+const aclSetUser = "ACL SETUSER app on >app-secret resetchannels &idempotency:* " +
 	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* -@all " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
-	"+evalsha +evalsha_ro +eval +eval_ro +script|load " +
+	"+evalsha +evalsha_ro +eval +eval_ro +script|load +ssubscribe +sunsubscribe " +
 	"+del +exists +get +hdel +hgetall +hlen +hmget +hset +info " +
-	"+pexpire +pexpireat +pttl +set +setrange +time"
+	"+pexpire +pexpireat +pttl +set +setrange +spublish +time"
 
 // aclUserURL is the URL the tests connect with as the app user.
 func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }
@@ -45,7 +48,7 @@ func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }
 // opposed to the commands the scripts call.
 var aclConnectCommands = []string{
 	"client|tracking", "ping", "cluster|slots", "cluster|shards", "asking",
-	"evalsha", "evalsha_ro", "eval", "eval_ro", "script|load",
+	"evalsha", "evalsha_ro", "eval", "eval_ro", "script|load", "ssubscribe", "sunsubscribe",
 }
 
 // createACLUser runs the README's ACL SETUSER line, as a user would, on n.

@@ -53,6 +53,7 @@ func TestEdgeWrongTypeIsCorrupt(t *testing.T) {
 		{"get", str, nil},
 		{"update", str, []string{"", "status", "done"}},
 		{"delete", str, []string{"tok"}},
+		{"watch", str, nil},
 	} {
 		t.Run(tc.name+"/"+strings.Join(tc.args, ","), func(t *testing.T) {
 			got, code, before, after := edgeRun(t, tc.name, tc.seed, tc.args...)
@@ -86,6 +87,7 @@ func TestEdgeExtraArgumentsRefused(t *testing.T) {
 		{"acquire", []string{"0", "tok", "", "0", "x"}},
 		{"get", []string{"x"}},
 		{"delete", []string{"tok", "x"}},
+		{"watch", []string{"x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code, before, after := edgeRun(t, tc.name, nil, tc.args...)

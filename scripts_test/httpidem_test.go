@@ -2,11 +2,15 @@ package scripts_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/httpidem/httpidemtest"
@@ -37,7 +41,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
 	rs := store.NewRecords(c, store.WithPrefix(prefix))
-	h := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := httpidem.Middleware(rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/fail" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -60,5 +64,123 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	n, err := c.Do(ctx, c.B().Exists().Key(prefix+"/fail").Build()).AsInt64()
 	if err != nil || n != 0 {
 		t.Errorf("EXISTS after a 503 = %d, %v; want 0", n, err)
+	}
+}
+
+// TestHTTPIdemClientsGiveUp: a payments API on a real HTTP server over the
+// Redis store. 40 keys whose first try times out (http.Client.Timeout, a
+// third of the handler's time) and 20 whose client hangs up after sending,
+// all at once; then every key is retried until it is not 409. Each key is
+// charged exactly once, and every retry gets the first run's response,
+// byte for byte, marked replayed.
+func TestHTTPIdemClientsGiveUp(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, standaloneURL(t))
+	rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+	var mu sync.Mutex
+	charges := map[string]int{}
+	byFirstTry := map[string]bool{} // the key's charge came from the try that gave up
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(httpidem.HeaderKey)
+		mu.Lock()
+		charges[key]++
+		n := charges[key]
+		byFirstTry[key] = r.Header.Get("X-Try") == "first"
+		mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // the provider call
+		w.Header().Set("X-Charge", fmt.Sprintf("ch_%s_%d", key, n))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"key":%q,"charge":%d}`, key, n)
+	})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(mux))
+	t.Cleanup(srv.Close)
+	post := func(ctx context.Context, cl *http.Client, key, try string) (*http.Response, []byte, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/charges", strings.NewReader("amount=10"))
+		req.Header.Set(httpidem.HeaderKey, key)
+		req.Header.Set("X-Try", try) // not in the fingerprint: one request
+		resp, err := cl.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, b, err
+	}
+	var keys []string
+	var wg sync.WaitGroup
+	impatient := &http.Client{Timeout: 50 * time.Millisecond}
+	for i := range 60 {
+		key := fmt.Sprintf("k%02d", i)
+		keys = append(keys, key)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i < 40 {
+				if _, _, err := post(ctx, impatient, key, "first"); err == nil {
+					t.Errorf("%s: the first try did not time out", key)
+				}
+				return
+			}
+			hctx, hangUp := context.WithCancel(ctx)
+			time.AfterFunc(30*time.Millisecond, hangUp) // after sending, before the answer
+			if _, _, err := post(hctx, http.DefaultClient, key, "first"); err == nil {
+				t.Errorf("%s: the hung-up try got an answer", key)
+			}
+		}()
+	}
+	wg.Wait()
+	patient := &http.Client{Timeout: 30 * time.Second}
+	for _, key := range keys {
+		var first []byte
+		var firstCharge string
+		for try := 0; try < 2; try++ {
+			var resp *http.Response
+			var body []byte
+			var err error
+			for range 300 { // 409 while the first try's handler runs: at most 3 s
+				resp, body, err = post(ctx, patient, key, "retry")
+				if err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				if resp.StatusCode != http.StatusConflict {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			mu.Lock()
+			wantReplay := try == 1 || byFirstTry[key]
+			mu.Unlock()
+			if resp.StatusCode != http.StatusCreated || (resp.Header.Get(httpidem.HeaderReplayed) == "true") != wantReplay {
+				t.Errorf("%s retry %d: %d %v %q, want 201, replayed %v", key, try, resp.StatusCode, resp.Header, body, wantReplay)
+				continue
+			}
+			if try == 0 {
+				first, firstCharge = body, resp.Header.Get("X-Charge")
+			} else if string(body) != string(first) || resp.Header.Get("X-Charge") != firstCharge {
+				t.Errorf("%s: replays differ: %q %q vs %q %q", key, body, resp.Header.Get("X-Charge"), first, firstCharge)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	timedOut, hungUp := 0, 0
+	for i, key := range keys {
+		if charges[key] != 1 {
+			t.Errorf("%s charged %d times, want 1", key, charges[key])
+		}
+		if byFirstTry[key] && i < 40 {
+			timedOut++
+		} else if byFirstTry[key] {
+			hungUp++
+		}
+	}
+	// A first try that gave up before it reached the handler charged
+	// nothing, and its retry was the first run; enough of each kind must
+	// have reached it for the test to mean something.
+	t.Logf("first tries that reached the handler: %d of 40 timed out, %d of 20 hung up", timedOut, hungUp)
+	if timedOut == 0 || hungUp == 0 {
+		t.Errorf("no first try of a kind reached the handler (timed out %d, hung up %d): nothing tested", timedOut, hungUp)
 	}
 }

@@ -258,6 +258,11 @@ var redisCLICases = map[string][]cliCase{
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
 		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: recordAbsent},
 	},
+	"watch": {
+		{name: "a pending record is marked", seed: goAcquire(""), want: "1",
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+		{name: "nothing there", want: "0", check: recordAbsent},
+	},
 	"delete": {
 		{name: "owner deletes", seed: goAcquire(""), argv: []string{"$TOKEN"}, want: "1", check: recordAbsent},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner"}, want: "STALE_OWNER", wantErr: true,

@@ -463,7 +463,17 @@ func TestScriptUpdate(t *testing.T) {
 		return h
 	}
 	done := with(leased, "status", "completed", "payload", "res", "lease_ms", "0", "updated_ms", "{now}")
+	watched := with(leased, "watch", "1")
 	cases := []recCase{
+		// A record watch.lua marked: the final write drops the flag (and
+		// publishes: TestRecordsWaitRaw); a write that keeps it pending
+		// keeps the flag for the write that ends it.
+		{name: "watched/complete drops the flag", seed: recSeed(watched), args: []string{"tokA", "status", "completed", "payload", "res"},
+			want: []string{"1"}, after: done, expireAt: recFar},
+		{name: "watched/still pending keeps the flag", seed: recSeed(watched), args: []string{"tokA", "payload", "part"},
+			want: []string{"1"}, after: with(watched, "payload", "part", "updated_ms", "{now}"), expireAt: recFar},
+		{name: "watched/expired at once", seed: recSeed(watched), args: []string{"tokA", "expires_in_ms", "-1"},
+			want: []string{"0"}},
 		{name: "unfenced/complete clears the lease", seed: recSeed(leased), args: []string{"", "status", "completed", "payload", "res"},
 			want: []string{"1"}, after: done, expireAt: recFar},
 		{name: "fenced/owner", seed: recSeed(leased), args: []string{"tokA", "payload", "res", "status", "completed"},
@@ -559,9 +569,26 @@ func TestScriptRenew(t *testing.T) {
 	})
 }
 
+// TestScriptWatch: watch.lua marks a pending record (field watch "1") and
+// nothing else; an absent key or a record no longer pending is left alone.
+func TestScriptWatch(t *testing.T) {
+	h := recHash("expires_ms", recFar, "lease_ms", recFar)
+	marked := recHash("expires_ms", recFar, "lease_ms", recFar, "watch", "1")
+	doneH := recHash("expires_ms", recFar, "status", "completed")
+	runRecCases(t, "watch", []recCase{
+		{name: "pending", seed: recSeed(h), want: []string{"1"}, after: marked, expireAt: recFar},
+		{name: "pending, already watched", seed: recSeed(marked), want: []string{"1"}, after: marked, expireAt: recFar},
+		{name: "absent", want: []string{"0"}},
+		{name: "completed", seed: recSeed(doneH), want: []string{"0"}, after: doneH, expireAt: recFar},
+		{name: "a foreign value", seed: [][]string{{"SET", "$K", "x"}}, errc: "CORRUPT"},
+		{name: "an argument", seed: recSeed(h), args: []string{"x"}, errc: "BADARG"},
+	})
+}
+
 func TestScriptDelete(t *testing.T) {
 	h := recHash("expires_ms", recFar)
 	runRecCases(t, "delete", []recCase{
+		{name: "watched, owner", seed: recSeed(recHash("expires_ms", recFar, "watch", "1")), args: []string{"tokA"}, want: []string{"1"}},
 		{name: "absent", args: []string{""}, want: []string{"0"}},
 		{name: "absent/fenced", args: []string{"tokA"}, want: []string{"0"}},
 		{name: "unconditional", seed: recSeed(h), args: []string{""}, want: []string{"1"}},

@@ -143,6 +143,18 @@ type AcquireOptions struct {
 	// empty fingerprint on either side is not checked; a record created without
 	// one adopts the first non-empty fingerprint of a caller that takes it over.
 	Fingerprint string
+	// Wait is how long Do waits, when the key is in flight under another
+	// owner, for that owner to finish: then Do answers as it would have
+	// after it (the stored result, replayed; or fn runs, if the owner gave
+	// the key back or it expired), and ErrInFlight only once Wait has passed
+	// with the record still pending. The wait is pushed, not polled: the
+	// owner's final write notifies the waiters (Records: a shard-channel
+	// message, SSUBSCRIBE/SPUBLISH on the record's own key, see watch.lua),
+	// and a waiter reads the record again at least once a second in case a
+	// notice is missed (an expiry, an unfenced Delete, a lost connection).
+	// Default 0: no wait, ErrInFlight at once. Negative values are invalid.
+	// Do only; AcquireWith ignores it.
+	Wait time.Duration
 }
 
 // RecordStore is what Records and MemoryRecords implement;
@@ -179,6 +191,11 @@ type recordOps interface {
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
+	// waitDone waits for key's pending record to change, calling again (the
+	// next acquire) whenever it may have (its final write was notified, or
+	// it is no longer pending), and at least every waitRecheck, until again
+	// returns true or until passes; ctx's error when ctx ends.
+	waitDone(ctx context.Context, key string, until time.Time, again func() bool) error
 	// clock is the time a record's LeaseUntil is read against, for the
 	// time left an *InFlightError reports.
 	clock() time.Time
@@ -270,6 +287,20 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	rec, acquired, err := s.acquire(ctx, "do", key, o)
 	if err != nil {
 		return nil, false, outcome(err, OutcomeError), err
+	}
+	if !acquired && rec.Status == StatusPending && o.Wait > 0 {
+		// In flight: wait for the owner's final write, then look again.
+		var aerr error
+		err := s.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
+			rec, acquired, aerr = s.acquire(ctx, "do", key, o)
+			return aerr != nil || acquired || rec.Status != StatusPending
+		})
+		if err == nil {
+			err = aerr
+		}
+		if err != nil {
+			return nil, false, outcome(err, OutcomeError), err
+		}
 	}
 	if ev.obs != nil && acquired && rec.Fence > 1 {
 		// a takeover is worth an alert of its own: report it apart
@@ -379,6 +410,8 @@ func (o AcquireOptions) check(op, key string) error {
 		return errorf(op, key, ErrInvalidArgument, "negative TTL %v", o.TTL)
 	case o.Lease < 0:
 		return errorf(op, key, ErrInvalidArgument, "negative lease %v", o.Lease)
+	case o.Wait < 0:
+		return errorf(op, key, ErrInvalidArgument, "negative wait %v", o.Wait)
 	case len(o.Fingerprint) > MaxFingerprintLen:
 		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
 	}

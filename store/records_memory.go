@@ -19,6 +19,9 @@ type MemoryRecords struct {
 	now func() time.Time
 	err error
 	ev  events
+	// waits are the channels waiters (AcquireOptions.Wait) block on, by key:
+	// closed by the write that ends the pending record.
+	waits map[string]chan struct{}
 }
 
 // memRecord is a stored record: times in ms since the epoch, 0 = none.
@@ -230,6 +233,7 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 	}
 	if f.setExp && f.expires != 0 && f.expires <= now {
 		delete(s.m, key)
+		s.notify(key)
 		return nil
 	}
 	if f.status != nil {
@@ -246,6 +250,7 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 	}
 	if r.status != string(StatusPending) {
 		r.lease = 0
+		s.notify(key)
 	}
 	r.updated = now
 	r.rearm(now)
@@ -263,6 +268,7 @@ func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
 		s.mu.Lock()
 		_, ok = s.live(key, s.nowMS())
 		delete(s.m, key)
+		s.notify(key)
 		s.mu.Unlock()
 	}
 	if s.ev.obs != nil {
@@ -301,6 +307,7 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 		return false, errorf(op, key, ErrStaleOwner, "the record has another owner")
 	}
 	delete(s.m, key)
+	s.notify(key)
 	return true, nil
 }
 

@@ -37,6 +37,7 @@ type Records struct {
 	// so a caller passing the same options every time allocates no string.
 	ttlMS, leaseMS msCache
 	ev             events
+	waits          waiters // Do's waiters (AcquireOptions.Wait)
 }
 
 var (
@@ -273,7 +274,15 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //   - a pending record under another owner's live lease (or without a lease):
 //     ErrInFlight; retry later. The error is an *InFlightError whose
 //     RetryAfter is the time to the lease's deadline (measured against this
-//     process's clock; 0 for a record without a lease);
+//     process's clock; 0 for a record without a lease). With o.Wait > 0, Do
+//     first waits up to o.Wait for that owner's final write and answers as
+//     after it: it subscribes to the record's shard channel (SSUBSCRIBE
+//     prefix+key), marks the record watched (watch.lua) and the final write
+//     publishes (update.lua, delete.lua); nothing is polled, but the record
+//     is read again at least once a second in case a notice is missed (an
+//     expiry, an unfenced Delete). A final write on a record nobody waits for
+//     publishes nothing; a waiter needs Redis >= 7.0 (sharded pub/sub) and,
+//     under an ACL, ssubscribe, sunsubscribe and the channels of the prefix;
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
 //     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live

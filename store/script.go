@@ -23,7 +23,8 @@ type script struct {
 	// are not results a caller acts on, an extension lost in a failover only
 	// shortens a lease (as if it ran out: the final write is fenced, and it
 	// waits), and a heartbeat held up by WAIT would cancel fn when replicas
-	// are slow even though the lease is held.
+	// are slow even though the lease is held. And watch.lua: a waiter's
+	// flag, useless on a replica.
 	noWait bool
 }
 
@@ -31,7 +32,7 @@ var scriptsByName = sync.OnceValue(func() map[string]*script {
 	m := make(map[string]*script)
 	for _, s := range redisonce.All() {
 		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly,
-			noWait: s.Name == "extend" || s.Name == "renew"}
+			noWait: s.Name == "extend" || s.Name == "renew" || s.Name == "watch"}
 	}
 	return m
 })

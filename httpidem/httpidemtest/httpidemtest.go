@@ -1,16 +1,28 @@
-// Package httpidemtest checks httpidem's middleware, with its default
-// options, over a store.RecordStore: the same suite runs on the in-memory
-// store (package httpidem's tests) and on Redis (scripts_test), and a user can
-// run it on a RecordStore of their own, as store/storetest does for the store.
+// Package httpidemtest checks httpidem's middleware over a
+// store.RecordStore, on a real net/http server: the same suite runs on the
+// in-memory store (package httpidem's tests) and on Redis (scripts_test), and
+// a user can run it on a RecordStore of their own, as store/storetest does
+// for the store. It covers replays (status, headers, body), 422 for another
+// request under a key (query string included), 409 with a short Retry-After,
+// WithWait (duplicates answered by the push, the handler run once), a client
+// that times out or hangs up (its response kept and replayed, one run),
+// WithCancelOnDisconnect and WithShutdown, callers who share a key value
+// under WithScope (no cross replay, no 422), the refusal to build without a
+// scope decision, responses not stored (5xx, panic, too large, streamed,
+// nothing written) and their events, keys quoted or bare, and problem types.
+// A store's Do must honour store.AcquireOptions.Wait for the WithWait tests.
 package httpidemtest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -60,7 +72,9 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 		handler(w, r)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/", httpidem.Middleware(rs, opts...)(counted))
+	// Shared keys unless a test scopes them: the record key is the header
+	// value, which the tests read back from the store.
+	mux.Handle("/", httpidem.Middleware(rs, append([]httpidem.Option{httpidem.WithSharedKeys()}, opts...)...)(counted))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack
 	srv.Start()
@@ -68,6 +82,14 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 	s.url = srv.URL
 	return s
 }
+
+// client is the suite's HTTP client: a server that never answers fails the
+// test after 30 s instead of hanging it.
+var client = &http.Client{Timeout: 30 * time.Second}
+
+// userScope is the suite's scope: the caller named by the X-User header
+// (the tests' stand-in for an authenticated identity).
+func userScope(r *http.Request) string { return r.Header.Get("X-User") }
 
 // do sends one request; key "" sends no Idempotency-Key.
 func (s *server) do(method, path, key, body string) reply {
@@ -79,7 +101,7 @@ func (s *server) do(method, path, key, body string) reply {
 	if key != "" {
 		req.Header.Set(httpidem.HeaderKey, key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -89,6 +111,21 @@ func (s *server) do(method, path, key, body string) reply {
 		s.t.Fatalf("%s %s: reading the body: %v", method, path, err)
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// retry409 sends the request until it is not answered 409 (the first try's
+// handler still running), at most 200 times 10 ms apart.
+func (s *server) retry409(method, path, key, body string) reply {
+	s.t.Helper()
+	var r reply
+	for range 200 {
+		if r = s.do(method, path, key, body); r.status != http.StatusConflict {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.t.Fatalf("still 409 after 200 tries: %s", r)
+	return r
 }
 
 func (s *server) wantRuns(n int64) {
@@ -285,10 +322,11 @@ func TestMiddleware(t *testing.T, h Harness) {
 	})
 
 	t.Run("EmptyResponseReplayed", func(t *testing.T) {
-		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
+		// A status written without a body is a response: stored, replayed.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 		first := s.do("POST", "/noop", "k", "")
 		again := s.do("POST", "/noop", "k", "")
-		if first.status != http.StatusOK || again.status != http.StatusOK || again.body != "" {
+		if first.status != http.StatusNoContent || again.status != http.StatusNoContent || again.body != "" {
 			t.Errorf("first %s, retry %s", first, again)
 		}
 		wantReplayed(t, again, true)
@@ -329,7 +367,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 		for _, key := range []string{strings.Repeat("k", 256), "tab\there", "caf\u00e9"} {
 			req, _ := http.NewRequest("POST", s.url+"/orders", nil)
 			req.Header[httpidem.HeaderKey] = []string{key}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,6 +379,61 @@ func TestMiddleware(t *testing.T, h Harness) {
 			t.Errorf("a 255-byte key: %s", r)
 		}
 		s.wantRuns(1)
+	})
+
+	t.Run("KeyQuotedOrBare", func(t *testing.T) {
+		// The draft's sf-string ("k-1") and Stripe's bare token (k-1) are
+		// one key; a malformed quoted string is 400.
+		s := newServer(t, h, created)
+		first := s.do("POST", "/orders", `"k-1"`, "x")
+		again := s.do("POST", "/orders", "k-1", "x")
+		escaped := s.do("POST", "/orders", `"k\-1"`, "x")
+		if first.status != http.StatusCreated || again.status != http.StatusCreated || again.body != first.body {
+			t.Errorf("quoted %s, then bare %s: want one key", first, again)
+		}
+		wantReplayed(t, first, false)
+		wantReplayed(t, again, true)
+		wantProblem(t, escaped, http.StatusBadRequest) // \- is no sf-string escape
+		if r := s.do("POST", "/orders", `"say \"hi\""`, "x"); r.status != http.StatusCreated {
+			t.Errorf("a quoted key with escaped quotes: %s", r)
+		}
+		for _, bad := range []string{`"open`, `"a"b`, `""`} {
+			wantProblem(t, s.do("POST", "/orders", bad, "x"), http.StatusBadRequest)
+		}
+		s.wantRuns(2)
+	})
+
+	t.Run("ProblemType", func(t *testing.T) {
+		// WithProblemType: every problem the middleware answers with points
+		// at the user's docs.
+		const docs = "https://api.example.com/docs/idempotency"
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				once.Do(func() { close(started) })
+				<-release
+			}
+			w.WriteHeader(http.StatusCreated)
+		}, httpidem.WithProblemType(docs), httpidem.WithRequireKey(true))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		for _, c := range []struct {
+			r      reply
+			status int
+		}{
+			{s.do("POST", "/slow", "k", "x"), http.StatusConflict},
+			{s.do("POST", "/slow", "k", "y"), http.StatusUnprocessableEntity},
+			{s.do("POST", "/slow", "", "x"), http.StatusBadRequest},
+			{s.do("POST", "/slow", `"bad`, "x"), http.StatusBadRequest},
+		} {
+			if p := wantProblem(t, c.r, c.status); p.Type != docs {
+				t.Errorf("%d problem type %q, want %q", c.status, p.Type, docs)
+			}
+		}
+		close(release)
+		<-done
 	})
 
 	t.Run("BodyCap413", func(t *testing.T) {
@@ -360,7 +453,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			req, _ := http.NewRequest("POST", s.url+"/", strings.NewReader("x"))
 			req.Header.Set(httpidem.HeaderKey, "same")
 			req.Header.Set("X-User", user)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -415,7 +508,8 @@ func TestMiddleware(t *testing.T, h Harness) {
 		var n atomic.Int64
 		rs := h.New(t)
 		t.Cleanup(func() { rs.Close() })
-		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		mw := httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if n.Add(1) == 1 {
 				w.WriteHeader(http.StatusCreated)
 				panic("boom")
@@ -445,39 +539,306 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("ClientGoneNotStored", func(t *testing.T) {
+	t.Run("CancelOnDisconnect", func(t *testing.T) {
+		// WithCancelOnDisconnect: the hang-up cancels the handler's context;
+		// a handler that then writes nothing stores nothing (the retry runs
+		// it again), one that writes a status has it stored all the same.
 		var n atomic.Int64
+		sawCancel := make(chan time.Duration, 2)
+		inside := make(chan struct{}, 2)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			k := n.Add(1)
+			if k > 2 {
+				w.WriteHeader(http.StatusTeapot) // only the replay may answer now
+				return
+			}
+			inside <- struct{}{}
+			t0 := time.Now()
+			select {
+			case <-r.Context().Done():
+				sawCancel <- time.Since(t0)
+			case <-time.After(5 * time.Second):
+				sawCancel <- -1
+			}
+			if k == 2 {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "made after the hang-up")
+			}
+		}, httpidem.WithCancelOnDisconnect())
+		hangUp := func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/p", strings.NewReader("x"))
+				req.Header.Set(httpidem.HeaderKey, "k")
+				resp, err := client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			<-inside
+			cancel()
+			<-errc
+			if d := <-sawCancel; d < 0 {
+				t.Error("the handler's context did not end within 5 s of the hang-up")
+			}
+		}
+		hangUp() // writes nothing: not stored
+		hangUp() // runs again, writes 201 after the hang-up: stored
+		r := s.retry409("POST", "/p", "k", "x")
+		if r.status != http.StatusCreated || r.body != "made after the hang-up" {
+			t.Errorf("retry: %s, want the stored 201", r)
+		}
+		wantReplayed(t, r, true)
+		s.wantRuns(2)
+	})
+
+	t.Run("ShutdownEndsHandler", func(t *testing.T) {
+		// WithShutdown: the detached handler's context ends with the
+		// shutdown context's cause.
+		down, shut := context.WithCancelCause(context.Background())
+		errShutdown := fmt.Errorf("server stopping")
+		inside, cause := make(chan struct{}), make(chan error, 1)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			close(inside)
+			select {
+			case <-r.Context().Done():
+				cause <- context.Cause(r.Context())
+			case <-time.After(5 * time.Second):
+				cause <- nil
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, httpidem.WithShutdown(down))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/p", "k", "x") }()
+		<-inside
+		shut(errShutdown)
+		if c := <-cause; c != errShutdown {
+			t.Errorf("the handler's context ended with %v, want the shutdown's cause", c)
+		}
+		if r := <-done; r.status != http.StatusServiceUnavailable {
+			t.Errorf("%s, want the handler's 503", r)
+		}
+	})
+
+	t.Run("DefaultScopeIsTheCredential", func(t *testing.T) {
+		// Middleware with no scope option: callers with other credentials
+		// (Authorization, here Basic and Bearer) never meet under one key
+		// value — no replay of another's response, no 422 oracle — while a
+		// caller's retry with the same credentials, and an anonymous caller's
+		// retry, replay.
 		rs := h.New(t)
 		t.Cleanup(func() { rs.Close() })
-		inside := make(chan struct{})
-		mw := httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if n.Add(1) == 1 {
-				close(inside)
-				<-r.Context().Done() // the client hangs up; the handler ends anyway
-			}
+		var runs atomic.Int64
+		srv := httptest.NewServer(httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("X-Download-Token", fmt.Sprintf("secret-%d", n))
 			w.WriteHeader(http.StatusCreated)
-			io.WriteString(w, "made")
-		}))
-		serve := func(ctx context.Context) *httptest.ResponseRecorder {
-			rec := httptest.NewRecorder()
-			req := httptest.NewRequest("POST", "/p", strings.NewReader("x")).WithContext(ctx)
-			req.Header.Set(httpidem.HeaderKey, "k")
-			mw.ServeHTTP(rec, req)
-			return rec
+			fmt.Fprintf(w, `{"run":%d,"auth":%q,"body":%q}`, n, r.Header.Get("Authorization"), body)
+		})))
+		t.Cleanup(srv.Close)
+		ask := func(auth, body string) reply {
+			req, _ := http.NewRequest("POST", srv.URL+"/accounts", strings.NewReader(body))
+			req.Header.Set(httpidem.HeaderKey, "shared-key")
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-inside; cancel() }()
-		serve(ctx)
-		if _, ok, err := rs.Get(context.Background(), "k"); ok || err != nil {
-			t.Errorf("after the client went away a record is left (found %v, err %v)", ok, err)
+		alice := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))
+		a := ask(alice, "iban=1")
+		if a.status != http.StatusCreated {
+			t.Fatalf("alice: %s", a)
 		}
-		rec := serve(context.Background())
-		if rec.Code != http.StatusCreated || rec.Body.String() != "made" || rec.Header().Get(httpidem.HeaderReplayed) != "" {
-			t.Errorf("retry: %d %q %v, want the handler to run again", rec.Code, rec.Body, rec.Header())
+		for _, c := range []struct{ auth, body string }{
+			{"Basic " + base64.StdEncoding.EncodeToString([]byte("bob:pw")), "iban=1"},
+			{"Bearer carol-token", "iban=2"},
+			{"", "iban=1"}, // anonymous: not alice either
+		} {
+			r := ask(c.auth, c.body)
+			if r.status != http.StatusCreated || r.body == a.body || r.header.Get("X-Download-Token") == a.header.Get("X-Download-Token") {
+				t.Errorf("%q with alice's key and body %q: %s, want a 201 of their own", c.auth, c.body, r)
+			}
+			wantReplayed(t, r, false)
 		}
-		if n.Load() != 2 {
-			t.Errorf("the handler ran %d times, want 2", n.Load())
+		if again := ask(alice, "iban=1"); again.body != a.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Errorf("alice's retry: %s, want her own replay %q", again, a.body)
 		}
+		if anon := ask("", "iban=1"); anon.header.Get(httpidem.HeaderReplayed) != "true" || anon.status != http.StatusCreated {
+			t.Errorf("an anonymous retry: %s, want the anonymous first response replayed", anon)
+		}
+		if got := runs.Load(); got != 4 {
+			t.Errorf("the handler ran %d times, want 4 (alice, bob, carol, anonymous)", got)
+		}
+	})
+
+	t.Run("CrossCallerNoReplayNo422", func(t *testing.T) {
+		// Two callers, one key value: B never gets A's response, with the
+		// same request or another one (no 422 telling B the key is in use).
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("X-Download-Token", "secret-of-"+r.Header.Get("X-User"))
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"owner":%q,"body":%q}`, r.Header.Get("X-User"), body)
+		}, httpidem.WithScope(userScope))
+		ask := func(user, body string) reply {
+			req, _ := http.NewRequest("POST", s.url+"/accounts", strings.NewReader(body))
+			req.Header.Set(httpidem.HeaderKey, "shared-key")
+			req.Header.Set("X-User", user)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		a := ask("alice", "iban=1")
+		// bob: alice's key with her very request; carol: with another body
+		for _, c := range []struct{ user, body string }{{"bob", "iban=1"}, {"carol", "iban=2"}} {
+			r := ask(c.user, c.body)
+			if r.status != http.StatusCreated || strings.Contains(r.body, "alice") || strings.Contains(r.header.Get("X-Download-Token"), "alice") {
+				t.Errorf("%s with alice's key and body %q: %s, want a 201 of their own", c.user, c.body, r)
+			}
+			wantReplayed(t, r, false)
+		}
+		if again := ask("alice", "iban=1"); again.body != a.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Errorf("alice's retry: %s, want her own replay %q", again, a.body)
+		}
+		s.wantRuns(3)
+	})
+
+	t.Run("NotStoredReported", func(t *testing.T) {
+		// Every response sent but not stored is an observer event and a log line.
+		var mu sync.Mutex
+		var events []store.Event
+		obs := store.ObserverFunc(func(_ context.Context, e store.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		})
+		var logs bytes.Buffer
+		var logMu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+		big := bytes.Repeat([]byte("x"), store.MaxRecordPayloadLen+1)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/5xx":
+				w.WriteHeader(http.StatusBadGateway)
+			case "/big":
+				w.Write(big)
+			case "/flush":
+				w.(http.Flusher).Flush()
+			case "/nothing":
+			}
+		}, httpidem.WithObserver(obs), httpidem.WithLogger(logger))
+		cases := map[string]error{"/5xx": httpidem.ErrServerError, "/big": httpidem.ErrTooLarge, "/flush": httpidem.ErrStreamed, "/nothing": httpidem.ErrNothingWritten}
+		for path := range cases {
+			s.do("POST", path, "k"+path, "")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(events) != len(cases) {
+			t.Errorf("%d events, want %d: %+v", len(events), len(cases), events)
+		}
+		for _, e := range events {
+			path := strings.TrimPrefix(e.Key, "k")
+			want, ok := cases[path]
+			if !ok || e.Store != "httpidem" || e.Op != "respond" || e.Outcome != httpidem.OutcomeNotStored || !errors.Is(e.Err, want) || !errors.Is(e.Err, httpidem.ErrNotStored) {
+				t.Errorf("event %+v, want httpidem/respond/not_stored with %v", e, want)
+			}
+		}
+		logMu.Lock()
+		defer logMu.Unlock()
+		if n := strings.Count(logs.String(), "level=WARN msg=\"httpidem: response sent but not stored"); n != len(cases) {
+			t.Errorf("%d warnings of a response not stored, want %d:\n%s", n, len(cases), logs.String())
+		}
+	})
+
+	t.Run("WaitReplaysToDuplicates", func(t *testing.T) {
+		// WithWait: 6 duplicates arrive while the first runs; the handler
+		// finishes 1.1 s after they began waiting (just after the store's
+		// first bounded re-read, 1 s), so each must be answered by the push,
+		// within 600 ms, long before the next re-read: the first's response,
+		// replayed, identical. The handler runs once.
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+			w.Header().Set("X-Charge", "ch_1")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"charge":"ch_1"}`)
+		}, httpidem.WithWait(10*time.Second))
+		firstc := make(chan reply, 1)
+		go func() { firstc <- s.do("POST", "/charges", "k", "amount=10") }()
+		<-started
+		const n = 6
+		replies := make([]reply, n)
+		at := make([]time.Time, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				replies[i] = s.do("POST", "/charges", "k", "amount=10")
+				at[i] = time.Now()
+			}()
+		}
+		time.Sleep(1100 * time.Millisecond)
+		released := time.Now()
+		close(release)
+		wg.Wait()
+		first := <-firstc
+		if first.status != http.StatusCreated {
+			t.Fatalf("first %s", first)
+		}
+		for i, r := range replies {
+			if r.status != first.status || r.body != first.body || r.header.Get("X-Charge") != "ch_1" {
+				t.Errorf("duplicate %d: %s, want the first's %s", i, r, first)
+			}
+			wantReplayed(t, r, true)
+			if lat := at[i].Sub(released); lat > 600*time.Millisecond {
+				t.Errorf("duplicate %d answered %v after the handler finished, want within 600 ms (pushed)", i, lat)
+			}
+		}
+		s.wantRuns(1)
+	})
+
+	t.Run("WaitRunsOut409", func(t *testing.T) {
+		// WithWait(300 ms) and a handler of 2 s: the duplicate waits 300 ms,
+		// then is told 409 with the short Retry-After hint.
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(started) })
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		}, httpidem.WithWait(300*time.Millisecond))
+		done := make(chan reply, 1)
+		go func() { done <- s.do("POST", "/slow", "k", "x") }()
+		<-started
+		t0 := time.Now()
+		r := s.do("POST", "/slow", "k", "x")
+		took := time.Since(t0)
+		close(release)
+		wantProblem(t, r, http.StatusConflict)
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Errorf("Retry-After %q, want 1", got)
+		}
+		if took < 300*time.Millisecond || took > 300*time.Millisecond+time.Second {
+			t.Errorf("the 409 came after %v, want the 300 ms wait (and at most a re-read more)", took)
+		}
+		<-done
+		s.wantRuns(1)
 	})
 
 	t.Run("LongHandlerKeepsLease", func(t *testing.T) {
@@ -513,6 +874,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			mu.Lock()
 			leases = append(leases, l)
 			mu.Unlock()
+			w.WriteHeader(http.StatusOK) // a response, stored: the second request replays
 		})
 		s.do("POST", "/", "k", "")
 		s.do("POST", "/", "k", "")
@@ -537,6 +899,18 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 		s.wantRuns(0)
 	})
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func lens(ss []string) []int {

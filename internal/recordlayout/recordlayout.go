@@ -5,7 +5,8 @@
 //
 // Layout 1, in order (struct format '>c4ddddBc0Bc0Hc0Hc0', then the payload):
 //
-//	4 bytes   "ro1 "
+//	4 bytes   "ro1 ", or "ro1w" on a pending record watch.lua marked (its
+//	          waiters are told when it stops being pending)
 //	8 bytes   created_ms  big-endian IEEE 754 double, an integer 0..2^53-1
 //	8 bytes   updated_ms  (ms since the epoch, from the server's TIME)
 //	8 bytes   expires_ms  (0 = none; the retention: the key expires then, or
@@ -33,6 +34,9 @@ import (
 // Magic starts every layout-1 record; its third byte is the layout's version.
 const Magic = "ro1 "
 
+// MagicWatched starts a layout-1 record that watch.lua marked.
+const MagicWatched = "ro1w"
+
 // LeaseOffset is the byte offset of lease_ms, which renew.lua overwrites in place.
 const LeaseOffset = 28
 
@@ -45,6 +49,7 @@ type Fields struct {
 	CreatedMS, UpdatedMS, ExpiresMS, LeaseMS int64
 	Fence                                    string // canonical decimal
 	FP, Token                                string
+	Watched                                  bool // watch.lua's mark
 }
 
 // ErrNotRecord is what the scripts answer CORRUPT for: a value that is not a
@@ -54,7 +59,11 @@ var ErrNotRecord = errors.New("not a layout-1 record")
 // Encode renders f exactly as record_value does. It does not check f: Valid does.
 func Encode(f Fields) []byte {
 	b := make([]byte, 0, 4+32+1+len(f.Fence)+1+len(f.Status)+2+len(f.FP)+2+len(f.Token)+len(f.Payload))
-	b = append(b, Magic...)
+	if f.Watched {
+		b = append(b, MagicWatched...)
+	} else {
+		b = append(b, Magic...)
+	}
 	for _, ms := range [4]int64{f.CreatedMS, f.UpdatedMS, f.ExpiresMS, f.LeaseMS} {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(float64(ms)))
 	}
@@ -88,9 +97,10 @@ func (f Fields) Valid() error {
 // Decode reads v as parse_record does: the fields, or ErrNotRecord (CORRUPT).
 func Decode(v []byte) (Fields, error) {
 	var f Fields
-	if len(v) < 4+32 || string(v[:4]) != Magic {
+	if len(v) < 4+32 || (string(v[:4]) != Magic && string(v[:4]) != MagicWatched) {
 		return f, fmt.Errorf("%w: no %q header", ErrNotRecord, Magic)
 	}
+	f.Watched = string(v[:4]) == MagicWatched
 	var ms [4]int64
 	for i := range ms {
 		x := math.Float64frombits(binary.BigEndian.Uint64(v[4+8*i:]))
@@ -149,20 +159,25 @@ func canonicalFence(s string) bool {
 	return true
 }
 
-// Map is f as the nine fields of layout 0, every value its decimal string.
+// Map is f as the fields of layout 0, every value its decimal string (and
+// watch "1" when marked).
 func (f Fields) Map() map[string]string {
-	return map[string]string{
+	m := map[string]string{
 		"status": f.Status, "payload": f.Payload,
 		"created_ms": strconv.FormatInt(f.CreatedMS, 10), "updated_ms": strconv.FormatInt(f.UpdatedMS, 10),
 		"expires_ms": strconv.FormatInt(f.ExpiresMS, 10), "lease_ms": strconv.FormatInt(f.LeaseMS, 10),
 		"fence": f.Fence, "fp": f.FP, "token": f.Token,
 	}
+	if f.Watched {
+		m["watch"] = "1"
+	}
+	return m
 }
 
 // FromMap is the inverse of Map: ErrNotRecord when a time is not a decimal
 // integer.
 func FromMap(m map[string]string) (Fields, error) {
-	f := Fields{Status: m["status"], Payload: m["payload"], Fence: m["fence"], FP: m["fp"], Token: m["token"]}
+	f := Fields{Status: m["status"], Payload: m["payload"], Fence: m["fence"], FP: m["fp"], Token: m["token"], Watched: m["watch"] != ""}
 	for _, t := range []struct {
 		name string
 		p    *int64

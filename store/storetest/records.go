@@ -904,6 +904,141 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		}
 	})
 
+	t.Run("DoWaitReplaysTheFirstResult", func(t *testing.T) {
+		// 8 duplicates wait (AcquireOptions.Wait) while the first runs; the
+		// first finishes 1.1 s after they started waiting, just after their
+		// first bounded re-read (1 s): each must be answered by the push,
+		// well before the next re-read (2 s), with the first's result
+		// replayed; fn runs once.
+		s := newStore(t)
+		started, release := make(chan struct{}), make(chan struct{})
+		var runs atomic.Int32
+		first := make(chan error, 1)
+		go func() {
+			_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+				runs.Add(1)
+				close(started)
+				<-release
+				return []byte("first"), nil
+			})
+			first <- err
+		}()
+		<-started
+		wait := doOpts
+		wait.Wait = 10 * time.Second
+		const n = 8
+		var wg sync.WaitGroup
+		done := make([]time.Time, n)
+		t0 := time.Now()
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, replayed, err := s.Do(ctx, "k", wait, func(context.Context) ([]byte, error) {
+					runs.Add(1)
+					return []byte("duplicate ran"), nil
+				})
+				done[i] = time.Now()
+				if string(res) != "first" || !replayed || err != nil {
+					t.Errorf("waiter %d: Do = %q, %v, %v; want the first's result replayed", i, res, replayed, err)
+				}
+			}()
+		}
+		time.Sleep(1100 * time.Millisecond)
+		released := time.Now()
+		close(release)
+		wg.Wait()
+		if err := <-first; err != nil {
+			t.Fatalf("the first Do: %v", err)
+		}
+		for i, d := range done {
+			if lat := d.Sub(released); lat < 0 || lat > 600*time.Millisecond {
+				t.Errorf("waiter %d answered %v after the first finished (it began waiting %v before); a push answers within 600 ms, the next re-read comes 900 ms after", i, lat, released.Sub(t0))
+			}
+		}
+		if r := runs.Load(); r != 1 {
+			t.Errorf("fn ran %d times, want 1", r)
+		}
+	})
+
+	t.Run("DoWaitGivesUpInFlight", func(t *testing.T) {
+		// The first runs past the wait: ErrInFlight once Wait has passed,
+		// not before, and not long after (a re-read never oversleeps it).
+		s := newStore(t)
+		started, release := make(chan struct{}), make(chan struct{})
+		go s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("late"), nil
+		})
+		defer close(release)
+		<-started
+		wait := doOpts
+		wait.Wait = 1500 * time.Millisecond
+		t0 := time.Now()
+		res, replayed, err := s.Do(ctx, "k", wait, func(context.Context) ([]byte, error) {
+			t.Error("a waiter ran fn while the first was in flight")
+			return nil, nil
+		})
+		took := time.Since(t0)
+		if res != nil || replayed || !errors.Is(err, store.ErrInFlight) {
+			t.Errorf("Do = %q, %v, %v; want ErrInFlight", res, replayed, err)
+		}
+		if took < wait.Wait || took > wait.Wait+time.Second {
+			t.Errorf("gave up after %v, want %v to %v", took, wait.Wait, wait.Wait+time.Second)
+		}
+	})
+
+	t.Run("DoWaitRunsWhenTheFirstGivesBack", func(t *testing.T) {
+		// The first fails (a retryable error: the record is deleted): the
+		// waiter is answered by running fn itself, at once.
+		s := newStore(t)
+		started, release := make(chan struct{}), make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			_, _, err := s.Do(ctx, "k", doOpts, func(context.Context) ([]byte, error) {
+				close(started)
+				<-release
+				return nil, errors.New("provider down")
+			})
+			first <- err
+		}()
+		<-started
+		wait := doOpts
+		wait.Wait = 10 * time.Second
+		relc := make(chan time.Time, 1)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			relc <- time.Now()
+			close(release)
+		}()
+		res, replayed, err := s.Do(ctx, "k", wait, func(context.Context) ([]byte, error) {
+			return []byte("second"), nil
+		})
+		lat := time.Since(<-relc)
+		if string(res) != "second" || replayed || err != nil {
+			t.Errorf("Do = %q, %v, %v; want fn's own result", res, replayed, err)
+		}
+		if err := <-first; err == nil || err.Error() != "provider down" {
+			t.Errorf("the first Do: %v", err)
+		}
+		if lat > 600*time.Millisecond {
+			t.Errorf("the waiter ran %v after the first gave the key back; its re-read would come 700 ms after", lat)
+		}
+	})
+
+	t.Run("DoWaitNegative", func(t *testing.T) {
+		s := newStore(t)
+		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: time.Second, Wait: -time.Second}, func(context.Context) ([]byte, error) {
+			t.Error("fn ran with a negative wait")
+			return nil, nil
+		})
+		if !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("Do with Wait -1s: %v, want ErrInvalidArgument", err)
+		}
+		mustGet(t, s, "k", false)
+	})
+
 	t.Run("DoOutlivesAShortTTL", func(t *testing.T) {
 		// A TTL shorter than the lease and than fn's run: the record stays
 		// while its owner runs (a retry is in flight, a read finds it), and

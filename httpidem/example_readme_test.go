@@ -1,0 +1,135 @@
+package httpidem_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/store"
+)
+
+// The README's drop-in configuration: keys scoped to the authenticated
+// caller, responses on Redis. (It needs a Redis and listens on :8080, so it
+// is compiled, not run; Example runs the same middleware in memory.)
+func Example_dropIn() {
+	rs, err := store.OpenRecords("redis://localhost:6379", store.WithPrefix("http-idem:")) // responses kept 24 h
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /payments", createPayment)
+	idem := httpidem.Middleware(rs, httpidem.WithScope(func(r *http.Request) string {
+		return accountID(r.Context()) // the authenticated caller: keys never cross callers
+	}))
+	http.ListenAndServe(":8080", authenticate(idem(mux)))
+}
+
+// The README's Records.Do snippet, in a handler: the flow httpidem is built
+// on, for an API that keeps its own idempotency records. (Compiled, not run.)
+func Example_recordsDo() {
+	records, err := store.OpenRecords("redis://localhost:6379") // records live 24 h
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer records.Close()
+
+	http.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := readBody(r)
+		// In the handler:
+		result, replayed, err := records.Do(r.Context(), "orders:"+r.Header.Get("Idempotency-Key"),
+			store.AcquireOptions{Lease: 10 * time.Second, Fingerprint: httpidem.Fingerprint(r, body)},
+			func(ctx context.Context) ([]byte, error) {
+				order, err := createOrder(ctx, body)
+				if errors.Is(err, errCardDeclined) {
+					return nil, store.Permanent(err) // stored: every retry gets the same answer
+				}
+				return order, err // any other error drops the record: a retry runs again
+			})
+		switch {
+		case errors.Is(err, store.ErrInFlight): // 409 + Retry-After: the first request is still running
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusConflict)
+		case errors.Is(err, store.ErrFingerprintMismatch): // 422: the key was used with another request
+			w.WriteHeader(http.StatusUnprocessableEntity)
+		case errors.Is(err, store.ErrFailed): // a permanent failure, replayed; result holds its error text
+			http.Error(w, string(result), http.StatusPaymentRequired)
+		case err != nil: // fn's error (the record was dropped), or a store error: 5xx
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+		default: // 200 with result; replayed == true on a retry
+			if replayed {
+				w.Header().Set(httpidem.HeaderReplayed, "true")
+			}
+			w.Write(result)
+		}
+	})
+}
+
+// The helpers the README's snippets name.
+var errCardDeclined = errors.New("card declined")
+
+func createOrder(ctx context.Context, body []byte) ([]byte, error) { return body, nil }
+func createPayment(w http.ResponseWriter, r *http.Request)         { w.WriteHeader(http.StatusCreated) }
+func readBody(r *http.Request) ([]byte, error)                     { return nil, nil }
+func accountID(ctx context.Context) string                         { id, _ := ctx.Value(accountKey{}).(string); return id }
+func authenticate(next http.Handler) http.Handler                  { return next }
+
+type accountKey struct{}
+
+// TestREADMESnippetsAreExamples: every line of the README's Go snippets that
+// use httpidem appears, in order, in this file's examples, which compile:
+// the README shows code that builds (comments and indentation aside).
+func TestREADMESnippetsAreExamples(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("example_readme_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have []string
+	for line := range strings.Lines(string(self)) {
+		have = append(have, normalize(line))
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	checked := 0
+	for _, b := range blocks {
+		if !strings.Contains(b[1], "httpidem.") {
+			continue
+		}
+		checked++
+		i := 0
+		for line := range strings.Lines(b[1]) {
+			want := normalize(line)
+			if want == "" {
+				continue
+			}
+			for i < len(have) && have[i] != want {
+				i++
+			}
+			if i == len(have) {
+				t.Errorf("README snippet line %q is not in example_readme_test.go (in order)", strings.TrimSpace(line))
+				break
+			}
+		}
+	}
+	if checked != 2 {
+		t.Errorf("%d README snippets use httpidem, want the 2 this test knows (drop-in, Records.Do)", checked)
+	}
+}
+
+// normalize drops indentation and the spaces before a trailing comment.
+func normalize(line string) string {
+	line = strings.TrimSpace(line)
+	if code, comment, ok := strings.Cut(line, " //"); ok {
+		line = strings.TrimSpace(code) + " //" + comment
+	}
+	return line
+}
