@@ -8,11 +8,14 @@
 // default) and an Idempotency-Key header:
 //
 //   - the key must be 1..255 bytes (WithMaxKeyLen) of visible ASCII or
-//     spaces, else 400; it is scoped to the caller by WithScope (the
-//     authenticated user, say), so one caller never replays another's
-//     response nor learns, from a 422, that another used a key. Middleware
-//     refuses to be built without a scope decision: WithScope, or
-//     WithSharedKeys for one key space shared by every caller;
+//     spaces, else 400; it is scoped to the caller, so one caller never
+//     replays another's response nor learns, from a 422, that another used a
+//     key: by default to the request's credentials (CredentialScope: a
+//     SHA-256 of the Authorization header and the TLS client certificate;
+//     requests without credentials share the anonymous key space), or to what
+//     WithScope returns (the authenticated account: the choice when tokens
+//     rotate or a gateway authenticates); WithSharedKeys is the explicit
+//     opt-out, one key space for every caller;
 //   - the body is read once (at most 8 MiB, WithMaxBody, else 413) and handed
 //     to the handler intact;
 //   - a fingerprint of the method, the path, the query string and a SHA-256
@@ -129,8 +132,9 @@
 //	  cached responses; the lookup key SHOULD combine the client's key with
 //	  client attributes known only to the server.
 //	Stripe: keys are per account.
-//	httpidem: Middleware refuses to be built without a scope decision:
-//	  WithScope(fn) (the authenticated account) puts the scope in the record
+//	httpidem: keys are scoped to the caller by default (CredentialScope, a
+//	  SHA-256 of the Authorization header and TLS client certificate), or by
+//	  WithScope(fn) (the authenticated account); the scope is in the record
 //	  key, so neither a replay nor a 422 crosses callers; WithSharedKeys is
 //	  the explicit opt-out.
 //

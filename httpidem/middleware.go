@@ -41,8 +41,6 @@ func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Ha
 		bad = "httpidem: nil store"
 	case cfg.badOption != "":
 		bad = cfg.badOption
-	case !cfg.scoped:
-		bad = "httpidem: Middleware needs WithScope(fn) (keys per caller: the secure choice) or WithSharedKeys() (one key space for every caller)"
 	case cfg.lease <= 0:
 		bad = fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease)
 	case cfg.ttl < 0:
@@ -118,8 +116,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := key
-	if h.cfg.scope != nil { // nil: WithSharedKeys
-		id = url.QueryEscape(h.cfg.scope(r)) + ":" + key
+	// nil: WithSharedKeys; CredentialScope's "" is the same shared space (the
+	// record key is the header value, as stored before scopes had a default)
+	if scope := h.cfg.scope; scope != nil {
+		if s := scope(r); s != "" || !h.cfg.credScope {
+			id = url.QueryEscape(s) + ":" + key
+		}
+	}
+	if id != key {
 		if len(id) > store.MaxIDLen {
 			h.problem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
 			return

@@ -38,7 +38,7 @@ type config struct {
 	methods     map[string]bool
 	require     bool
 	scope       func(*http.Request) string
-	scoped      bool // WithScope or WithSharedKeys was given
+	credScope   bool // the default scope, CredentialScope: "" is the shared space
 	detach      bool // the handler runs detached from the client's disconnect
 	shutdown    context.Context
 	retryAfter  time.Duration
@@ -64,17 +64,24 @@ func newConfig(opts []Option) *config {
 		maxKeyLen:   DefaultMaxKeyLen,
 		maxBody:     DefaultMaxBody,
 		log:         slog.Default(),
+		scope:       CredentialScope,
+		credScope:   true,
 	}
 	for i, o := range opts {
 		if o == nil {
-			if c.badOption == "" {
-				c.badOption = fmt.Sprintf("httpidem: option %d is nil", i)
-			}
+			c.bad(fmt.Sprintf("httpidem: option %d is nil", i))
 			continue
 		}
 		o(c)
 	}
 	return c
+}
+
+// bad records the first bad option, for Middleware to refuse.
+func (c *config) bad(detail string) {
+	if c.badOption == "" {
+		c.badOption = detail
+	}
 }
 
 // WithMethods sets the request methods the middleware applies to; requests
@@ -100,18 +107,20 @@ func WithRequireKey(require bool) Option {
 // authenticated user or tenant: the record key is the scope (query-escaped) +
 // ":" + the header value, so two callers' equal keys never meet — a caller
 // never replays another's response, and a 422 never tells one caller that
-// another used a key. Middleware needs WithScope or WithSharedKeys: there is
-// no unscoped default. The scope may be any string, but requests with the
-// same scope share keys: return a stable identity of the caller (the user or
-// API-key id, not a session token that changes between a request and its
-// retry), and "" only for callers who may see each other's responses. The
-// last of WithScope and WithSharedKeys given wins.
+// another used a key. Without WithScope (or WithSharedKeys) the scope is
+// CredentialScope, the request's own credentials. The scope may be any
+// string, but requests with the same scope share keys: return a stable
+// identity of the caller (the user or API-key id, not a session token that
+// changes between a request and its retry), and "" only for callers who may
+// see each other's responses. The last of WithScope and WithSharedKeys given
+// wins; WithScope(nil) is a bad option (Middleware answers 500).
 func WithScope(scope func(*http.Request) string) Option {
 	return func(c *config) {
 		if scope == nil {
-			panic("httpidem: WithScope(nil): give a scope function, or WithSharedKeys()")
+			c.bad("httpidem: WithScope(nil): give a scope function, or WithSharedKeys()")
+			return
 		}
-		c.scope, c.scoped = scope, true
+		c.scope, c.credScope = scope, false
 	}
 }
 
@@ -121,9 +130,38 @@ func WithScope(scope func(*http.Request) string) Option {
 // headers and body, and with another request a 422 that tells them the key
 // is in use. Use it only when keys are unguessable and never shared between
 // callers who must not see each other's responses, or behind a gateway that
-// already scopes the header; otherwise use WithScope.
+// already scopes the header; otherwise keep the default (CredentialScope) or
+// use WithScope.
 func WithSharedKeys() Option {
-	return func(c *config) { c.scope, c.scoped = nil, true }
+	return func(c *config) { c.scope, c.credScope = nil, false }
+}
+
+// CredentialScope is the default scope: a SHA-256 of the request's
+// credentials — its Authorization header(s) and the TLS client certificate
+// it presented — so callers with other credentials never share a key, and
+// "" (the anonymous key space, where the record key is the header value
+// alone) for a request that carries none. It cannot tell apart two callers
+// who send no credentials (behind a gateway that authenticates for you, or
+// with cookie sessions: use WithScope with the caller's identity), and it
+// scopes a caller whose credentials change between a request and its retry
+// (a refreshed OAuth access token) as two callers, whose retry runs again:
+// where tokens rotate, use WithScope with the stable account id.
+func CredentialScope(r *http.Request) string {
+	auth := r.Header.Values("Authorization")
+	var cert []byte
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		cert = r.TLS.PeerCertificates[0].Raw
+	}
+	if len(auth) == 0 && cert == nil {
+		return ""
+	}
+	h := sha256.New()
+	for _, a := range auth {
+		fmt.Fprintf(h, "authorization %d:%s\n", len(a), a)
+	}
+	fmt.Fprintf(h, "cert %d:", len(cert))
+	h.Write(cert)
+	return "cred-" + hex.EncodeToString(h.Sum(nil))
 }
 
 // WithCancelOnDisconnect makes the handler's context end when the client

@@ -7,16 +7,16 @@
 // WithWait (duplicates answered by the push, the handler run once), a client
 // that times out or hangs up (its response kept and replayed, one run),
 // WithCancelOnDisconnect and WithShutdown, callers who share a key value
-// under WithScope (no cross replay, no 422), the refusal to build without a
-// scope decision, responses not stored (5xx, panic, too large, streamed,
+// under WithScope and under the default credential scope (no cross replay,
+// no 422), responses not stored (5xx, panic, too large, streamed,
 // nothing written) and their events, keys quoted or bare, and problem types.
 // A store's Do must honour store.AcquireOptions.Wait for the WithWait tests.
 package httpidemtest
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
