@@ -210,6 +210,7 @@ func FuzzRecordValue(f *testing.F) {
 	f.Add(v[:len(v)-3])
 	f.Add(recordlayout.Encode(recordlayout.Fields{Status: "pending", LeaseMS: 1, Fence: "9999999999999999999", Token: "t"}))
 	f.Add([]byte("ro1 "))
+	f.Add(recordlayout.Encode(recordlayout.Fields{Status: "pending", LeaseMS: 1, Fence: "7", Token: "t", Watched: true}))
 	f.Add([]byte(`{"status":"completed"}`))
 	c := harnessNewClient(f, harnessStandaloneURL(f))
 	ctx := context.Background()
