@@ -18,7 +18,7 @@ export GOWORK := $(CURDIR)/go.work
 LOCAL_REPLACES := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => \./\(.*\)$$|-replace=\1@\2=$(CURDIR)/\3|p' go.work)
 LOCAL_DROPS := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => .*$$|-dropreplace=\1@\2|p' go.work)
 
-.PHONY: all test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps
+.PHONY: all test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps netns-deps
 
 all: test
 
@@ -68,7 +68,23 @@ noncgo-deps:
 	  (cd $(NONCGO) && $(NPM_CI)) || echo "make: npm ci in $(NONCGO) failed (offline?); the Node.js client tests will skip"; \
 	fi
 
-test: redis-server noncgo-deps
+# the lease fault tests' network namespaces (scripts_test/faults_lease_netns_test.go)
+# need root, iproute2 and iptables: installed when missing and root. Never fatal:
+# without them those tests skip with a message.
+netns-deps:
+	@pkgs=""; \
+	command -v ip >/dev/null 2>&1 || pkgs="$$pkgs iproute2"; \
+	command -v iptables >/dev/null 2>&1 || pkgs="$$pkgs iptables"; \
+	if [ -z "$$pkgs" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing$$pkgs with apt-get"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null; } || \
+	    echo "make: apt-get install$$pkgs failed; the network-namespace lease tests will skip"; \
+	else \
+	  echo "make: the network-namespace lease tests need root and$$pkgs; they skip without."; \
+	fi
+
+test: redis-server noncgo-deps netns-deps
 	GOWORK=off $(GO) vet ./...
 	GOWORK=off $(GO) test -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...

@@ -253,7 +253,7 @@ func WithKeepHeader(keep func(name string) bool) Option {
 }
 
 // WithLease sets how long a request owns its key while the handler runs;
-// the store's Do renews it every lease/3 while the handler runs (on stores
+// the store's Do renews it every lease/4 while the handler runs (on stores
 // that do), so it bounds how long a crashed server blocks the key, not how
 // long a handler may take. A retry meanwhile is answered 409 (with the
 // WithRetryAfter hint, not the lease), or waits (WithWait). Default

@@ -13,6 +13,11 @@ require (
 )
 
 require (
+	github.com/redis/rueidis/mock v1.0.79 // indirect
+	go.uber.org/mock v0.6.0 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect

@@ -28,13 +28,37 @@ type ClaimStore interface {
 }
 
 // runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
-// with the lease kept alive (keepAlive), then commit on success or release on
-// failure or panic. Commit and release run even when ctx is already
-// cancelled, bounded by a short timeout, and are retried when their
-// connection is lost (retryLost). commit returns commit.lua's reply.
-func runLeased(ctx context.Context, id, token string, lease time.Duration, fn func(context.Context) error,
-	extend extendFunc, commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
-	hb := keepAlive(ctx, lease, Lease{ID: id, Token: token}, "do", ErrLeaseLost, extend)
+// with the lease kept alive (hb, started before the claim was sent and
+// confirmed once it was won), then commit on success or release on failure
+// or panic. Commit and release run even when ctx is already cancelled,
+// bounded by a budget of their own, and are retried on transport failures
+// (retryLost). commit returns commit.lua's reply.
+//
+// Which commit replies are a success, and why each is sound:
+//   - 1: the key held this Do's "~<token>", which nobody else writes: the
+//     lease was never taken, and the mark is ours.
+//   - 2: the key was absent (the lease expired and nobody holds the id): no
+//     other caller's effect is marked done, so ours is the one recorded. (A
+//     caller that took the id meanwhile and failed released it; its effect
+//     failed as a whole.)
+//   - 0 on the first attempt: another caller processed the id: ErrLeaseLost.
+//   - 0 after a retry: "1" is there, and it is our own earlier attempt only
+//     if nobody else could have taken the id before the attempt that found
+//     it ran. That is provable when the heartbeat never found the lease lost
+//     and that attempt's reply came back before the local lease deadline:
+//     the attempt ran before its reply, so before the server could let the
+//     lease go (the deadline is the send time of the last successful claim or
+//     extension plus the lease, minus the clock-rate margin), while the key
+//     still held our token or the mark our own commit wrote. Otherwise
+//     another caller may have taken the id over, run and committed, and a
+//     success would hide a double effect: ErrLeaseLost.
+//   - -1: another caller's lease: ErrLeaseLost.
+//
+// A release retried after a transport failure reports success whatever its
+// retry finds (our lease deleted by the first attempt, or another caller's
+// lease left alone): it only gives the id back, and claims nothing.
+func runLeased(ctx context.Context, hb *heartbeat, id string, fn func(context.Context) error,
+	commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
 	done := false
 	defer func() {
 		if done {
@@ -42,15 +66,15 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 		}
 		// fn panicked: give the id back before the panic goes on.
 		hb.stop()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 		defer cancel()
 		_ = retryLost(rctx, release)
 	}()
 	fnErr := fn(hb)
 	done = true
-	hb.stop()
+	deadline, lost := hb.stop()
 	if fnErr != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 		defer cancel()
 		if rerr := retryLost(rctx, release); rerr != nil {
 			// The lease will expire on its own; report both.
@@ -60,13 +84,15 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 	}
 	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
 	// redelivery does not run it again.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 	defer cancel()
 	var n int64
+	var answered time.Time
 	attempts := 0
 	err = retryLost(cctx, func(ctx context.Context) (err error) {
 		attempts++
 		n, err = commit(ctx)
+		answered = time.Now()
 		return err
 	})
 	if err != nil {
@@ -75,15 +101,22 @@ func runLeased(ctx context.Context, id, token string, lease time.Duration, fn fu
 	switch {
 	case n == 1 || n == 2:
 		return OutcomeCommitted, nil
-	case n == 0 && attempts > 1:
-		// A retry after a lost connection found the mark: the first attempt landed.
+	case n == 0 && attempts > 1 && !lost && answered.Before(deadline):
+		// A retry found the mark while the lease was provably still ours:
+		// the first attempt landed.
 		return OutcomeCommitted, nil
+	case n == 0 && attempts > 1:
+		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "a retried commit found the id processed after the lease may have passed: another consumer may have processed it too")
 	case n == 0:
 		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
 	default:
 		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
 }
+
+// finalWriteBudget bounds a Do's final write (commit, release, the record's
+// outcome) with its retries; it runs even when the Do's ctx is cancelled.
+const finalWriteBudget = 5 * time.Second
 
 // newLeaseValue returns "~" and a newToken in one allocation.
 func newLeaseValue() string {

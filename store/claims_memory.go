@@ -187,8 +187,10 @@ func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
 
 // Do is Claims.Do. Its owner lives in this process, so a running Do's lease
 // never expires here (as if extended continuously; a fake clock moved past it
-// cannot take it away); the heartbeat still runs every lease/3, moves the
-// expiry and cancels fn's context when the lease is lost (a Forget).
+// cannot take it away); the heartbeat still runs every lease/4, moves the
+// expiry and cancels fn's context when the lease is lost (a Forget), and
+// fn's context has the same local lease deadline (by the real clock, not a
+// fake one) as Claims.Do's.
 func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
 	if s.ev.obs == nil {
 		ran, _, err = s.do(ctx, id, lease, fn)
@@ -213,13 +215,14 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 	}
 	token := newToken()
 	held := "~" + token
+	sent := time.Now() // the local lease deadline counts from here
 	switch n := s.claim(id, held, lease, true); {
 	case n == 0:
 		return false, OutcomeDuplicate, nil
 	case n < 0:
 		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
-	extend := extendFunc(func(context.Context) (bool, error) { // extend.lua
+	extend := extendFunc(func(context.Context, *time.Time) (bool, error) { // extend.lua
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		now := s.now()
@@ -234,7 +237,9 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 	if s.ev.obs != nil {
 		extend = s.ev.observeExtend(id, "", OutcomeLeaseLost, extend)
 	}
-	out, err := runLeased(ctx, id, token, lease, fn, extend,
+	hb := startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
+	hb.confirm(Lease{ID: id, Token: token}, sent)
+	out, err := runLeased(ctx, hb, id, fn,
 		func(context.Context) (int64, error) { // commit.lua
 			s.mu.Lock()
 			defer s.mu.Unlock()

@@ -147,12 +147,17 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //     RetryAfter (or store.RetryAfter(err)) is the time left on the holder's
 //     lease, the delay worth giving the redelivery;
 //   - otherwise fn runs, and while it runs the lease is extended every
-//     lease/3 (extend.lua, fenced by the token), so a live consumer never
+//     lease/4 (extend.lua, fenced by the token), so a live consumer never
 //     loses it however long fn takes. fn's context carries the Lease
-//     (LeaseFromContext). If an extension finds the lease lost (the id was
-//     forgotten, or taken by another consumer) fn's context is cancelled with
-//     a cause wrapping ErrLeaseLost (context.Cause); a network error is
-//     retried until the lease would actually have run out.
+//     (LeaseFromContext) and never outlives the lease: Do keeps a local
+//     lease deadline (the send time of the last successful claim or
+//     extension, plus lease, minus 1% and up to 20 ms), cancels fn's context
+//     there with a cause wrapping ErrLeaseLost (context.Cause) unless an
+//     extension moved it, and reports it as ctx.Deadline(); ctx.Err() reads
+//     the clock, so fn sees the loss at once after a pause. An extension
+//     that finds the lease lost (the id was forgotten, or taken by another
+//     consumer) cancels it at once; one that fails is retried while the
+//     deadline lasts. With a round trip up to lease/2 the lease holds.
 //   - If fn fails (or panics) the lease is released so a redelivery can retry,
 //     and fn's error is returned with ran = true.
 //   - If fn succeeds the lease is committed into a processed mark with the
@@ -162,12 +167,13 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //     consumer's lease, or already processed by another consumer, returns
 //     (true, ErrLeaseLost): the effect may have run twice.
 //
-// A commit whose connection is lost is retried; a retry that finds the mark
-// already there is taken as its own earlier attempt having landed, and
-// succeeds. (The mark is a plain "1", so this cannot be told apart from
-// another consumer having processed the id in the same instant — possible
-// only if this consumer's lease had run out just before, which the heartbeat
-// prevents.)
+// A commit that fails on the way (a lost connection, a failed redial) is
+// retried for up to 5 seconds. A retry that finds the mark already there
+// succeeds only when the mark is provably this commit's own earlier attempt:
+// the lease was never found lost and the retry's reply came back before the
+// local lease deadline, so it ran while nobody else could have held the id.
+// Otherwise the mark, a plain "1", may be another consumer's, and Do returns
+// (true, ErrLeaseLost).
 //
 // A consumer that crashes holding a lease stops extending it and lets it
 // expire, and the next delivery runs fn: pick a lease a little longer than the
@@ -199,7 +205,22 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	token := value[1:] // the token shares the value's string
 	key := s.key(id)
 	leaseMS := s.leaseMS.ms(lease)
-	n, err := replyInt("do", id, s.exec(ctx, scriptClaim, key, leaseMS, value))
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := replyInt("extend", id, s.execSent(ctx, scriptExtend, key, sent, token, leaseMS))
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
+	}
+	// The heartbeat starts before the claim is sent: the local lease deadline
+	// counts from the send time, and on a slow link the first extension may
+	// have to leave before the claim's reply is back.
+	hb := startHeartbeat(ctx, lease, time.Now(), "do", ErrLeaseLost, extend)
+	var sent time.Time
+	n, err := replyInt("do", id, s.execSent(ctx, scriptClaim, key, &sent, leaseMS, value))
+	if err != nil || n != 1 {
+		hb.stop()
+	}
 	if err != nil {
 		return false, outcome(err, OutcomeError), err
 	}
@@ -210,14 +231,8 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		// claim.lua answers -(ms left on the holder's lease)
 		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
-	extend := extendFunc(func(ctx context.Context) (bool, error) {
-		n, err := replyInt("extend", id, s.exec(ctx, scriptExtend, key, token, leaseMS))
-		return n == 1, err
-	})
-	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
-	}
-	out, err := runLeased(ctx, id, token, lease, fn, extend,
+	hb.confirm(Lease{ID: id, Token: token}, sent)
+	out, err := runLeased(ctx, hb, id, fn,
 		func(ctx context.Context) (int64, error) {
 			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))
 		},

@@ -24,10 +24,12 @@ var (
 	ErrInFlight = errors.New("in flight")
 	// ErrLeaseLost: Claims.Do's commit found the id held or processed by
 	// another consumer (the lease ran out while extensions failed, or the id
-	// was forgotten and claimed again); the effect may have run twice. Also
-	// the cause of fn's cancelled context when a lease extension finds the
-	// lease gone, and Records.Do's answer when its record vanished and another
-	// caller acquired the key before the final write.
+	// was forgotten and claimed again), or a retried commit found the mark
+	// when it could not prove the mark its own; the effect may have run
+	// twice. Also the cause of fn's cancelled context when a lease extension
+	// finds the lease gone or the local lease deadline passes, and
+	// Records.Do's answer when its record vanished and another caller
+	// acquired the key before the final write.
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrOutboxFull: the connection's unacknowledged tail is at its limit; nothing
 	// was appended (script code FULL).

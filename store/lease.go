@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"time"
 
@@ -31,6 +29,11 @@ type Lease struct {
 
 type leaseKey struct{}
 
+// speculativeKey marks the context of an extension sent before the claim's
+// reply came back: its "lost" answer means nothing (it may have overtaken the
+// claim), so the observer does not report it.
+type speculativeKey struct{}
+
 // LeaseFromContext returns the lease of the Do whose fn received ctx (or a
 // context derived from it), and false outside such a fn.
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
@@ -49,9 +52,9 @@ type extendHookKey struct{}
 // must keep another timer in step with the lease, such as a broker's
 // redelivery timeout (JetStream's InProgress, an SQS visibility timeout).
 //
-// fn runs on the lease's heartbeat, one call at a time, before the next
-// extension is scheduled: keep it short, it delays the next one. Do makes no
-// call after it has returned. A failed extension is not reported. A nil fn
+// fn runs on the lease's heartbeat, one call at a time, after the extension's
+// reply: keep it short (on a slow link, overlapping extensions wait for each
+// other's calls). Do makes no call after it has returned. A failed extension is not reported. A nil fn
 // leaves ctx as it is.
 func OnExtend(ctx context.Context, fn func(Lease)) context.Context {
 	if fn == nil {
@@ -63,29 +66,144 @@ func OnExtend(ctx context.Context, fn func(Lease)) context.Context {
 // extendFunc extends the caller's lease by its full length from now: true when
 // the caller still holds it, false when it is lost (taken over, removed,
 // finished by someone else). An error means the extension's fate is unknown (a
-// network error): it is retried.
-type extendFunc func(ctx context.Context) (bool, error)
+// network error): it is retried. *sent holds the time the heartbeat sent it;
+// an extension that had to send again (EVAL after NOSCRIPT) moves it to the
+// send time of the command that ran.
+type extendFunc func(ctx context.Context, sent *time.Time) (bool, error)
 
-// heartbeat keeps one Do's lease alive while fn runs. It is also fn's
-// context (the Do's ctx, cancellable, with the Lease as a value), so a Do
-// allocates it once and starts no goroutine until the first beat is due.
+// clockRateMargin is the share of a lease that Do's local lease deadline keeps
+// back for the difference in rate between this process's clock and the Redis
+// server's: lease/clockRateMargin, 1% (100 ms of a 10 s lease). Clocks
+// disciplined by NTP differ in rate by at most 0.05%; a clock stepped on the
+// server (not slewed) can still end a lease early there. See leaseMargin.
+const clockRateMargin = 100
+
+// timerMargin is the rest of the margin: the time between the local deadline
+// and fn seeing its context cancelled, on a busy machine (a timer fires late,
+// a goroutine or a process waits for a CPU). It is at most a tenth of the
+// lease.
+const timerMargin = 20 * time.Millisecond
+
+// leaseMargin is how much sooner than the server the local lease deadline
+// lets a lease go: lease/clockRateMargin + min(timerMargin, lease/10).
+func leaseMargin(lease time.Duration) time.Duration {
+	return lease/clockRateMargin + min(timerMargin, lease/10)
+}
+
+// maxBeatsInFlight bounds the extensions one Do has in flight at once: beats
+// are paced from their send times, so on a slow link several overlap.
+const maxBeatsInFlight = 8
+
+// heartbeat keeps one Do's lease alive while fn runs, and is fn's context.
+//
+// It keeps a local lease deadline: the send time of the last successful
+// claim or extension, plus the lease, minus leaseMargin (1% for clock rate,
+// and up to 20 ms for a late timer). The server
+// lets the lease go no sooner than the lease after the command arrived, which
+// is after it was sent, so until the local deadline nobody else can hold the
+// id. A timer of its own cancels fn's context at the deadline, whatever
+// extension is in flight; Deadline reports it; Err and Done read the clock,
+// so a process that was paused sees the loss as soon as it runs again, before
+// any round trip or timer.
+//
+// Extensions go out every lease/4 counted from the send time of the previous
+// one, and each may run until the local deadline, so that on a slow link they
+// overlap (up to maxBeatsInFlight): with a round trip up to lease/2 each
+// success lands before the deadline it extends. The first beat is counted
+// from the claim's send time and may go out before the claim's reply has come
+// back: it is fenced by the claim's token, so until the claim is confirmed a
+// "lost" answer means only that it overtook the claim, and is ignored.
 type heartbeat struct {
-	context.Context // fn's context
+	context.Context // fn's context, made by confirm
 	lease           Lease
 	parent          context.Context
 	cancel          context.CancelCauseFunc
 	extend          extendFunc
 	length, period  time.Duration
+	margin          time.Duration
 	op              string
 	sentinel        error       // wrapped by the cause of a lost lease
 	onExtend        func(Lease) // OnExtend's fn, or nil
+	hookMu          sync.Mutex  // one onExtend call at a time
 
-	mu         sync.Mutex
-	timer      *time.Timer
-	stopped    bool
-	lastOK     time.Time          // the start of the last successful extension
-	beatCancel context.CancelFunc // cancels the extension in flight
-	beats      sync.WaitGroup
+	mu          sync.Mutex
+	confirmed   time.Time // when the claim's reply came back (zero: not yet)
+	deadline    time.Time // the local lease deadline
+	lost        bool      // the lease was found lost, or its deadline passed
+	stopped     bool
+	next        *time.Timer // the next beat
+	nextAt      time.Time
+	expiry      *time.Timer // at deadline
+	lastErr     error       // the last extension's error
+	inFlight    map[*time.Time]context.CancelFunc
+	beats       sync.WaitGroup
+	outstanding int
+}
+
+// startHeartbeat starts the heartbeat of a claim sent at sent (just before it
+// goes out: its token is already minted), before its reply is known. confirm
+// hands fn its context once the claim is won; stop ends it either way.
+func startHeartbeat(ctx context.Context, lease time.Duration, sent time.Time, op string, sentinel error, extend extendFunc) *heartbeat {
+	h := &heartbeat{parent: ctx, extend: extend, length: lease,
+		period: max(lease/4, time.Millisecond), margin: leaseMargin(lease), op: op, sentinel: sentinel,
+		deadline: sent.Add(lease - leaseMargin(lease)), inFlight: map[*time.Time]context.CancelFunc{}}
+	h.onExtend, _ = ctx.Value(extendHookKey{}).(func(Lease))
+	h.mu.Lock() // a first beat reads h.next under mu
+	h.nextAt = sent.Add(h.period)
+	h.next = time.AfterFunc(time.Until(h.nextAt), h.beat)
+	h.mu.Unlock()
+	return h
+}
+
+// confirm says the claim was won (l is its lease; sent is when the claim
+// command that ran was sent, the EVAL's after a NOSCRIPT) and makes fn's
+// context: a child of the Do's ctx, with the Lease as a value, cancelled at
+// the local deadline.
+//
+// A claim whose reply came back after the local deadline (a slow dial, a
+// stall) has not lost anything yet, since fn has not started: confirm sends
+// one extension first. If it finds the key still holding this claim's token,
+// nobody took the id in between (a takeover writes another token), and the
+// deadline counts from that extension's send time; otherwise, or if it does
+// not answer within a lease, fn gets a context already cancelled.
+func (h *heartbeat) confirm(l Lease, sent time.Time) {
+	h.lease = l
+	h.Context, h.cancel = context.WithCancelCause(h.parent)
+	h.mu.Lock()
+	h.confirmed = time.Now()
+	if d := sent.Add(h.length - h.margin); d.After(h.deadline) {
+		h.deadline = d
+	}
+	if !h.confirmed.Before(h.deadline) {
+		giveUp := time.AfterFunc(h.length, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.stopped && !h.lost && !time.Now().Before(h.deadline) {
+				h.expireLocked()
+			}
+		})
+		h.mu.Unlock()
+		h.beat() // sent after the reply: a "lost" answer is a loss
+		giveUp.Stop()
+		h.mu.Lock()
+	}
+	defer h.mu.Unlock()
+	if h.lost || h.stopped {
+		return
+	}
+	// On a slow link the next paced beat would land too late: the beats sent
+	// before the claim's reply may all have overtaken the claim. Send one now
+	// when the next one, taking twice the claim's round trip, would not land
+	// before the deadline; on a fast link this never happens.
+	if rtt := h.confirmed.Sub(sent); h.nextAt.Add(2 * rtt).After(h.deadline) {
+		go h.beat()
+	}
+	d := time.Until(h.deadline)
+	if d <= 0 {
+		h.loseLocked(fmt.Errorf("redisonce: %s %q: %w: the claim's reply came back after the lease's local deadline, and no extension succeeded since", h.op, h.lease.ID, h.sentinel))
+		return
+	}
+	h.expiry = time.AfterFunc(d, h.expire)
 }
 
 // Value gives LeaseFromContext the lease.
@@ -96,119 +214,232 @@ func (h *heartbeat) Value(key any) any {
 	return h.Context.Value(key)
 }
 
-// keepAlive runs while fn runs: every lease/3 it extends the lease. When an
-// extension finds the lease lost, or no extension has succeeded for a whole
-// lease (the lease may have run out on the server), fn's context is cancelled
-// with a cause "redisonce: <op> <id>: <sentinel>: ...". The heartbeat is fn's
-// context (with the Lease in it); its stop ends the beats, waits for an
-// extension in flight, and releases fn's context.
-//
-// The heartbeat outlives a cancelled ctx (fn's context is cancelled with it,
-// but the effect may still be completing, and Do commits it). A process that
-// dies stops extending, so its lease still expires.
-func keepAlive(ctx context.Context, lease time.Duration, l Lease, op string, sentinel error, extend extendFunc) *heartbeat {
-	h := &heartbeat{lease: l, parent: ctx, extend: extend, length: lease,
-		period: max(lease/3, time.Millisecond), op: op, sentinel: sentinel, lastOK: time.Now()}
-	h.onExtend, _ = ctx.Value(extendHookKey{}).(func(Lease))
-	h.Context, h.cancel = context.WithCancelCause(ctx)
-	h.mu.Lock() // a first beat reads h.timer under mu
-	h.timer = time.AfterFunc(h.period, h.beat)
+// Deadline is the local lease deadline (or the Do's ctx's, if sooner). It
+// moves forward with every successful extension, which a context's Deadline
+// usually does not: read it again rather than keep it.
+func (h *heartbeat) Deadline() (time.Time, bool) {
+	h.mu.Lock()
+	d := h.deadline
 	h.mu.Unlock()
-	return h
+	if pd, ok := h.parent.Deadline(); ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}
+
+// Err is the context's error, after reading the clock: past the local
+// deadline the lease is lost even if the timer has not run yet.
+func (h *heartbeat) Err() error {
+	h.checkClock()
+	return h.Context.Err()
+}
+
+// Done is the context's channel, after reading the clock (see Err).
+func (h *heartbeat) Done() <-chan struct{} {
+	h.checkClock()
+	return h.Context.Done()
+}
+
+func (h *heartbeat) checkClock() {
+	h.mu.Lock()
+	if !h.stopped && !h.lost && !time.Now().Before(h.deadline) {
+		h.expireLocked()
+	}
+	h.mu.Unlock()
+}
+
+// expire is the deadline's timer.
+func (h *heartbeat) expire() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.lost {
+		return
+	}
+	if d := time.Until(h.deadline); d > 0 { // an extension moved it meanwhile
+		h.expiry.Reset(d)
+		return
+	}
+	h.expireLocked()
+}
+
+func (h *heartbeat) expireLocked() {
+	cause := fmt.Errorf("redisonce: %s %q: %w: no extension succeeded within the lease (the local deadline passed)", h.op, h.lease.ID, h.sentinel)
+	if h.lastErr != nil {
+		cause = fmt.Errorf("redisonce: %s %q: %w: no extension succeeded within the lease (the local deadline passed): %w", h.op, h.lease.ID, h.sentinel, h.lastErr)
+	}
+	h.loseLocked(cause)
+}
+
+// loseLocked ends the lease for this Do: fn's context is cancelled with
+// cause and no extension is sent any more.
+func (h *heartbeat) loseLocked(cause error) {
+	h.lost = true
+	h.cancel(cause)
+	h.next.Stop()
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	for _, c := range h.inFlight {
+		c()
+	}
 }
 
 func (h *heartbeat) beat() {
 	h.mu.Lock()
-	if h.stopped {
+	if h.stopped || h.lost {
 		h.mu.Unlock()
 		return
 	}
+	sent := time.Now()
+	h.nextAt = sent.Add(h.period)
+	h.next.Reset(h.period)
+	if h.outstanding >= maxBeatsInFlight {
+		h.mu.Unlock()
+		return
+	}
+	h.outstanding++
 	h.beats.Add(1)
 	defer h.beats.Done()
-	bctx, bcancel := context.WithTimeout(context.WithoutCancel(h.parent), h.period)
-	h.beatCancel = bcancel
+	// No deadline of its own: the heartbeat cancels it when the local
+	// deadline passes (loseLocked) or at stop. (A deadline would also be the
+	// deadline of a redial it happened to start, which rueidis applies to
+	// every command waiting on that dial, the claim included:
+	// docs/upstream-rueidis-redial.md.)
+	bctx, bcancel := context.WithCancel(context.WithoutCancel(h.parent))
+	if h.confirmed.IsZero() {
+		bctx = context.WithValue(bctx, speculativeKey{}, true)
+	}
+	key := &sent
+	h.inFlight[key] = bcancel
 	h.mu.Unlock()
 
-	start := time.Now()
-	held, err := h.extend(bctx)
+	held, err := h.extend(bctx, &sent)
 	bcancel()
 	if err == nil && held && h.onExtend != nil {
-		// Before the next beat is scheduled (calls never overlap) and
-		// within beats (stop waits for it).
-		h.onExtend(h.lease)
+		// Within beats (stop waits for it, so no call after Do returned),
+		// one call at a time (beats overlap on a slow link), and only once
+		// the claim is confirmed (fn holds the lease it reports).
+		h.mu.Lock()
+		ok, l := !h.confirmed.IsZero() && !h.stopped && !h.lost, h.lease
+		h.mu.Unlock()
+		if ok {
+			h.hookMu.Lock()
+			h.onExtend(l)
+			h.hookMu.Unlock()
+		}
 	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.beatCancel = nil
-	if h.stopped {
+	delete(h.inFlight, key)
+	h.outstanding--
+	if h.stopped || h.lost {
 		return
 	}
 	switch {
 	case err == nil && held:
-		h.lastOK = start
-		h.timer.Reset(h.period)
+		if d := sent.Add(h.length - h.margin); d.After(h.deadline) {
+			h.deadline = d
+			if h.expiry != nil {
+				h.expiry.Reset(time.Until(d))
+			}
+		}
 	case err == nil:
-		h.cancel(fmt.Errorf("redisonce: %s %q: %w: another caller holds it, or it was removed", h.op, h.lease.ID, h.sentinel))
-	case time.Since(h.lastOK) >= h.length:
-		h.cancel(fmt.Errorf("redisonce: %s %q: %w: no extension succeeded within the lease: %w", h.op, h.lease.ID, h.sentinel, err))
+		// Only an extension sent after the claim's reply came back ran after
+		// the claim; an earlier one may have overtaken it.
+		if !h.confirmed.IsZero() && !sent.Before(h.confirmed) {
+			h.loseLocked(fmt.Errorf("redisonce: %s %q: %w: another caller holds it, or it was removed", h.op, h.lease.ID, h.sentinel))
+		}
 	default:
-		// A transient error: try again soon, until the lease would actually
-		// have run out.
-		h.timer.Reset(min(h.period, max(h.length/10, time.Millisecond)))
+		// A transient error: try again soon (lease/10) rather than at the next
+		// paced beat, while the deadline lasts.
+		h.lastErr = err
+		if h.outstanding == 0 {
+			if soon := time.Now().Add(max(h.length/10, time.Millisecond)); soon.Before(h.nextAt) {
+				h.nextAt = soon
+				h.next.Reset(time.Until(soon))
+			}
+		}
 	}
 }
 
-func (h *heartbeat) stop() {
+// stop ends the beats, cancels the extensions in flight and waits for them,
+// and releases fn's context (if confirm made one). It reports the lease as
+// the heartbeat last knew it: its local deadline, and whether it was lost.
+func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 	h.mu.Lock()
 	h.stopped = true
-	h.timer.Stop()
-	if h.beatCancel != nil {
-		h.beatCancel()
+	h.next.Stop()
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	for _, c := range h.inFlight {
+		c()
 	}
 	h.mu.Unlock()
 	h.beats.Wait()
-	h.cancel(nil)
+	if h.cancel != nil {
+		h.cancel(nil)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline, h.lost
 }
 
-// retryLost runs write, and runs it again (up to 3 times in all, within ctx)
-// while it fails because its connection was lost. Only for writes that are
-// safe to repeat: Do's final commit, release, fenced update or fenced delete.
-// A lost connection leaves such a write done or not done; without the retry
-// a Do whose callback ran would leave its lease in place, and the message or
-// request would run again once the lease expired.
+// retryLost runs write, and runs it again while it fails with a transport
+// error (transient: not a Redis reply, not the store's own refusal, not a
+// closed client) and ctx lasts. Only for writes that are safe to repeat: Do's
+// final commit, release, fenced update or fenced delete. A lost connection
+// leaves such a write done or not done; without the retry a Do whose callback
+// ran would leave its lease in place, and the message or request would run
+// again once the lease expired. ctx is the write's own budget (Do gives its
+// final writes 5 seconds): a context error while ctx is still live is
+// someone else's — rueidis fails every command waiting on a redial with the
+// error of the command that started the dial (docs/upstream-rueidis-redial.md)
+// — and is retried like any transport failure.
 //
 // Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
 // that its commit was retried (a retry finding the processed mark is its own
-// first attempt having landed), and a retried command would have to be pinned
-// against the rueidis race in docs/upstream-rueidis-race.md. Unlike rueidis's
-// retry it ignores ClientOption.DisableRetry, which a rueidis.Client does not
-// expose.
+// first attempt having landed only under the conditions runLeased checks), and
+// a retried command would have to be pinned against the rueidis race in
+// docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
+// ClientOption.DisableRetry, which a rueidis.Client does not expose.
 func retryLost(ctx context.Context, write func(context.Context) error) error {
-	var err error
 	for attempt := 1; ; attempt++ {
-		err = write(ctx)
-		if err == nil || attempt == 3 || !connLost(err) {
+		err := write(ctx)
+		if err == nil || !transient(ctx, err) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		case <-time.After(min(time.Duration(attempt)*20*time.Millisecond, 250*time.Millisecond)):
 		}
 	}
 }
 
-// connLost reports whether err means a connection broke under a command (it
-// may or may not have run), as opposed to a reply, a closed client or a
-// cancelled context.
-func connLost(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
+// storeErrors are the sentinels a store's answer wraps: a reply (or a check
+// in Go), never a transport failure.
+var storeErrors = []error{ErrNotFound, ErrStaleOwner, ErrInFlight, ErrLeaseLost, ErrOutboxFull,
+	ErrFingerprintMismatch, ErrInvalidArgument, ErrUnexpectedReply, ErrNotReplicated}
+
+// transient reports whether err, returned by a write run under ctx, is a
+// transport failure that a retry may cure: the command may or may not have
+// run. Not: a Redis reply (the command ran and answered), a store sentinel
+// (a reply mapped, or an argument refused before sending), a closed client,
+// or ctx itself ending (the write's budget is spent).
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
 		return false
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rueidis.ErrClosing) {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) || errors.Is(err, rueidis.ErrClosing) {
 		return false
 	}
-	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+	for _, s := range storeErrors {
+		if errors.Is(err, s) {
+			return false
+		}
+	}
+	return true
 }

@@ -339,13 +339,17 @@ func found(ok bool, yes Outcome) Outcome {
 // reported as an "extend" event: extended, or lost (the store's word for a
 // lease another caller holds), or the error. An extension cut short because
 // the flow ended (the heartbeat's stop cancels the one in flight) is not
-// reported: nothing failed.
+// reported: nothing failed; nor is a "lost" answer to an extension sent
+// before the claim's reply came back, which may have overtaken the claim.
 func (ev *events) observeExtend(key, script string, lost Outcome, extend extendFunc) extendFunc {
-	return func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context, sent *time.Time) (bool, error) {
 		start := time.Now()
-		held, err := extend(ctx)
+		held, err := extend(ctx, sent)
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return held, err
+		}
+		if err == nil && !held && ctx.Value(speculativeKey{}) != nil {
+			return held, err // it overtook the claim: no loss (heartbeat)
 		}
 		out := OutcomeExtended
 		if !held {

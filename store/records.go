@@ -186,11 +186,14 @@ type RecordStore interface {
 
 // recordOps are the operations Do is built on, with the op name used in errors.
 type recordOps interface {
-	acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error)
+	// acquire takes token, the new owner token (newToken), as an argument:
+	// Do's heartbeat renews with it before the acquire's reply is back.
+	// sent, when not nil, receives the time the command that ran was sent.
+	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
-	renew(ctx context.Context, key, token string, lease time.Duration) (int64, error)
+	renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error)
 	// waitDone waits for key's pending record to change, calling again (the
 	// next acquire) whenever it may have (its final write was notified, or
 	// it is no longer pending), and at least every waitRecheck, until again
@@ -284,23 +287,53 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	if ev.obs != nil {
 		start = time.Now()
 	}
-	rec, acquired, err := s.acquire(ctx, "do", key, o)
-	if err != nil {
-		return nil, false, outcome(err, OutcomeError), err
+	token := newToken()
+	renew := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := s.renew(ctx, key, token, o.Lease, sent)
+		return n == 1, err
+	})
+	if ev.obs != nil {
+		renew = ev.observeExtend(key, renewScript, OutcomeStaleOwner, renew)
 	}
-	if !acquired && rec.Status == StatusPending && o.Wait > 0 {
-		// In flight: wait for the owner's final write, then look again.
+	// The heartbeat starts before the acquire is sent: the local lease
+	// deadline counts from the send time (see heartbeat).
+	var (
+		hb       *heartbeat
+		sent     time.Time
+		rec      Record
+		acquired bool
+	)
+	// try acquires the key, its heartbeat started before the acquire is
+	// sent: the local lease deadline counts from the send time (see
+	// heartbeat), and stopped again unless the key was acquired.
+	try := func() error {
+		hb = startHeartbeat(ctx, o.Lease, time.Now(), "do", ErrStaleOwner, renew)
+		var err error
+		rec, acquired, err = s.acquire(ctx, "do", key, o, token, &sent)
+		if err != nil || !acquired {
+			hb.stop()
+		}
+		return err
+	}
+	err = try()
+	if err == nil && !acquired && rec.Status == StatusPending && o.Wait > 0 {
+		// In flight: wait for the owner's final write, then look again
+		// (each look a fresh acquire, with a heartbeat of its own if it
+		// takes the key: the owner gave it back, or its lease ran out).
 		var aerr error
-		err := s.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
-			rec, acquired, aerr = s.acquire(ctx, "do", key, o)
+		err = s.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
+			aerr = try()
 			return aerr != nil || acquired || rec.Status != StatusPending
 		})
-		if err == nil {
+		switch {
+		case acquired: // the last look took the key: go on, whatever ended the wait
+			err = nil
+		case err == nil:
 			err = aerr
 		}
-		if err != nil {
-			return nil, false, outcome(err, OutcomeError), err
-		}
+	}
+	if err != nil {
+		return nil, false, outcome(err, OutcomeError), err
 	}
 	if ev.obs != nil && acquired && rec.Fence > 1 {
 		// a takeover is worth an alert of its own: report it apart
@@ -316,19 +349,11 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 			return rec.Payload, true, OutcomeReplayed, nil
 		}
 	}
-	token := rec.Token
-	renew := extendFunc(func(ctx context.Context) (bool, error) {
-		n, err := s.renew(ctx, key, token, o.Lease)
-		return n == 1, err
-	})
-	if ev.obs != nil {
-		renew = ev.observeExtend(key, renewScript, OutcomeStaleOwner, renew)
-	}
 	del := func(ctx context.Context) error {
 		_, err := s.deleteFenced(ctx, "do", key, token)
 		return err
 	}
-	hb := keepAlive(ctx, o.Lease, Lease{ID: key, Token: token, Fence: rec.Fence}, "do", ErrStaleOwner, renew)
+	hb.confirm(Lease{ID: key, Token: token, Fence: rec.Fence}, sent)
 	finished := false
 	defer func() {
 		if finished {
@@ -336,7 +361,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		}
 		// fn panicked: give the key back before the panic goes on.
 		hb.stop()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 		defer cancel()
 		_ = retryLost(dctx, del)
 	}()
@@ -345,9 +370,11 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	hb.stop()
 
 	// The effect has happened: record it even if ctx was cancelled meanwhile,
-	// and again when the connection was lost under the write (retryLost): the
-	// fenced write is idempotent.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// and again on a transport failure under the write (retryLost): the
+	// fenced write is idempotent. A retried update that succeeds is sound
+	// whatever the first attempt did: it applied because the record still
+	// holds this Do's token, and a takeover would have replaced the token.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 	defer cancel()
 	// final stores status and payload, fenced by the token; a record found
 	// gone is created again (acquire), unless another caller got there first.
@@ -358,7 +385,10 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		again, ok, err := s.acquire(wctx, "do", key, o)
+		// The record is gone (expired or deleted) and nobody holds the key:
+		// writing the outcome again records the only effect that completed
+		// (a caller that acquired the key meanwhile and failed deleted it).
+		again, ok, err := s.acquire(wctx, "do", key, o, newToken(), nil)
 		if err != nil {
 			return err
 		}

@@ -117,16 +117,16 @@ func (s *MemoryRecords) Acquire(ctx context.Context, key string, ttl time.Durati
 // AcquireWith is Records.AcquireWith.
 func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
 	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o)
+		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	}
 	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	s.ev.report(ctx, "acquire", "", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
 	return rec, ok, err
 }
 
-// acquire is acquire.lua.
-func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+// acquire is acquire.lua, with token the new owner token.
+func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
 		return Record{}, false, err
 	}
@@ -136,7 +136,7 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 	if o.TTL == 0 {
 		o.TTL = s.ttl
 	}
-	token := newToken()
+	stamp(sent)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMS()
@@ -315,7 +315,7 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 // clock is recordOps.clock: the store's clock (WithClock).
 func (s *MemoryRecords) clock() time.Time { return s.now() }
 
-func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration) (int64, error) {
+func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration, _ *time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMS()
@@ -332,7 +332,7 @@ func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.D
 
 // Do is Records.Do. Its owner lives in this process, so a running Do's lease
 // never passes here (as if renewed continuously; a fake clock moved past it
-// cannot take the record over); the heartbeat still runs every o.Lease/3,
+// cannot take the record over); the heartbeat still runs every o.Lease/4,
 // moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
 func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	if s.ev.obs == nil {

@@ -92,15 +92,17 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 // and DeleteFenced.
 func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
 	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o)
+		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	}
 	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o)
+	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
 	return rec, ok, err
 }
 
-func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions) (Record, bool, error) {
+// acquire is AcquireWith with token the new owner token (minted by the caller:
+// Do's heartbeat starts before the acquire is sent).
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
 	if err := s.check(ctx, op, key); err != nil {
 		return Record{}, false, err
 	}
@@ -110,7 +112,7 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions)
 	if o.TTL == 0 {
 		o.TTL = s.ttl
 	}
-	return parseAcquired(op, key, s.exec(ctx, scriptAcquire, s.key(key), s.ttlMS.ms(o.TTL), newToken(), o.Fingerprint, s.leaseMS.ms(o.Lease)))
+	return parseAcquired(op, key, s.execSent(ctx, scriptAcquire, s.key(key), sent, s.ttlMS.ms(o.TTL), token, o.Fingerprint, s.leaseMS.ms(o.Lease)))
 }
 
 // parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
@@ -255,8 +257,8 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 // by the skew between the two clocks.
 func (*Records) clock() time.Time { return time.Now() }
 
-func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration) (int64, error) {
-	return replyInt("renew", key, s.exec(ctx, scriptRenew, s.key(key), token, s.leaseMS.ms(lease)))
+func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error) {
+	return replyInt("renew", key, s.execSent(ctx, scriptRenew, s.key(key), sent, token, s.leaseMS.ms(lease)))
 }
 
 // Do runs fn at most once per key across every process sharing the store, and
@@ -285,12 +287,15 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 //     under an ACL, ssubscribe, sunsubscribe and the channels of the prefix;
 //   - a different fingerprint under the same key: ErrFingerprintMismatch;
 //   - otherwise the caller owns the record and fn runs, with the lease
-//     renewed every o.Lease/3 (renew.lua, fenced by the token) so a live
+//     renewed every o.Lease/4 (renew.lua, fenced by the token) so a live
 //     owner never loses it however long fn takes, and the Lease (token and
-//     fence) in fn's context (LeaseFromContext). If a renewal finds the record
-//     taken over or removed, fn's context is cancelled with a cause wrapping
-//     ErrStaleOwner (context.Cause); a network error is retried until the
-//     lease would actually have run out.
+//     fence) in fn's context (LeaseFromContext). fn's context never outlives
+//     the lease, as in Claims.Do: it is cancelled at the local lease deadline
+//     (the send time of the last successful acquire or renewal, plus
+//     o.Lease, minus 1% and up to 20 ms; ctx.Deadline() reports it, ctx.Err()
+//     reads the clock) with a cause wrapping ErrStaleOwner (context.Cause),
+//     or at once when a renewal finds the record taken over or removed; a
+//     renewal that fails is retried while the deadline lasts.
 //   - fn's result is stored as completed and returned.
 //   - fn's error deletes the record (fenced by the token), so the next Do runs
 //     fn again, and is returned as is — whatever it is: a provider's 503, a
@@ -309,9 +314,10 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // record gone (it expired, or was deleted, and nobody acquired the key since)
 // creates it again with fn's outcome (fence 1, the TTL counted from now); if
 // another caller acquired the key in between, ErrLeaseLost. A final write
-// whose connection is lost is retried: it is idempotent, as the record keeps
-// its owner's token. The final write runs even when ctx is cancelled, bounded
-// by 5 seconds.
+// that fails on the way (a lost connection, a failed redial) is retried: it
+// is idempotent, and a retry that applies proves the record still holds this
+// owner's token, so nobody took it over. The final write runs even when ctx is
+// cancelled, bounded by 5 seconds.
 //
 // A caller that crashes stops renewing, and the next Do takes the record
 // over once o.Lease passes: pick a lease of a few seconds, not the length of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -117,4 +118,10 @@ func (s *redisStore) keys(ids []string) []string {
 // WAIT on its connection (script.go).
 func (s *redisStore) exec(ctx context.Context, sc *script, key string, args ...string) reply {
 	return sc.exec(ctx, s.c, key, args...)
+}
+
+// execSent is exec, writing to *sent the time the command that ran was sent
+// (script.execSent).
+func (s *redisStore) execSent(ctx context.Context, sc *script, key string, sent *time.Time, args ...string) reply {
+	return sc.execSent(ctx, s.c, key, sent, args...)
 }

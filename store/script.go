@@ -26,13 +26,21 @@ type script struct {
 	// are slow even though the lease is held. And watch.lua: a waiter's
 	// flag, useless on a replica.
 	noWait bool
+	// alwaysEval: sent as EVAL with its source, never EVALSHA. Only the
+	// heartbeats again: an EVALSHA that meets NOSCRIPT (a new server, a
+	// restart, a failover) costs a second round trip, and on a slow link
+	// an extension that takes two round trips can miss the lease it
+	// extends. A beat goes out every lease/4, so the extra bytes (the
+	// script's source) cost nothing that shows.
+	alwaysEval bool
 }
 
 var scriptsByName = sync.OnceValue(func() map[string]*script {
 	m := make(map[string]*script)
 	for _, s := range redisonce.All() {
 		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly,
-			noWait: s.Name == "extend" || s.Name == "renew" || s.Name == "watch"}
+			noWait:     s.Name == "extend" || s.Name == "renew" || s.Name == "watch",
+			alwaysEval: s.Name == "extend" || s.Name == "renew"}
 	}
 	return m
 })
@@ -100,19 +108,41 @@ type reply struct {
 // acknowledgement a write script is sent as one DoMulti of [EVALSHA, WAIT n
 // timeout] (see doMulti).
 func (s *script) exec(ctx context.Context, c redisClient, key string, args ...string) reply {
+	return s.execSent(ctx, c, key, nil, args...)
+}
+
+// execSent is exec that also writes, when sent is not nil, the time the
+// command that ran was sent: the EVAL's when EVALSHA met NOSCRIPT (which ran
+// nothing). A lease counts from there.
+func (s *script) execSent(ctx context.Context, c redisClient, key string, sent *time.Time, args ...string) reply {
 	keys := []string{key}
+	if s.alwaysEval {
+		stamp(sent)
+		return reply{RedisResult: c.Do(ctx, s.eval(c.Client, keys, args))}
+	}
 	if s.ro || s.noWait || c.waitN == 0 {
+		stamp(sent)
 		r := c.Do(ctx, s.evalsha(c.Client, keys, args))
 		if isNoScript(r.Error()) {
+			stamp(sent)
 			r = c.Do(ctx, s.eval(c.Client, keys, args))
 		}
 		return reply{RedisResult: r}
 	}
+	stamp(sent)
 	r := c.doMulti(ctx, []rueidis.Completed{s.evalsha(c.Client, keys, args)}, true)
 	if isNoScript(r[0].Error()) {
+		stamp(sent)
 		r = c.doMulti(ctx, []rueidis.Completed{s.eval(c.Client, keys, args)}, true)
 	}
 	return r[0]
+}
+
+// stamp sets *t to now, if t is not nil.
+func stamp(t *time.Time) {
+	if t != nil {
+		*t = time.Now()
+	}
 }
 
 // doMulti sends cmds in one round trip (a DoMulti). With replica

@@ -364,7 +364,7 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		ran, err := s.Do(hctx, "m", lease, func(ctx context.Context) error {
 			held, _ = store.LeaseFromContext(ctx)
 			// Real time, not h.Wait: the heartbeat runs on the real clock.
-			time.Sleep(2 * lease) // 6 beats (every lease/3) are due
+			time.Sleep(2 * lease) // 8 beats (every lease/4) are due
 			return nil
 		})
 		if !ran || err != nil {
@@ -379,7 +379,7 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 		mu.Unlock()
 		if n < 2 {
-			t.Errorf("OnExtend was called %d times over 2 leases, want >= 2 (one per extension, every lease/3)", n)
+			t.Errorf("OnExtend was called %d times over 2 leases, want >= 2 (one per extension, every lease/4)", n)
 		}
 		time.Sleep(lease)
 		mu.Lock()
@@ -387,6 +387,23 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 			t.Errorf("OnExtend was called %d times after Do returned", len(heard)-n)
 		}
 		mu.Unlock()
+	})
+
+	t.Run("DoContextDeadline", func(t *testing.T) {
+		// fn's context reports the local lease deadline: after the claim was
+		// sent, at most a lease after it (issue 20).
+		s := newStore(t)
+		lease := 10 * h.Tick
+		before := time.Now()
+		ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
+			if d, ok := ctx.Deadline(); !ok || !d.After(before) || d.After(before.Add(lease)) {
+				t.Errorf("ctx.Deadline() = +%v, %v; want within (0, lease %v] of the claim", d.Sub(before), ok, lease)
+			}
+			return ctx.Err()
+		})
+		if !ran || err != nil {
+			t.Errorf("Do = %v, %v", ran, err)
+		}
 	})
 
 	t.Run("DoCommitAfterForget", func(t *testing.T) {

@@ -759,6 +759,23 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		}
 	})
 
+	t.Run("DoContextDeadline", func(t *testing.T) {
+		// fn's context reports the local lease deadline: after the acquire
+		// was sent, at most a lease after it (issue 20).
+		s := newStore(t)
+		lease := 10 * h.Tick
+		before := time.Now()
+		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
+			if d, ok := ctx.Deadline(); !ok || !d.After(before) || d.After(before.Add(lease)) {
+				t.Errorf("ctx.Deadline() = +%v, %v; want within (0, lease %v] of the acquire", d.Sub(before), ok, lease)
+			}
+			return []byte("r"), ctx.Err()
+		})
+		if err != nil {
+			t.Errorf("Do = %v", err)
+		}
+	})
+
 	t.Run("DoStalledOwnerCannotOverwrite", func(t *testing.T) {
 		s := newStore(t)
 		res, replayed, err := s.Do(ctx, "k", doOpts, func(ctx context.Context) ([]byte, error) {
