@@ -117,6 +117,8 @@ fuzz: redis-server
 	  echo "make: fuzzing $$f for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) . || exit 1; \
 	done
+	@echo "make: fuzzing internal/recordlayout FuzzDecode for $(FUZZTIME)"
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/recordlayout
 
 demo: redis-server
 	$(GO) run ./cmd/redisonce demo
@@ -153,7 +155,7 @@ lint: luacheck
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	luacheck --no-color --globals redis KEYS ARGV -- scripts/*.lua
+	luacheck --no-color --globals redis struct KEYS ARGV -- scripts/*.lua
 
 # tidy: go mod tidy in every module. A module that requires another of this
 # repository at the release being prepared (no tag yet, so no proxy has it)

@@ -1,8 +1,10 @@
 #!lua
 --[[ acquire.lua — acquire an idempotency record: create it, take over a pending one whose lease passed, or report it.
   KEYS (n=1)
-    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+    [1] prefix..key   STRING  "ro1 " created_ms updated_ms expires_ms lease_ms
+                              fence, lengths of status, fp, token; then status,
+                              fp, token, payload (layout 1: README "Key
+                              layout"); a layout-0 HASH is read too
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
                       (1..15 digits, no sign: "-1" is BADARG)
@@ -28,19 +30,21 @@
                              for a count of ARGV other than the header's)
             MISMATCH <what>   the caller's and the record's fingerprints are both
                               non-empty and differ; nothing written
-            CORRUPT <what>    the key holds something other than a record hash;
+            CORRUPT <what>    the key holds something other than a record;
                               nothing written
-  Writes    new record: HSET of all 9 fields; PEXPIREAT max(expires_ms,
-            lease_ms) when ttl_ms > 0
-            takeover: HSET token, lease_ms, updated_ms, fence, fp (the record's
-            first non-empty fingerprint sticks); PEXPIREAT max(expires_ms,
-            lease_ms) when that moves the key's expiry (expires_ms not 0)
+  Writes    new record: SET, with PXAT max(expires_ms, lease_ms) when
+            ttl_ms > 0
+            takeover: SET of the record with token, lease_ms, updated_ms,
+            fence + 1 and fp (the record's first non-empty fingerprint
+            sticks), PXAT max(expires_ms, lease_ms) when that moves the key's
+            expiry (expires_ms not 0), else KEEPTTL; a layout-0 hash is
+            rewritten in layout 1
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while a pending owner's lease runs
             past it, so a TTL shorter than the lease never expires the record
             under its owner; expires_ms stays created_ms + TTL
   Atomicity every check precedes the first write
-  Length    76 lines of code besides its snippets: creating, taking over (fence + 1
+  Length    70 lines of code besides its snippets: creating, taking over (fence + 1
             on a decimal string, exact past 2^53) and reporting a record must be
             one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
@@ -83,26 +87,55 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- </snippet>
+-- <snippet:record_string>
+-- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
+-- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,
+-- expires_ms and lease_ms as big-endian IEEE doubles (integer ms since the
+-- epoch, 0..2^53-1, 0 = none; lease_ms at byte offset 28); then the fence
+-- (canonical decimal, 1..19 digits) and status (1..64 bytes), each after a
+-- one-byte length, fp and token (0..256 bytes), each after a big-endian
+-- two-byte length; then the payload, raw, to the end of the value.
+-- parse_record answers the fields in reply order {status, payload,
+-- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
+-- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
+local function parse_record(v)
+  local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
+  end
+  if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
+    and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
+    and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
+    or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
+    return nil, redis.error_reply('CORRUPT bad record header')
+  end
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
+end
+-- </snippet>
+-- <snippet:record_value>
+-- A record in parse_record's form as its layout-1 string.
+local function record_value(r)
+  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', r[10] and 'ro1w' or 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
+    #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
+end
+-- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, and a tenth, watch (nil unless
--- watch.lua marked the pending record), read in one HMGET; nil when the key
--- is absent; an error reply (CORRUPT) for a key of another type, a missing
--- field or a malformed one. Well-formed: status not empty; the four times
--- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
--- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
--- zero, at most 19 digits, so it never leaves uint64; a record at the largest
--- fence is never taken over).
-local function load_record(k)
+-- A record of layout 0, the nine-field hash written before layout 1 (status,
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
+-- another type, a missing field or a malformed one (status not 1..64 bytes, fp
+-- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
+-- decimal of at most 19 digits).
+-- Every write script rewrites such a record in layout 1.
+local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
     'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   for i = 1, 9 do
     if not r[i] then
-      if redis.call('EXISTS', k) == 0 then
-        return nil
-      end
       return nil, redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
@@ -111,11 +144,29 @@ local function load_record(k)
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
       return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
+    r[i] = tonumber(v)
   end
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
+    or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
+end
+-- </snippet>
+-- <snippet:load_record>
+-- The record at k: its fields as parse_record answers them, and true when it
+-- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
+-- is absent; nil and CORRUPT when it holds anything else.
+local function load_record(k)
+  local v = redis.pcall('GET', k)
+  if not v then
+    return nil
+  elseif type(v) == 'table' then
+    local r, bad = load_hash(k)
+    return r, bad, true
+  end
+  return parse_record(v)
 end
 -- </snippet>
 
@@ -133,40 +184,26 @@ if not lease then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 0')
 end
 
--- (EXISTS first: an absent key, acquire's common case, then costs one
--- command instead of load_record's two; measured in
--- BENCHMARKS.md, "What was changed, and what it bought".)
-local r, bad
-if redis.call('EXISTS', key) == 1 then
-  r, bad = load_record(key)
-  if bad then
-    return bad
-  end
+-- The record first: the duplicate of a finished job (the common existing
+-- record) then costs one GET and no clock read; a new record a GET, TIME and
+-- one SET.
+local r, bad = load_record(key)
+if bad then
+  return bad
 end
 if r then
   if fp ~= '' and r[8] ~= '' and fp ~= r[8] then
     return redis.error_reply('MISMATCH the key was acquired with a different fingerprint')
   end
-  -- A record that can never be taken over is answered without reading the
-  -- clock (the duplicate of a finished job, the common case; one call fewer,
-  -- measured in BENCHMARKS.md, "What was changed, and what it bought").
-  if r[1] ~= 'pending' or tonumber(r[6]) == 0 or r[7] == '9999999999999999999' then
-    return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
+  -- Not pending, no lease, or the largest fence: never taken over.
+  if r[1] ~= 'pending' or r[6] == 0 or r[7] == '9999999999999999999' then
+    return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
   end
-end
-local now = now_ms()
-local now_s = string.format('%d', now)
-if r and tonumber(r[6]) > now then
-  -- A pending record whose lease still runs.
-  return {0, r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
-end
-
-local lease_until = '0'
-if lease ~= '0' then
-  lease_until = string.format('%d', now + tonumber(lease))
-end
-
-if r then
+  local now = now_ms()
+  if r[6] > now then
+    -- A pending record whose lease still runs.
+    return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
+  end
   -- Take over: fence + 1 on the decimal string, exact past 2^53.
   local fence, i = r[7], #r[7]
   while i > 0 and string.byte(fence, i) == 57 do
@@ -178,31 +215,33 @@ if r then
     fence = string.sub(fence, 1, i - 1) .. string.char(string.byte(fence, i) + 1)
       .. string.rep('0', #fence - i)
   end
-  local newfp = r[8]
-  if newfp == '' then
-    newfp = fp
+  if r[8] == '' then
+    r[8] = fp
   end
-  redis.call('HSET', key, 'token', token, 'lease_ms', lease_until,
-    'updated_ms', now_s, 'fence', fence, 'fp', newfp)
   -- The expiry rule: the key lives until max(expires_ms, lease_ms).
-  local e = tonumber(r[5])
-  if e ~= 0 and math.max(e, tonumber(lease_until)) ~= math.max(e, tonumber(r[6])) then
-    redis.call('PEXPIREAT', key, string.format('%d', math.max(e, tonumber(lease_until))))
+  local e, was = r[5], r[6]
+  r[4], r[6], r[7], r[9] = now, lease == '0' and 0 or now + tonumber(lease), fence, token
+  if e ~= 0 and math.max(e, r[6]) ~= math.max(e, was) then
+    redis.call('SET', key, record_value(r), 'PXAT', math.max(e, r[6]))
+  else
+    redis.call('SET', key, record_value(r), 'KEEPTTL')
   end
-  return {1, r[1], r[2], tonumber(r[3]), now, tonumber(r[5]), tonumber(lease_until), fence, newfp, token}
+  return {1, r[1], r[2], r[3], now, r[5], r[6], fence, r[8], token}
 end
 
-local expires = '0'
+local now = now_ms()
+local lease_until, expires = 0, 0
+if lease ~= '0' then
+  lease_until = now + tonumber(lease)
+end
 if ttl ~= '0' then
-  expires = string.format('%d', now + tonumber(ttl))
+  expires = now + tonumber(ttl)
 end
-redis.call('HSET', key, 'status', 'pending', 'payload', '', 'created_ms', now_s,
-  'updated_ms', now_s, 'expires_ms', expires, 'lease_ms', lease_until,
-  'fence', '1', 'fp', fp, 'token', token)
-if expires ~= '0' then
+local rec = record_value({'pending', '', now, now, expires, lease_until, '1', fp, token})
+if expires == 0 then
+  redis.call('SET', key, rec)
+else
   -- The expiry rule: a lease past the TTL keeps the key until it passes.
-  redis.call('PEXPIREAT', key, tonumber(lease_until) > tonumber(expires) and lease_until or expires)
+  redis.call('SET', key, rec, 'PXAT', math.max(expires, lease_until))
 end
--- Times go back as integers (exact below 2^53): the reader allocates no
--- string for them.
-return {1, 'pending', '', now, now, tonumber(expires), tonumber(lease_until), '1', fp, token}
+return {1, 'pending', '', now, now, expires, lease_until, '1', fp, token}

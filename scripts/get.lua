@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 --[[ get.lua — read an idempotency record, without its owner's token.
   KEYS (n=1)
-    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
+                              layout-0 HASH is read too
   ARGV (n=0)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
              fence, fp, token}: the four times integers (ms since the epoch,
@@ -11,9 +11,9 @@
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
                              checked first, before ARGV; nothing read or written
             BADARG <what>    an argument was given; nothing done
-            CORRUPT <what>   the key holds something other than a record hash
+            CORRUPT <what>   the key holds something other than a record
   Writes    nothing
-  Atomicity one HMGET (and an EXISTS when fields are missing) in one script
+  Atomicity one GET (and an HMGET for a layout-0 hash) in one script
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 -- <snippet:one_key>
@@ -28,26 +28,48 @@ if #ARGV ~= 0 then
 end
 local key = KEYS[1]
 
+-- <snippet:record_string>
+-- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
+-- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,
+-- expires_ms and lease_ms as big-endian IEEE doubles (integer ms since the
+-- epoch, 0..2^53-1, 0 = none; lease_ms at byte offset 28); then the fence
+-- (canonical decimal, 1..19 digits) and status (1..64 bytes), each after a
+-- one-byte length, fp and token (0..256 bytes), each after a big-endian
+-- two-byte length; then the payload, raw, to the end of the value.
+-- parse_record answers the fields in reply order {status, payload,
+-- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
+-- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
+local function parse_record(v)
+  local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
+  end
+  if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
+    and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
+    and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
+    or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
+    return nil, redis.error_reply('CORRUPT bad record header')
+  end
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
+end
+-- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, and a tenth, watch (nil unless
--- watch.lua marked the pending record), read in one HMGET; nil when the key
--- is absent; an error reply (CORRUPT) for a key of another type, a missing
--- field or a malformed one. Well-formed: status not empty; the four times
--- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
--- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
--- zero, at most 19 digits, so it never leaves uint64; a record at the largest
--- fence is never taken over).
-local function load_record(k)
+-- A record of layout 0, the nine-field hash written before layout 1 (status,
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
+-- another type, a missing field or a malformed one (status not 1..64 bytes, fp
+-- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
+-- decimal of at most 19 digits).
+-- Every write script rewrites such a record in layout 1.
+local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
     'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   for i = 1, 9 do
     if not r[i] then
-      if redis.call('EXISTS', k) == 0 then
-        return nil
-      end
       return nil, redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
@@ -56,11 +78,29 @@ local function load_record(k)
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
       return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
+    r[i] = tonumber(v)
   end
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
+    or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
+end
+-- </snippet>
+-- <snippet:load_record>
+-- The record at k: its fields as parse_record answers them, and true when it
+-- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
+-- is absent; nil and CORRUPT when it holds anything else.
+local function load_record(k)
+  local v = redis.pcall('GET', k)
+  if not v then
+    return nil
+  elseif type(v) == 'table' then
+    local r, bad = load_hash(k)
+    return r, bad, true
+  end
+  return parse_record(v)
 end
 -- </snippet>
 
@@ -71,6 +111,4 @@ end
 if not r then
   return false
 end
--- Times as integers (exact: at most 15 digits): no string to allocate per
--- field on the reader's side.
-return {r[1], r[2], tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7], r[8], ''}
+return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 --[[ renew.lua — keep the owner's lease on a pending idempotency record alive while its work runs.
   KEYS (n=1)
-    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token
+    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
+                              layout-0 HASH is read too
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
@@ -19,11 +19,12 @@
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
                              checked first, before ARGV; nothing read or written
             BADARG <what>    before any write; nothing written
-            CORRUPT <what>   the key is not a well-formed record hash (see
-                             record_hash below); nothing written
-  Writes    HSET lease_ms (only when the caller owns the pending record);
-            PEXPIREAT the key to max(expires_ms, lease_ms) when that moves it
-            (expires_ms not 0)
+            CORRUPT <what>   the key is not a well-formed record (as
+                             acquire.lua defines it); nothing written
+  Writes    SETRANGE of the 8 bytes of lease_ms in place (only when the
+            caller owns the pending record; a layout-0 hash is rewritten in
+            layout 1, SET KEEPTTL); PEXPIREAT the key to max(expires_ms,
+            lease_ms) when that moves it (expires_ms not 0)
   Expiry    the records' expiry rule (acquire.lua, renew.lua, update.lua):
             expires_ms is the retention the record was given (created_ms +
             TTL, or what update.lua set); the key expires then, except while
@@ -32,13 +33,12 @@
             however short the TTL. expires_ms itself is not moved: the final
             write (update.lua) puts the key back on it
   Atomicity the checks precede the first write
-  Memory    flags=allow-oom: its HSET overwrites the existing lease_ms field with
-            a deadline of at most 16 digits, usually as long as the one it
-            replaces (13 digits from 2001 to 2286); it grows by up to 15 bytes
-            only when the record had no lease ("0") or lease_ms passes 263
-            years. Its PEXPIREAT moves an expiry the key already has (expires_ms
-            is not 0). So a live owner keeps its lease when maxmemory is reached
-            under noeviction
+  Memory    flags=allow-oom: SETRANGE overwrites the 8 bytes of lease_ms in the
+            header, so the value keeps its length and a live owner keeps its
+            lease when maxmemory is reached under noeviction (the one-time
+            SET that rewrites a layout-0 hash writes a string smaller than
+            the hash it replaces); its PEXPIREAT moves an expiry the key
+            already has (expires_ms is not 0)
   Complexity O(1)
 ]]
 -- <snippet:one_key>
@@ -79,26 +79,55 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- </snippet>
+-- <snippet:record_string>
+-- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
+-- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,
+-- expires_ms and lease_ms as big-endian IEEE doubles (integer ms since the
+-- epoch, 0..2^53-1, 0 = none; lease_ms at byte offset 28); then the fence
+-- (canonical decimal, 1..19 digits) and status (1..64 bytes), each after a
+-- one-byte length, fp and token (0..256 bytes), each after a big-endian
+-- two-byte length; then the payload, raw, to the end of the value.
+-- parse_record answers the fields in reply order {status, payload,
+-- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
+-- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
+local function parse_record(v)
+  local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
+  end
+  if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
+    and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
+    and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
+    or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
+    return nil, redis.error_reply('CORRUPT bad record header')
+  end
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
+end
+-- </snippet>
+-- <snippet:record_value>
+-- A record in parse_record's form as its layout-1 string.
+local function record_value(r)
+  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', r[10] and 'ro1w' or 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
+    #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
+end
+-- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, and a tenth, watch (nil unless
--- watch.lua marked the pending record), read in one HMGET; nil when the key
--- is absent; an error reply (CORRUPT) for a key of another type, a missing
--- field or a malformed one. Well-formed: status not empty; the four times
--- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
--- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
--- zero, at most 19 digits, so it never leaves uint64; a record at the largest
--- fence is never taken over).
-local function load_record(k)
+-- A record of layout 0, the nine-field hash written before layout 1 (status,
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
+-- another type, a missing field or a malformed one (status not 1..64 bytes, fp
+-- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
+-- decimal of at most 19 digits).
+-- Every write script rewrites such a record in layout 1.
+local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
     'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   for i = 1, 9 do
     if not r[i] then
-      if redis.call('EXISTS', k) == 0 then
-        return nil
-      end
       return nil, redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
@@ -107,11 +136,29 @@ local function load_record(k)
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
       return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
+    r[i] = tonumber(v)
   end
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
+    or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
+end
+-- </snippet>
+-- <snippet:load_record>
+-- The record at k: its fields as parse_record answers them, and true when it
+-- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
+-- is absent; nil and CORRUPT when it holds anything else.
+local function load_record(k)
+  local v = redis.pcall('GET', k)
+  if not v then
+    return nil
+  elseif type(v) == 'table' then
+    local r, bad = load_hash(k)
+    return r, bad, true
+  end
+  return parse_record(v)
 end
 -- </snippet>
 
@@ -123,7 +170,7 @@ if not lease or lease == '0' then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 1')
 end
 
-local r, bad = load_record(key)
+local r, bad, old = load_record(key)
 if bad then
   return bad
 end
@@ -133,11 +180,17 @@ end
 if r[1] ~= 'pending' or r[9] ~= token then
   return -1
 end
-local until_ms = now_ms() + tonumber(lease)
-redis.call('HSET', key, 'lease_ms', string.format('%d', until_ms))
+local was = r[6]
+r[6] = now_ms() + tonumber(lease)
+if old then
+  redis.call('SET', key, record_value(r), 'KEEPTTL')
+else
+  -- lease_ms is the 8 bytes at offset 28: overwritten in place.
+  redis.call('SETRANGE', key, 28, struct.pack('>d', r[6]))
+end
 -- The expiry rule: the key lives until max(expires_ms, lease_ms).
-local e, was = tonumber(r[5]), tonumber(r[6])
-if e ~= 0 and math.max(e, until_ms) ~= math.max(e, was) then
-  redis.call('PEXPIREAT', key, string.format('%d', math.max(e, until_ms)))
+local e = r[5]
+if e ~= 0 and math.max(e, r[6]) ~= math.max(e, was) then
+  redis.call('PEXPIREAT', key, math.max(e, r[6]))
 end
 return 1

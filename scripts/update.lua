@@ -1,9 +1,8 @@
 #!lua
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
-    [1] prefix..key   HASH  status, payload, created_ms, updated_ms, expires_ms,
-                            lease_ms, fence, fp, token; watch (optional,
-                            watch.lua)
+    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
+                              layout-0 HASH is read too
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
@@ -33,15 +32,15 @@
             NOT_FOUND <what>     the key is absent; nothing created
             STALE_OWNER <what>   token given and the record's token differs
                                  (another caller took the record over); nothing written
-            CORRUPT <what>       the key holds something other than a record hash;
+            CORRUPT <what>       the key holds something other than a record;
                                  nothing written
-  Writes    HSET status, payload, updated_ms, expires_ms, lease_ms; PEXPIREAT
-            max(expires_ms, lease_ms) when expires_in_ms is given or the
-            expiry rule moves the key, or PERSIST for expires_in_ms 0; DEL
-            instead when expires_in_ms is negative. A watched record (field
-            watch, set by watch.lua) that stops being pending: HDEL watch and
-            SPUBLISH KEYS[1] the new status ("deleted" after the DEL), so its
-            waiters read it again
+  Writes    one SET of the record in layout 1 (a layout-0 hash is rewritten):
+            PXAT max(expires_ms, lease_ms) when expires_in_ms is given or the
+            expiry rule moves the key, no expiry for expires_in_ms 0, else
+            KEEPTTL; DEL instead when expires_in_ms is negative. A watched
+            record (the header's mark, set by watch.lua) that stops being
+            pending: the SET drops the mark, then SPUBLISH KEYS[1] the new
+            status ("deleted" after the DEL), so its waiters read it again
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while the record stays pending with
             a lease past it. A write that leaves no live lease (the final
@@ -50,7 +49,7 @@
             while the lease kept the record, the record gets it again from
             now: expires_ms = now + (expires_ms - created_ms)
   Atomicity every check precedes the first write
-  Length    121 lines of code besides its snippets: four optional fields, each
+  Length    104 lines of code besides its snippets: four optional fields, each
             validated before the first write, two durations turned into
             deadlines on the server's clock, the expiry rule, and the waiters'
             notice; one script, so a fenced change is all or nothing
@@ -95,26 +94,55 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- </snippet>
+-- <snippet:record_string>
+-- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
+-- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,
+-- expires_ms and lease_ms as big-endian IEEE doubles (integer ms since the
+-- epoch, 0..2^53-1, 0 = none; lease_ms at byte offset 28); then the fence
+-- (canonical decimal, 1..19 digits) and status (1..64 bytes), each after a
+-- one-byte length, fp and token (0..256 bytes), each after a big-endian
+-- two-byte length; then the payload, raw, to the end of the value.
+-- parse_record answers the fields in reply order {status, payload,
+-- created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token}, the times
+-- numbers; or nil and CORRUPT for anything else (record_value is its inverse).
+local function parse_record(v)
+  local ok, m, c, u, e, l, f, s, p, tok, pos = pcall(struct.unpack, '>c4ddddBc0Bc0Hc0Hc0', v)
+  if not ok or (m ~= 'ro1 ' and m ~= 'ro1w') then
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
+  end
+  if not (c >= 0 and c <= 9007199254740991 and c % 1 == 0 and u >= 0 and u <= 9007199254740991
+    and u % 1 == 0 and e >= 0 and e <= 9007199254740991 and e % 1 == 0 and l >= 0
+    and l <= 9007199254740991 and l % 1 == 0) or #f > 19 or not string.find(f, '^[1-9]%d*$')
+    or #s < 1 or #s > 64 or #p > 256 or #tok > 256 then
+    return nil, redis.error_reply('CORRUPT bad record header')
+  end
+  return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
+end
+-- </snippet>
+-- <snippet:record_value>
+-- A record in parse_record's form as its layout-1 string.
+local function record_value(r)
+  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', r[10] and 'ro1w' or 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
+    #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
+end
+-- </snippet>
 -- <snippet:record_hash>
--- A record's nine fields in reply order, and a tenth, watch (nil unless
--- watch.lua marked the pending record), read in one HMGET; nil when the key
--- is absent; an error reply (CORRUPT) for a key of another type, a missing
--- field or a malformed one. Well-formed: status not empty; the four times
--- decimal ms 0..2^53-1 (at most 16 digits: a 15-digit duration added to now
--- fits); the fence a canonical decimal 1..9999999999999999999 (no leading
--- zero, at most 19 digits, so it never leaves uint64; a record at the largest
--- fence is never taken over).
-local function load_record(k)
+-- A record of layout 0, the nine-field hash written before layout 1 (status,
+-- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
+-- and watch when watch.lua marked it), read in one HMGET into parse_record's
+-- form; nil and CORRUPT for a key of
+-- another type, a missing field or a malformed one (status not 1..64 bytes, fp
+-- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
+-- decimal of at most 19 digits).
+-- Every write script rewrites such a record in layout 1.
+local function load_hash(k)
   local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
     'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
   if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record hash')
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   for i = 1, 9 do
     if not r[i] then
-      if redis.call('EXISTS', k) == 0 then
-        return nil
-      end
       return nil, redis.error_reply('CORRUPT the record hash lacks a field')
     end
   end
@@ -123,11 +151,29 @@ local function load_record(k)
     if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
       return nil, redis.error_reply('CORRUPT bad status, time field or fence')
     end
+    r[i] = tonumber(v)
   end
-  if r[1] == '' or #r[7] > 19 or not string.find(r[7], '^[1-9]%d*$') then
+  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
+    or not string.find(r[7], '^[1-9]%d*$') then
     return nil, redis.error_reply('CORRUPT bad status, time field or fence')
   end
+  r[10] = r[10] and true or nil
   return r
+end
+-- </snippet>
+-- <snippet:load_record>
+-- The record at k: its fields as parse_record answers them, and true when it
+-- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
+-- is absent; nil and CORRUPT when it holds anything else.
+local function load_record(k)
+  local v = redis.pcall('GET', k)
+  if not v then
+    return nil
+  elseif type(v) == 'table' then
+    local r, bad = load_hash(k)
+    return r, bad, true
+  end
+  return parse_record(v)
 end
 -- </snippet>
 
@@ -166,7 +212,6 @@ for i = 2, #ARGV, 2 do
     return redis.error_reply('BADARG field ' .. f .. ' given twice')
   end
 end
-local set_expires = expires ~= nil
 local r, bad = load_record(key)
 if bad then
   return bad
@@ -174,91 +219,74 @@ end
 if not r then
   return redis.error_reply('NOT_FOUND no such record')
 end
-local e, l = r[5], r[6]
 if token ~= '' and token ~= r[9] then
   return redis.error_reply('STALE_OWNER the record has another owner')
 end
 
 local now = now_ms()
-local now_s = string.format('%d', now)
-
-status = status or r[1]
-payload = payload or r[2]
+-- What the key's expiry was under the expiry rule, before this write.
+local was = r[5]
+if r[1] == 'pending' then
+  was = math.max(r[5], r[6])
+end
 -- Durations become deadlines on the server's clock: 0 = none; a deadline is
 -- at least 1 (0 would read as "none").
-local past = false
+local set_expires = expires ~= nil
 if expires then
   local d = tonumber(expires)
   if d < 0 then
-    past = true
-  elseif d == 0 then
-    expires = '0'
-  else
-    expires = string.format('%d', now + d)
+    redis.call('DEL', key)
+    -- A watched record (watch.lua) tells its waiters it is gone (a pcall: a
+    -- publish the caller may not make never fails the write before it).
+    if r[10] then
+      redis.pcall('SPUBLISH', key, 'deleted')
+    end
+    return 0
   end
-else
-  expires = e
+  r[5] = d == 0 and 0 or now + d
 end
 if lease then
   local d = tonumber(lease)
-  if d == 0 then
-    lease = '0'
-  else
-    lease = string.format('%d', math.max(now + d, 1))
-  end
-else
-  lease = l
+  r[6] = d == 0 and 0 or math.max(now + d, 1)
 end
-if status ~= 'pending' then
-  lease = '0'
+r[1] = status or r[1]
+r[2] = payload or r[2]
+r[4] = now
+if r[1] ~= 'pending' then
+  r[6] = 0
 end
--- Normalise a stored "007" to "7" so the value reads back as written by TIME
--- (only a leading zero needs it: the values are checked to be digits).
-if #expires > 1 and string.byte(expires, 1) == 48 then
-  expires = string.format('%d', tonumber(expires))
-end
-if #lease > 1 and string.byte(lease, 1) == 48 then
-  lease = string.format('%d', tonumber(lease))
-end
-
--- A record that watch.lua marked tells its waiters when it stops being
--- pending (a pcall: a publish the caller may not make never fails the write
--- before it; the waiter's bounded re-read covers it). An unwatched record, the
--- common case, pays for nothing but the tenth HMGET field.
-local notify = r[10] and (past or status ~= 'pending')
-if past then
-  redis.call('DEL', key)
-  if notify then
-    redis.pcall('SPUBLISH', key, 'deleted')
-  end
-  return 0
+-- A watched record (watch.lua) that stops being pending drops the mark and
+-- tells its waiters, after the write (a pcall: a publish the caller may not
+-- make never fails the write before it; the waiter's bounded re-read covers
+-- it). An unwatched record, the common case, pays for one test.
+local notify = r[10] and r[1] ~= 'pending'
+if notify then
+  r[10] = nil
 end
 -- The expiry rule: the key lives until max(expires_ms, a pending lease_ms);
 -- a retention that ran out under a lease starts again once no lease holds.
-local key_at
-if expires ~= '0' then
-  local ev, lv = tonumber(expires), tonumber(lease)
-  if ev <= now and lv <= now then
-    ev = now + math.max(ev - tonumber(r[3]), 1)
-    expires = string.format('%d', ev)
+local ttl = 'KEEPTTL'
+if r[5] == 0 then
+  if set_expires then
+    ttl = nil
   end
-  local was = tonumber(e)
-  if r[1] == 'pending' then
-    was = math.max(was, tonumber(l))
+else
+  if r[5] <= now and r[6] <= now then
+    r[5] = now + math.max(r[5] - r[3], 1)
   end
-  if set_expires or math.max(ev, lv) ~= was then
-    key_at = string.format('%d', math.max(ev, lv))
+  local at = math.max(r[5], r[6])
+  if set_expires or at ~= was then
+    ttl = at
   end
 end
-redis.call('HSET', key, 'status', status, 'payload', payload, 'updated_ms', now_s,
-  'expires_ms', expires, 'lease_ms', lease)
-if set_expires and expires == '0' then
-  redis.call('PERSIST', key)
-elseif key_at then
-  redis.call('PEXPIREAT', key, key_at)
+if ttl == 'KEEPTTL' then
+  redis.call('SET', key, record_value(r), 'KEEPTTL')
+elseif ttl then
+  redis.call('SET', key, record_value(r), 'PXAT', ttl)
+else
+  redis.call('SET', key, record_value(r))
 end
 if notify then
-  redis.call('HDEL', key, 'watch')
-  redis.pcall('SPUBLISH', key, status)
+  redis.pcall('SPUBLISH', key, r[1])
 end
 return 1

@@ -38,8 +38,8 @@ const aclSetUser = "ACL SETUSER app on >app-secret resetchannels &idempotency:* 
 	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* -@all " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
 	"+evalsha +evalsha_ro +eval +eval_ro +script|load +ssubscribe +sunsubscribe " +
-	"+del +exists +get +hdel +hget +hgetall +hlen +hmget +hset +info " +
-	"+persist +pexpire +pexpireat +pttl +set +spublish +time"
+	"+del +exists +get +hdel +hgetall +hlen +hmget +hset +info " +
+	"+pexpire +pexpireat +pttl +set +setrange +spublish +time"
 
 // aclUserURL is the URL the tests connect with as the app user.
 func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }

@@ -142,15 +142,15 @@ func (l *recordsLoad) Check(t *testing.T, c rueidis.Client) int {
 	}
 	fields := []string{"status", "payload", "created_ms", "updated_ms", "expires_ms", "lease_ms", "fence", "fp", "token"}
 	for key := range l.tried {
-		k := raw(t, c, l.prefix+key)
+		k := rawRecord(t, c, l.prefix+key)
 		if k.Type == "none" {
 			if l.pending[key] || l.completed[key] != "" {
 				t.Errorf("acknowledged record %q is gone", key)
 			}
 			continue
 		}
-		if k.Type != "hash" || len(k.Hash) != len(fields) {
-			t.Errorf("record %q: raw key %+v, want a hash of the %d record fields", key, k, len(fields))
+		if k.Type != "string" || len(k.Hash) != len(fields) {
+			t.Errorf("record %q: raw key %+v, want a layout-1 record of the %d fields", key, k, len(fields))
 			continue
 		}
 		for _, f := range fields {

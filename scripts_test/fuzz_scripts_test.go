@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -188,4 +190,67 @@ var scriptStates = []scriptState{
 	{"outbox no _seq", rawSeed([]string{"HSET", "$K", "_gen", "0", "_epoch", "1700000000000000", "m1", "1:p"})},
 	{"record fence max", rawSeed([]string{"HSET", "$K", "status", "pending", "payload", "", "created_ms", "1", "updated_ms", "1", "expires_ms", "0", "lease_ms", "1", "fence", "9999999999999999999", "fp", "", "token", "tok"})},
 	{"record fence 0100", rawSeed([]string{"HSET", "$K", "status", "pending", "payload", "", "created_ms", "1", "updated_ms", "1", "expires_ms", "0", "lease_ms", "1", "fence", "0100", "fp", "", "token", "tok"})},
+	// Issue 23's layout 1, at its edges and past them.
+	{"record layout 1 fence max", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", CreatedMS: 1, UpdatedMS: 1, LeaseMS: 1, Fence: "9999999999999999999", Token: "tok"}))})},
+	{"record layout 1 lease passed", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Payload: "p\x00", CreatedMS: 1, UpdatedMS: 1, LeaseMS: 1, Fence: "9007199254740993", FP: "fp", Token: "tok"}))})},
+	{"record layout 1 truncated", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Fence: "1", Token: "tok"}))[:40]})},
+	{"record layout 1 NaN", rawSeed([]string{"SET", "$K", "ro1 \x7f\xf8\x00\x00\x00\x00\x00\x01" + string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Fence: "1", Token: "tok"}))[12:]})},
+}
+
+// FuzzRecordValue stores arbitrary bytes as a record's value and runs get.lua
+// and acquire.lua on it: the Lua parser and its Go twin (recordlayout.Decode)
+// must agree. A value Decode refuses is CORRUPT for both scripts and stays
+// exactly as it was; a value it reads is the record get answers (without the
+// token), field for field — never a Lua error, never another record.
+func FuzzRecordValue(f *testing.F) {
+	good := recordlayout.Fields{Status: "completed", Payload: "res\x00ult", CreatedMS: 1796151897773, UpdatedMS: 1796151897876,
+		ExpiresMS: 0, LeaseMS: 0, Fence: "42", FP: "fp", Token: "tok"}
+	v := recordlayout.Encode(good)
+	f.Add(v)
+	f.Add(v[:len(v)-3])
+	f.Add(recordlayout.Encode(recordlayout.Fields{Status: "pending", LeaseMS: 1, Fence: "9999999999999999999", Token: "t"}))
+	f.Add([]byte("ro1 "))
+	f.Add(recordlayout.Encode(recordlayout.Fields{Status: "pending", LeaseMS: 1, Fence: "7", Token: "t", Watched: true}))
+	f.Add([]byte(`{"status":"completed"}`))
+	c := harnessNewClient(f, harnessStandaloneURL(f))
+	ctx := context.Background()
+	get, _ := redisonce.Get("get")
+	acquire, _ := redisonce.Get("acquire")
+	for _, s := range []redisonce.Script{get, acquire} {
+		if err := c.Do(ctx, c.B().ScriptLoad().Script(s.Source).Build()).Error(); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		key := fmt.Sprintf("fuzzrec:%d", time.Now().UnixNano())
+		defer c.Do(ctx, c.B().Del().Key(key).Build())
+		if err := c.Do(ctx, c.B().Set().Key(key).Value(rueidis.BinaryString(v)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		want, derr := recordlayout.Decode(v)
+		m, err := c.Do(ctx, c.B().EvalshaRo().Sha1(get.SHA1).Numkeys(1).Key(key).Build()).ToMessage()
+		if derr != nil {
+			if code := errCode(err); code != "CORRUPT" {
+				t.Fatalf("get.lua on %q (Decode: %v) = %v, %v; want CORRUPT", v, derr, reply(m), err)
+			}
+			// acquire refuses it too, and leaves the bytes alone.
+			_, err := c.Do(ctx, c.B().Evalsha().Sha1(acquire.SHA1).Numkeys(1).Key(key).Arg("0", "tokZ", "", "1000").Build()).ToMessage()
+			if code := errCode(err); code != "CORRUPT" {
+				t.Fatalf("acquire.lua on %q = %v; want CORRUPT", v, err)
+			}
+			if got, _ := c.Do(ctx, c.B().Get().Key(key).Build()).AsBytes(); !bytes.Equal(got, v) {
+				t.Fatalf("a refused acquire changed %q to %q", v, got)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("get.lua on a record Decode reads (%+v): %v", want, err)
+		}
+		got := recReply(m)
+		w := want.Map()
+		exp := []string{w["status"], w["payload"], w["created_ms"], w["updated_ms"], w["expires_ms"], w["lease_ms"], w["fence"], w["fp"], ""}
+		if diff := cmp.Diff(exp, got); diff != "" {
+			t.Fatalf("get.lua and recordlayout.Decode disagree on %q (-Decode +get):\n%s", v, diff)
+		}
+	})
 }

@@ -55,10 +55,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 		req.Header.Set(httpidem.HeaderKey, path)
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
-	hash, err := c.Do(ctx, c.B().Hgetall().Key(prefix+"/ok").Build()).AsStrMap()
-	if err != nil {
-		t.Fatal(err)
-	}
+	hash := rawRecord(t, c, prefix+"/ok").Hash
 	// version 1, status 201 (uvarint c9 01), 1 header line "X-A: b", body "ok"
 	want := "\x01\xc9\x01\x01\x03X-A\x01bok"
 	if hash["status"] != "completed" || hash["payload"] != want || hash["lease_ms"] != "0" || len(hash["fp"]) != 64 {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
 // Issue 21, the KEYS rule: every script refuses a wrong key count and a key
@@ -34,9 +35,8 @@ func seedCmd(args ...string) func(t *testing.T, c rueidis.Client, key string) {
 
 func seedRecord(t *testing.T, c rueidis.Client, key string) {
 	now := time.Now().UnixMilli()
-	do(t, c, "HSET", key, "status", "pending", "payload", "", "created_ms", fmt.Sprint(now),
-		"updated_ms", fmt.Sprint(now), "expires_ms", "0", "lease_ms", fmt.Sprint(now+100_000),
-		"fence", "1", "fp", "", "token", "tok")
+	do(t, c, "SET", key, string(recordlayout.Encode(recordlayout.Fields{Status: "pending", CreatedMS: now, UpdatedMS: now,
+		LeaseMS: now + 100_000, Fence: "1", Token: "tok"})))
 }
 
 func seedOutbox(t *testing.T, c rueidis.Client, key string) {

@@ -150,9 +150,16 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 		t.Errorf("a processed claim takes %.0f bytes, a plain SET NX key of the same length %.0f: want the same layout",
 			defaults["claim"].bytes, defaults["setnx"].bytes)
 	}
-	for k, want := range map[string]string{"ob-small": "listpack", "ob-wide": "hashtable", "ob-large": "hashtable", "rec-48": "listpack", "rec-256": "hashtable"} {
+	for k, want := range map[string]string{"ob-small": "listpack", "ob-wide": "hashtable", "ob-large": "hashtable", "rec-48": "raw", "rec-256": "raw"} {
 		if got := defaults[k].enc; got != want {
 			t.Errorf("%s with the default thresholds: encoding %s, want %s", k, got, want)
+		}
+	}
+	// Issue 23's goal: a completed record takes no more memory than go-job's
+	// JSON string of the same result.
+	for _, size := range []string{"48", "256"} {
+		if r, g := defaults["rec-"+size], defaults["gojob-"+size]; r.bytes > g.bytes {
+			t.Errorf("a completed record with a %s B result takes %.0f bytes, go-job's JSON string %.0f: want at most as many", size, r.bytes, g.bytes)
 		}
 	}
 	if raised["ob-wide"].enc != "listpack" || raised["ob-wide"].bytes >= defaults["ob-wide"].bytes {
@@ -166,7 +173,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 }
 
 // gojobRueidis is go-job's redis.Client over rueidis, writing under
-// "idempotency:gojob:" so that its JSON strings and redisonce's record hashes
+// "idempotency:gojob:" so that its JSON strings and redisonce's records
 // (default prefix "idempotency:") do not share keys.
 type gojobRueidis struct{ c rueidis.Client }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
 // Helpers for per-script table tests: seed raw keys, run a script with EVALSHA
@@ -49,6 +50,20 @@ func raw(t *testing.T, c rueidis.Client, key string) rawKey {
 	}
 	if k.PTTL, err = c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64(); err != nil {
 		t.Fatalf("PTTL %q: %v", key, err)
+	}
+	return k
+}
+
+// rawRecord is raw, with a layout-1 record string decoded into Hash (its
+// nine fields as layout 0 names them); Hash stays nil for a string that is
+// not a record.
+func rawRecord(t *testing.T, c rueidis.Client, key string) rawKey {
+	t.Helper()
+	k := raw(t, c, key)
+	if k.Type == "string" {
+		if f, err := recordlayout.Decode([]byte(k.Str)); err == nil {
+			k.Hash = f.Map()
+		}
 	}
 	return k
 }

@@ -12,12 +12,20 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
-// Per-script table tests for acquire.lua, get.lua, update.lua and delete.lua:
-// seed a raw record hash, run the script with EVALSHA as a non-Go caller would,
-// and check the reply and the raw key afterwards. Every error case checks the
-// key did not change at all (fields and absolute expiry, PEXPIRETIME).
+// Per-script table tests for acquire.lua, get.lua, update.lua, renew.lua and
+// delete.lua: seed a raw record, run the script with EVALSHA as a non-Go
+// caller would, and check the reply and the raw key afterwards. Every error
+// case checks the key did not change at all (bytes and absolute expiry,
+// PEXPIRETIME).
+//
+// A case seeded with recSeed runs twice, side by side: on the record in
+// layout 1 (one string, internal/recordlayout) and on the same record in
+// layout 0 (the nine-field hash written before issue 23). Both must answer
+// the same; a script that writes leaves layout 1 either way, one that does
+// not leaves the layout-0 hash exactly as it was.
 //
 // Expected values may be "{now}" or "{now+N}" / "{now-N}": the script's TIME in
 // ms (plus N), which must lie between the server's TIME read just before and
@@ -25,9 +33,12 @@ import (
 
 // recRaw is everything a records test checks about one key.
 type recRaw struct {
-	Type     string
-	Str      string
+	Type string
+	Str  string
+	// Hash is the record's fields: a hash's (layout 0), or a layout-1
+	// string's decoded (Layout 1); nil for a string that is not a record.
 	Hash     map[string]string
+	Layout   int
 	ExpireAt int64 // PEXPIRETIME: -2 missing, -1 no expiry, else ms since the epoch
 }
 
@@ -42,6 +53,9 @@ func recReadRaw(t *testing.T, c rueidis.Client, key string) recRaw {
 	switch typ {
 	case "string":
 		r.Str, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		if f, derr := recordlayout.Decode([]byte(r.Str)); err == nil && derr == nil {
+			r.Hash, r.Layout = f.Map(), 1
+		}
 	case "hash":
 		r.Hash, err = c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
 	}
@@ -135,9 +149,25 @@ func recHash(kv ...string) map[string]string {
 	return h
 }
 
-// recSeed writes h raw: HSET of its fields in sorted order, and PEXPIREAT
-// expires_ms when it is not "0".
+// recSeed writes the record h: a "RECORD" pseudo-command that recRunCase
+// renders as a layout-1 SET and, in the side-by-side run, as the layout-0
+// HSET; and PEXPIREAT expires_ms when it is not "0".
 func recSeed(h map[string]string) [][]string {
+	cmd := []string{"RECORD", "$K"}
+	for _, f := range slices.Sorted(maps.Keys(h)) {
+		cmd = append(cmd, f, h[f])
+	}
+	out := [][]string{cmd}
+	if e := h["expires_ms"]; e != "" && e != "0" {
+		out = append(out, []string{"PEXPIREAT", "$K", e})
+	}
+	return out
+}
+
+// recSeedHash writes h as a layout-0 hash only: HSET of its fields in sorted
+// order, and PEXPIREAT expires_ms when it is not "0" (for malformed hashes,
+// which layout 1 cannot hold).
+func recSeedHash(h map[string]string) [][]string {
 	cmd := []string{"HSET", "$K"}
 	for _, f := range slices.Sorted(maps.Keys(h)) {
 		cmd = append(cmd, f, h[f])
@@ -188,22 +218,64 @@ func runRecCases(t *testing.T, script string, cases []recCase) {
 			}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
-					recRunCase(t, c, s, tc)
+					wrote := recRunCase(t, c, s, tc, 1)
+					if recHasRecordSeed(tc.seed) {
+						t.Run("layout0", func(t *testing.T) {
+							if wrote {
+								recRunCase(t, c, s, tc, 1)
+							} else {
+								recRunCase(t, c, s, tc, 0)
+							}
+						})
+					}
 				})
 			}
 		})
 	}
 }
 
-func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase) {
+func recHasRecordSeed(seed [][]string) bool {
+	return slices.ContainsFunc(seed, func(cmd []string) bool { return cmd[0] == "RECORD" })
+}
+
+// recSeedArgs renders a seed command: a RECORD pseudo-command as a layout-1
+// SET of the record, or (old) as the layout-0 HSET; others as they are.
+func recSeedArgs(t *testing.T, args []string, old bool) []string {
+	t.Helper()
+	if args[0] != "RECORD" {
+		return args
+	}
+	if old {
+		return append([]string{"HSET"}, args[1:]...)
+	}
+	h := map[string]string{}
+	for i := 2; i+1 < len(args); i += 2 {
+		h[args[i]] = args[i+1]
+	}
+	f, err := recordlayout.FromMap(h)
+	if err == nil {
+		err = f.Valid()
+	}
+	if err != nil {
+		t.Fatalf("seed %v: %v (seed a malformed record with recSeedHash)", h, err)
+	}
+	return []string{"SET", args[1], string(recordlayout.Encode(f))}
+}
+
+// recRunCase runs tc, its RECORD seeds in layout 1 (or, in a test named
+// ".../layout0", as layout-0 hashes), and expects the key in layout
+// afterwards (a layout-0 key must then be exactly as seeded). It reports
+// whether the script changed the key.
+func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase, layout int) (wrote bool) {
 	ctx := context.Background()
 	key := keyFor(t, "rec:")
+	old := strings.HasSuffix(t.Name(), "/layout0")
 	for _, cmd := range tc.seed {
 		args := make([]string, len(cmd))
 		for i, a := range cmd {
 			args[i] = strings.ReplaceAll(a, "$K", key)
 		}
-		do(t, c, args...)
+		do(t, c, recSeedArgs(t, args, old)...)
 	}
 	before := recReadRaw(t, c, key)
 	cmd := c.B().Evalsha().Sha1(s.SHA1).Numkeys(1).Key(key).Arg(tc.args...).Build()
@@ -222,8 +294,9 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase) 
 		if diff := cmp.Diff(before, after); diff != "" {
 			t.Errorf("a refused call changed the key (-before +after):\n%s", diff)
 		}
-		return
+		return false
 	}
+	wrote = !cmp.Equal(before, after)
 	if err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatalf("error = %v, want reply %q", err, tc.want)
 	}
@@ -242,10 +315,15 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase) 
 		if after.Type != "none" || after.ExpireAt != -2 {
 			t.Errorf("key afterwards = %+v, want absent", after)
 		}
-		return
+		return wrote
 	}
-	if after.Type != "hash" {
-		t.Fatalf("key afterwards is a %s, want a hash", after.Type)
+	switch {
+	case layout == 0 && wrote:
+		t.Errorf("the script rewrote the layout-0 hash, but not in layout 1:\nbefore %+v\nafter  %+v", before, after)
+	case layout == 1 && after.Layout != 1:
+		t.Fatalf("key afterwards is a %s (%q), want a layout-1 record", after.Type, after.Str)
+	case layout == 0 && after.Type != "hash":
+		t.Fatalf("key afterwards is a %s, want the layout-0 hash untouched", after.Type)
 	}
 	if diff := cmp.Diff(slices.Sorted(maps.Keys(tc.after)), slices.Sorted(maps.Keys(after.Hash))); diff != "" {
 		t.Errorf("hash fields afterwards (-want +got):\n%s", diff)
@@ -271,6 +349,7 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase) 
 	if (keyAt == "0") != (after.ExpireAt == -1) || (keyAt != "0" && keyAt != strconv.FormatInt(after.ExpireAt, 10)) {
 		t.Errorf("expires_ms %q, lease_ms %q disagree with PEXPIRETIME %d", after.Hash["expires_ms"], after.Hash["lease_ms"], after.ExpireAt)
 	}
+	return wrote
 }
 
 const (
@@ -332,8 +411,8 @@ func TestScriptAcquire(t *testing.T) {
 		{name: "takeover/fence at its maximum", seed: recSeed(with(passedNoFP, "fence", "9999999999999999999")), args: []string{"0", "tokB", "", "0"},
 			want:  prefixed("0", recAsReply(with(passedNoFP, "fence", "9999999999999999999"), "")),
 			after: with(passedNoFP, "fence", "9999999999999999999")},
-		{name: "corrupt/fence with a leading zero", seed: recSeed(with(passedNoFP, "fence", "0100")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
-		{name: "corrupt/fence of 20 digits", seed: recSeed(with(passedNoFP, "fence", "10000000000000000000")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
+		{name: "corrupt/fence with a leading zero", seed: recSeedHash(with(passedNoFP, "fence", "0100")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
+		{name: "corrupt/fence of 20 digits", seed: recSeedHash(with(passedNoFP, "fence", "10000000000000000000")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
 		{name: "takeover/16-digit times", seed: recSeed(with(passedNoFP, "expires_ms", "1000000000000000")), args: []string{"0", "tokB", "", "0"},
 			want:  prefixed("1", recAsReply(with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2"), "tokB")),
 			after: with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2"), expireAt: "1000000000000000"},
@@ -353,9 +432,9 @@ func TestScriptAcquire(t *testing.T) {
 		{name: "too many arguments", seed: recSeed(passed), args: []string{"0", "tokB", "", "0", "x"}, errc: "BADARG"},
 		{name: "corrupt/a string", seed: [][]string{{"SET", "$K", `{"status":"pending"}`}}, args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
 		{name: "corrupt/missing field", seed: [][]string{{"HSET", "$K", "status", "pending"}}, args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
-		{name: "corrupt/time field", seed: recSeed(recHash("lease_ms", "soon")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
-		{name: "corrupt/fence too long", seed: recSeed(recHash("lease_ms", recPast, "fence", "18446744073709551615")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
-		{name: "corrupt/empty status", seed: recSeed(recHash("status", "")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
+		{name: "corrupt/time field", seed: recSeedHash(recHash("lease_ms", "soon")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
+		{name: "corrupt/fence too long", seed: recSeedHash(recHash("lease_ms", recPast, "fence", "18446744073709551615")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
+		{name: "corrupt/empty status", seed: recSeedHash(recHash("status", "")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
 	}
 	runRecCases(t, "acquire", cases)
 }
@@ -369,7 +448,7 @@ func TestScriptGet(t *testing.T) {
 			after: recHash("lease_ms", recFar)},
 		{name: "corrupt/a string", seed: [][]string{{"SET", "$K", "x"}}, errc: "CORRUPT"},
 		{name: "corrupt/missing field", seed: [][]string{{"HSET", "$K", "status", "completed", "payload", "x"}}, errc: "CORRUPT"},
-		{name: "corrupt/fence", seed: recSeed(recHash("fence", "-1")), errc: "CORRUPT"},
+		{name: "corrupt/fence", seed: recSeedHash(recHash("fence", "-1")), errc: "CORRUPT"},
 	})
 }
 
@@ -522,4 +601,59 @@ func TestScriptDelete(t *testing.T) {
 		{name: "no arguments", seed: recSeed(h), errc: "BADARG"},
 		{name: "two arguments", seed: recSeed(h), args: []string{"", "x"}, errc: "BADARG"},
 	})
+}
+
+// recMalformed are string values that are not layout-1 records: every
+// records script answers CORRUPT on them and leaves them alone.
+func recMalformed() map[string]string {
+	good := recordlayout.Fields{Status: "pending", CreatedMS: 1000, UpdatedMS: 2000, LeaseMS: 1, Fence: "1", Token: "tokA"}
+	v := string(recordlayout.Encode(good))
+	set := func(off int, b ...byte) string {
+		x := []byte(v)
+		copy(x[off:], b)
+		return string(x)
+	}
+	with := func(f func(*recordlayout.Fields)) string {
+		g := good
+		f(&g)
+		return string(recordlayout.Encode(g))
+	}
+	return map[string]string{
+		"json":             `{"status":"pending","token":"tokA"}`,
+		"another version":  "ro2 " + v[4:],
+		"magic only":       recordlayout.Magic,
+		"truncated header": v[:30],
+		"truncated token":  v[:len(v)-1],
+		"NaN lease":        set(recordlayout.LeaseOffset, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1),
+		"half a ms":        set(4, 0x3f, 0xe0, 0, 0, 0, 0, 0, 0),
+		"negative time":    set(12, 0xc0, 0, 0, 0, 0, 0, 0, 0),
+		"time 2^53":        with(func(f *recordlayout.Fields) { f.ExpiresMS = 1 << 53 }),
+		"fence 0":          with(func(f *recordlayout.Fields) { f.Fence = "0" }),
+		"fence 007":        with(func(f *recordlayout.Fields) { f.Fence = "007" }),
+		"fence of 20":      with(func(f *recordlayout.Fields) { f.Fence = "10000000000000000000" }),
+		"fence not digits": with(func(f *recordlayout.Fields) { f.Fence = "1e5" }),
+		"empty status":     with(func(f *recordlayout.Fields) { f.Status = "" }),
+		"status of 65":     with(func(f *recordlayout.Fields) { f.Status = strings.Repeat("s", 65) }),
+		"token of 257":     with(func(f *recordlayout.Fields) { f.Token = strings.Repeat("t", 257) }),
+	}
+}
+
+func TestScriptsRefuseMalformedRecords(t *testing.T) {
+	for _, sc := range []struct {
+		script string
+		args   []string
+	}{
+		{"acquire", []string{"0", "tokB", "", "1000"}},
+		{"get", nil},
+		{"update", []string{"tokA", "status", "completed"}},
+		{"renew", []string{"tokA", "3000"}},
+		{"delete", []string{"tokA"}},
+	} {
+		var cases []recCase
+		for name, v := range recMalformed() {
+			cases = append(cases, recCase{name: name, seed: [][]string{{"SET", "$K", v}}, args: sc.args, errc: "CORRUPT"})
+		}
+		slices.SortFunc(cases, func(a, b recCase) int { return strings.Compare(a.name, b.name) })
+		t.Run(sc.script, func(t *testing.T) { runRecCases(t, sc.script, cases) })
+	}
 }

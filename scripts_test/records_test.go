@@ -38,8 +38,8 @@ func TestRecordsConformance(t *testing.T) {
 	t.Run("cluster", recordsHarness(clusterURL))
 }
 
-// TestRecordsLayout: the hash Acquire and Update write under the default
-// prefix, field by field, with times from the server's TIME and the record's
+// TestRecordsLayout: the layout-1 string Acquire and Update write under the
+// default prefix, field by field (decoded with internal/recordlayout), with times from the server's TIME and the record's
 // expiry equal to the key's (PEXPIRETIME), through every way of setting it.
 func TestRecordsLayout(t *testing.T) {
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func TestRecordsLayout(t *testing.T) {
 				t.Errorf("CreatedAt %d is not the server's TIME (between %d and %d)", created, t0, t1)
 			}
 			r := recReadRaw(t, c, key)
-			want := recRaw{Type: "hash", ExpireAt: created + 60000, Hash: map[string]string{
+			want := recRaw{Type: "string", Str: r.Str, Layout: 1, ExpireAt: created + 60000, Hash: map[string]string{
 				"status": "pending", "payload": "", "created_ms": fmt.Sprint(created), "updated_ms": fmt.Sprint(created),
 				"expires_ms": fmt.Sprint(created + 60000), "lease_ms": fmt.Sprint(created + 30000),
 				"fence": "1", "fp": "fp", "token": rec.Token,

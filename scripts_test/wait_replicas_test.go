@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -91,8 +92,8 @@ func TestWaitReplicas(t *testing.T) {
 	if err != nil || !acquired {
 		t.Fatalf("Acquire = %v, %v", acquired, err)
 	}
-	if v := onReplica("HGET", "idempotency:r1", "token"); v != rec.Token {
-		t.Errorf("replica: token %q, want %q", v, rec.Token)
+	if f, err := recordlayout.Decode([]byte(onReplica("GET", "idempotency:r1"))); err != nil || f.Token != rec.Token {
+		t.Errorf("replica: record %+v, %v; want token %q", f, err, rec.Token)
 	}
 	if _, err := claims.ClaimMany(ctx, []string{"c2", "c3"}); err != nil {
 		t.Fatalf("ClaimMany: %v", err)

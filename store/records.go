@@ -7,7 +7,7 @@ import (
 )
 
 // DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
-// otherwise: a record lives in the hash "idempotency:<key>".
+// otherwise: a record lives in the string "idempotency:<key>".
 const DefaultRecordsPrefix = "idempotency:"
 
 // DefaultRecordsTTL is how long a record lives unless WithTTL or

@@ -24,7 +24,7 @@ type MemoryRecords struct {
 	waits map[string]chan struct{}
 }
 
-// memRecord is a record hash: times in ms since the epoch, 0 = none.
+// memRecord is a stored record: times in ms since the epoch, 0 = none.
 type memRecord struct {
 	status                           string
 	payload                          []byte

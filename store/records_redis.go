@@ -16,18 +16,20 @@ var (
 	scriptRenew   = mustScript("renew")
 )
 
-// Records keeps idempotency records in Redis: one hash per key, prefix+key,
-// with the fields status, payload, created_ms, updated_ms, expires_ms (0 =
-// never), lease_ms (0 = no lease), fence, fp and token. Every operation is one
-// script (acquire.lua, get.lua, update.lua, delete.lua); every time in a record
-// comes from the server's TIME, and a record's expiry is its key's expiry,
-// except that a pending owner's lease past expires_ms keeps the key until the
-// lease passes (renew.lua's header states the rule). It is safe for
-// concurrent use.
+// Records keeps idempotency records in Redis: one string per key, prefix+key
+// (layout 1, README "Key layout": a versioned header of created_ms,
+// updated_ms, expires_ms (0 = never), lease_ms (0 = no lease), fence, status,
+// fp and token, then the payload). Every operation is one script
+// (acquire.lua, get.lua, update.lua, renew.lua, delete.lua); every time in a
+// record comes from the server's TIME, and a record's expiry is its key's
+// expiry, except that a pending owner's lease past expires_ms keeps the key
+// until the lease passes (renew.lua's header states the rule). It is safe
+// for concurrent use.
 //
-// Keys holding something other than a record hash (the seed's JSON strings,
-// say) make Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply;
-// Delete removes them.
+// A record in layout 0, the nine-field hash written before issue 23, is read
+// the same, and rewritten in layout 1 by the next write to it. Keys holding
+// anything else (the seed's JSON strings, say) make Acquire, Get, Update and
+// DeleteFenced fail with ErrUnexpectedReply; Delete removes them.
 type Records struct {
 	redisStore
 	ttl time.Duration

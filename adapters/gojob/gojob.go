@@ -3,7 +3,7 @@
 // over a redisonce records store: go-job's enqueue deduplication and its
 // workers' shared deduplication (worker.WithIdempotencyStore,
 // command.EnqueueOptions.IdempotencyStore) then keep their records in
-// redisonce's record hashes, where every operation is one atomic script.
+// redisonce's records, where every operation is one atomic script.
 //
 //	rs, err := store.OpenRecords("redis://localhost:6379/0", store.WithPrefix("gojob:idempotency:"))
 //	...
@@ -39,6 +39,7 @@ package gojob
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -147,7 +148,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (ide
 	}
 	if s.legacy != nil {
 		rec, found, err := s.legacy.Get(ctx, key)
-		if err != nil && !isWrongType(err) { // WRONGTYPE: the key is a record hash, not a legacy one
+		if err != nil && !isWrongType(err) { // the key holds a redisonce record, not a legacy one
 			return idempotency.Record{}, false, err
 		}
 		if err == nil && found {
@@ -259,9 +260,15 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// isWrongType: the key holds a type the reader did not write — go-job's JSON
-// string read by redisonce (store.ErrUnexpectedReply), or a redisonce hash
-// read by go-job's Redis store (Redis's WRONGTYPE, whatever its client).
+// isWrongType: the key holds a value the reader did not write — go-job's
+// JSON string read by redisonce (store.ErrUnexpectedReply), or a redisonce
+// record read by go-job's Redis store: a layout-1 string (binary, starting
+// "ro1 ") fails its JSON decoding, a layout-0 hash answers Redis's WRONGTYPE
+// (whatever its client). A legacy JSON string that does not decode is thus
+// read by redisonce too, which refuses it (ErrUnexpectedReply): an error
+// either way, nothing overwritten.
 func isWrongType(err error) bool {
-	return err != nil && (errors.Is(err, store.ErrUnexpectedReply) || strings.Contains(err.Error(), "WRONGTYPE"))
+	var syntax *json.SyntaxError
+	return err != nil && (errors.Is(err, store.ErrUnexpectedReply) || errors.As(err, &syntax) ||
+		strings.Contains(err.Error(), "WRONGTYPE"))
 }

@@ -7,11 +7,13 @@ import (
 	"net"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -105,6 +107,7 @@ func seedStores(t *testing.T, srv *redisproc.Server) {
 func TestInspect(t *testing.T) {
 	srv := startServer(t, redisproc.Options{})
 	seedStores(t, srv)
+	mustDo(t, srv, "SET", "idempotency:json-record", `{"status":"completed"}`)
 	before := mustDo(t, srv, "INFO", "persistence")
 	url := srv.URL()
 	for _, tc := range []struct {
@@ -122,6 +125,7 @@ func TestInspect(t *testing.T) {
 		{[]string{"record", "pay-1"}, 0, []string{"record pay-1 (key idempotency:pay-1): pending\n", "lease        ", "s left\n", "fence        1\n"}},
 		{[]string{"record", "pay-2"}, 0, []string{"record pay-2 (key idempotency:pay-2): completed\n", "ago)", "payload      9 bytes: \"receipt 2\"\n"}},
 		{[]string{"record", "not-a-record"}, exitForeign, []string{"without a status field"}},
+		{[]string{"record", "json-record"}, exitForeign, []string{"a string that is not a layout-1 record"}},
 		{[]string{"claim", "m1", "--prefix", "other:"}, exitNotFound, []string{"(key other:m1): not found"}},
 		{[]string{"claim", "bq:idemp:m4"}, 0, []string{"claim m4 (key bq:idemp:m4): in flight\n"}}, // the whole key
 		{[]string{"record", "idempotency:gone"}, exitNotFound, []string{"(key idempotency:idempotency:gone): not found"}},
@@ -213,11 +217,37 @@ func TestStats(t *testing.T) {
 		got.Records.Stats.ByStatus["pending"] != 1 || got.Records.Stats.ByStatus["completed"] != 1 || got.Records.Stats.Foreign != 1 {
 		t.Errorf("stats --store records --json: exit %d, %v, %s", code, err, out)
 	}
-	// A pending record whose lease passed is counted as such.
-	mustDo(t, srv, "HSET", "idempotency:pay-1", "lease_ms", "1")
+	// A pending record whose lease passed is counted as such: lease_ms (the
+	// double at offset 28 of layout 1) set to 1 ms after the epoch.
+	mustDo(t, srv, "SETRANGE", "idempotency:pay-1", strconv.Itoa(recordlayout.LeaseOffset), "\x3f\xf0\x00\x00\x00\x00\x00\x00")
 	_, out, _ = cli(t, "stats", "--store", "records", "--url", srv.URL())
 	if !strings.Contains(out, "pending with an expired lease: 1\n") || !strings.Contains(out, "oldest expired lease: idempotency:pay-1, passed ") {
 		t.Errorf("stats after the lease passed:\n%s", out)
+	}
+	// A record still in layout 0 (the hash of before issue 23) is read,
+	// counted by status and as layout 0, and inspect says so.
+	mustDo(t, srv, "HSET", "idempotency:old-1", "status", "completed", "payload", "old receipt", "created_ms", "1000",
+		"updated_ms", "2000", "expires_ms", "0", "lease_ms", "0", "fence", "4", "fp", "", "token", "t")
+	var old struct {
+		Records struct {
+			Stats struct {
+				ByStatus map[string]int `json:"by_status"`
+				Foreign  int
+				Layout0  int
+			}
+		}
+	}
+	code, out, _ = cli(t, "stats", "--store", "records", "--json", "--url", srv.URL())
+	if err := json.Unmarshal([]byte(out), &old); code != 0 || err != nil || old.Records.Stats.Layout0 != 1 ||
+		old.Records.Stats.ByStatus["completed"] != 2 || old.Records.Stats.Foreign != 1 {
+		t.Errorf("stats with a layout-0 record: exit %d, %v, %s", code, err, out)
+	}
+	if _, out, _ = cli(t, "stats", "--store", "records", "--url", srv.URL()); !strings.Contains(out, "in layout 0 (the hash of before issue 23): 1;") {
+		t.Errorf("stats does not report the layout-0 record:\n%s", out)
+	}
+	code, out, _ = cli(t, "inspect", "record", "old-1", "--url", srv.URL())
+	if code != 0 || !strings.Contains(out, "completed\n") || !strings.Contains(out, "fence        4\n") || !strings.Contains(out, "layout       0, the hash") {
+		t.Errorf("inspect record old-1: exit %d\n%s", code, out)
 	}
 	for _, args := range [][]string{{"--store", "nope"}, {"--prefix", "x:"}} {
 		code, _, errs := cli(t, append([]string{"stats"}, args...)...)

@@ -400,10 +400,16 @@ async function flowRecords(c, p, client, goPrefix) {
   // Fences are decimal strings up to 9999999999999999999 (past 2^53): compare as strings or BigInt.
   k = p + 'rec:fence';
   record(await c.call('acquire', k, '0', 'tok-0', '', '1'), 'acquire', { acquired: 1 });
-  await client.send(['HSET', k, 'fence', '9999999999999999998']); // the record layout of the header
+  // A record in layout 0 (the hash written before issue 23, README "Key
+  // layout") is read as it is, and the takeover rewrites it in layout 1.
+  await client.send(['DEL', k]);
+  const created = String(Date.now());
+  await client.send(['HSET', k, 'status', 'pending', 'payload', '', 'created_ms', created, 'updated_ms', created,
+    'expires_ms', '0', 'lease_ms', '1', 'fence', '9999999999999999998', 'fp', '', 'token', 'tok-0']);
   await sleep(20);
   t = record(await c.call('acquire', k, '0', 'tok-1', '', '1'), 'takeover to the largest fence', { acquired: 1 });
   assert.equal(BigInt(t.fence), 9999999999999999999n, 'fence 9999999999999999999 exact');
+  assert.equal(await client.send(['TYPE', k]), 'string', 'the takeover rewrote the layout-0 hash in layout 1');
   await sleep(20);
   t = record(await c.call('acquire', k, '0', 'tok-2', '', '30000'), 'no takeover past the largest fence', { acquired: 0 });
   assert.deepEqual([t.fence, t.token], ['9999999999999999999', ''], 'the largest fence is never taken over');

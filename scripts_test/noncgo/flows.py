@@ -21,6 +21,7 @@ Prints one line per mode and "N passed, N failed"; exits 1 on any failure.
 import hashlib
 import os
 import re
+import struct
 import sys
 import time
 import traceback
@@ -138,6 +139,30 @@ def record(v, what, acquired=None):
         check(rec[n] == 0 or 10**12 <= rec[n] < 10**13, f"{what}: {n} {rec[n]} is not 0 or a 13-digit ms time")
     check(re.fullmatch(rb"[1-9][0-9]{0,18}", rec["fence"]) is not None, f"{what}: fence {rec['fence']!r}")
     return rec
+
+
+def decode_record(v):
+    """Decodes a record's raw value by hand, as the README's "Key layout" says
+    (layout 1): "ro1 ", four big-endian doubles (created, updated, expires,
+    lease ms), the fence and the status after a 1-byte length, fp and token
+    after a 2-byte length, then the payload."""
+    check(v[:4] == b"ro1 ", f"raw record {v[:8]!r}: not layout 1")
+    created, updated, expires, lease = struct.unpack_from(">4d", v, 4)
+    pos, fields = 36, []
+    for size in (1, 1, 2, 2):  # fence, status, fp, token
+        (n,) = struct.unpack_from(">B" if size == 1 else ">H", v, pos)
+        fields.append(v[pos + size:pos + size + n])
+        pos += size + n
+    fence, status, fp, token = fields
+    return {"status": status, "payload": v[pos:], "created_ms": int(created), "updated_ms": int(updated),
+            "expires_ms": int(expires), "lease_ms": int(lease), "fence": fence, "fp": fp, "token": token}
+
+
+def set_fence(r, k, fence):
+    """Rewrites a layout-1 record's fence by hand, keeping its expiry."""
+    v = r.get(k)
+    n = v[36]
+    r.set(k, v[:36] + bytes([len(fence)]) + fence + v[37 + n:], keepttl=True)
 
 
 def tail(v, what):
@@ -359,6 +384,9 @@ def flow_records(call, p, r):
     eq(call("update", k, "tok-1", "status", "completed", "payload", BIN), 1, "update completed")
     d = record(call("get", k), "get completed")
     eq((d["status"], d["payload"], d["lease_ms"], d["fence"], d["token"]), (b"completed", BIN, 0, b"1", b""), "completed record (binary payload exact)")
+    raw = decode_record(r.get(k))
+    eq(raw, dict(d, token=b"tok-1"), "the raw value decoded by hand: get's record, with its owner's token")
+    eq(r.pexpiretime(k), raw["expires_ms"], "the record's expires_ms is its key's expiry")
     c = record(call("acquire", k, "86400000", "tok-5", "sha256:ab12", "30000"), "acquire completed", acquired=0)
     eq((c["status"], c["payload"], c["token"]), (b"completed", BIN, b""), "acquire of a completed record replays it")
     eq(call("renew", k, "tok-1", "60000"), -1, "renew a completed record")
@@ -394,7 +422,7 @@ def flow_records(call, p, r):
     # Fences are decimal strings up to 9999999999999999999 (past 2^53).
     k = p + "rec:fence"
     record(call("acquire", k, "0", "tok-0", "", "1"), "acquire", acquired=1)
-    r.hset(k, "fence", "9999999999999999998")  # the record layout of the header
+    set_fence(r, k, b"9999999999999999998")  # the record layout (README "Key layout")
     time.sleep(0.02)
     t = record(call("acquire", k, "0", "tok-1", "", "1"), "takeover to the largest fence", acquired=1)
     eq(t["fence"], b"9999999999999999999", "fence 9999999999999999999 exact")

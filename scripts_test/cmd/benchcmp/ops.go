@@ -50,6 +50,6 @@ func operations() []*operation {
 	return []*operation{
 		opClaim(), opClaimMany(),
 		opAppend(), opAppendMany(), opAck(), opAckMany(), opUnacked(),
-		opAcquire(), opUpdate(), opLifecycle(),
+		opAcquire(), opUpdate(), opRecordsDo(), opReplay(), opLifecycle(),
 	}
 }

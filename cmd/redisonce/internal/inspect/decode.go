@@ -1,14 +1,17 @@
 // Package inspect reads the stores' keys with plain read commands (TYPE, GET,
-// PTTL, HGETALL, HMGET, HLEN, TIME; never a script, never a write) and puts
-// their state in words, for `redisonce inspect` and `redisonce stats`.
+// GETRANGE, STRLEN, EXISTS, PTTL, HGETALL, HMGET, HLEN, TIME; never a script,
+// never a write) and puts their state in words, for `redisonce inspect` and
+// `redisonce stats`.
 //
 // The layouts it decodes are the scripts' (see their headers):
 //
 //	claims   STRING  "1" (or any value not starting with "~") = processed;
 //	                 "~<token>" = in flight, the key's PTTL is the lease left
 //	outbox   HASH    _seq, _gen, _epoch (µs), _rid, <msg_id> -> "<seq>:<payload>"
-//	records  HASH    status, payload, created_ms, updated_ms, expires_ms,
-//	                 lease_ms, fence, fp, token
+//	records  STRING  layout 1: "ro1 ", four times, fence, status, fp, token,
+//	                 payload (internal/recordlayout; README "Key layout")
+//	         HASH    layout 0, before issue 23: status, payload, created_ms,
+//	                 updated_ms, expires_ms, lease_ms, fence, fp, token
 //
 // A key of another type or shape is reported as Foreign, never a crash.
 package inspect
@@ -21,6 +24,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
 // Foreign is a key that is not the store's: another type, or a value the
@@ -151,12 +156,42 @@ type Record struct {
 	Token       string `json:"token,omitempty"`
 	Size        int    `json:"payload_size"`
 	Preview     string `json:"payload_preview"`
+	// Layout is how the record is stored: 1, one string; 0, the hash of
+	// before issue 23, which the scripts read and rewrite in layout 1 on
+	// their next write.
+	Layout int `json:"layout"`
+}
+
+// DecodeRecordValue reads a layout-1 record string: a Foreign error for any
+// other string (what the scripts answer CORRUPT for).
+func DecodeRecordValue(key, v string) (Record, error) {
+	f, err := recordlayout.Decode([]byte(v))
+	if err != nil {
+		return Record{Key: key, Layout: 1}, foreign("a string that is not a layout-1 record (%v): not the store's", err)
+	}
+	return recordFromFields(key, f, len(f.Payload), Preview(f.Payload, 40)), nil
+}
+
+// DecodeRecordHeader is DecodeRecordValue of a value's first bytes (stats
+// reads no payload): the payload is cut, and size is the value's length.
+func DecodeRecordHeader(key, prefix string, size int) (Record, error) {
+	r, err := DecodeRecordValue(key, prefix)
+	if err == nil {
+		r.Size -= len(prefix) - size
+		r.Preview = ""
+	}
+	return r, err
+}
+
+func recordFromFields(key string, f recordlayout.Fields, size int, preview string) Record {
+	return Record{Key: key, Status: f.Status, CreatedMs: f.CreatedMS, UpdatedMs: f.UpdatedMS, ExpiresMs: f.ExpiresMS,
+		LeaseMs: f.LeaseMS, Fence: f.Fence, Fingerprint: f.FP, Token: f.Token, Size: size, Preview: preview, Layout: 1}
 }
 
 // recordTimes are the record's time fields, in the order of Record's.
 var recordTimes = []string{"created_ms", "updated_ms", "expires_ms", "lease_ms"}
 
-// DecodeRecord reads a record hash's fields. Only status is required: every
+// DecodeRecord reads a layout-0 record hash's fields. Only status is required: every
 // other field may be missing (read as empty or 0), so a record written by an
 // older or newer version of the scripts still reads. This is the one place
 // that knows the record's fields.

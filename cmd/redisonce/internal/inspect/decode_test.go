@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
 func TestDecodeClaim(t *testing.T) {
@@ -89,6 +91,30 @@ func TestDecodeRecord(t *testing.T) {
 		var fe *Foreign
 		if !errors.As(err, &fe) {
 			t.Errorf("%s: DecodeRecord = %v, want a Foreign error", name, err)
+		}
+	}
+}
+
+func TestDecodeRecordValue(t *testing.T) {
+	f := recordlayout.Fields{Status: "completed", Payload: "result", CreatedMS: 1000, UpdatedMS: 2000, Fence: "3", FP: "f", Token: "t"}
+	v := string(recordlayout.Encode(f))
+	want := Record{Key: "k", Status: "completed", CreatedMs: 1000, UpdatedMs: 2000, Fence: "3", Fingerprint: "f", Token: "t",
+		Size: 6, Preview: `"result"`, Layout: 1}
+	got, err := DecodeRecordValue("k", v)
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("DecodeRecordValue: %v (-want +got):\n%s", err, diff)
+	}
+	// stats reads the header only: the size is the value's, no preview.
+	got, err = DecodeRecordHeader("k", v[:len(v)-4], len(v))
+	want.Preview = ""
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("DecodeRecordHeader: %v (-want +got):\n%s", err, diff)
+	}
+	for name, v := range map[string]string{"json": `{"status":"completed"}`, "empty": "", "cut header": v[:20]} {
+		_, err := DecodeRecordValue("k", v)
+		var fe *Foreign
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: DecodeRecordValue = %v, want a Foreign error", name, err)
 		}
 	}
 }

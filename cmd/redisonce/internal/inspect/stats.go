@@ -167,26 +167,71 @@ type RecordsStats struct {
 	LeaseExpired int `json:"pending_lease_expired"`
 	// OldestExpired is the pending record whose lease passed longest ago.
 	OldestExpired *KeyMs `json:"oldest_expired_lease,omitempty"`
+	// Layout0 counts the records still in layout 0, the nine-field hash of
+	// before issue 23 (counted by status too): the scripts read them, and
+	// their next write rewrites them in layout 1.
+	Layout0 int `json:"layout0"`
 }
 
-// Add reads a batch of records keys of one node (HMGET of every field but
-// the payload, one pipeline, and the node's TIME) and counts them.
+// headerMax is the longest layout-1 header (times, fence, status, fp, token):
+// stats reads no more of a record, never its payload.
+const headerMax = 4 + 32 + 1 + 19 + 1 + 64 + 2 + 256 + 2 + 256
+
+// Add reads a batch of records keys of one node and counts them: per key,
+// in one pipeline, GETRANGE of a layout-1 header and STRLEN, or for a
+// layout-0 hash HMGET of every field but the payload (the other answers
+// WRONGTYPE); and the node's TIME.
 func (s *RecordsStats) Add(ctx context.Context, c rueidis.Client, keys []string) error {
 	now, err := ServerTime(ctx, c)
 	if err != nil {
 		return err
 	}
-	return s.readHashes(ctx, c, keys, RecordFields, func(key string, fields map[string]string, _ int) {
-		s.add(key, fields, now)
+	var hashes []string
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, c.B().Getrange().Key(k).Start(0).End(headerMax-1).Build(), c.B().Strlen().Key(k).Build())
+	}
+	res := c.DoMulti(ctx, cmds...)
+	for i, k := range keys {
+		head, err := res[2*i].ToString()
+		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
+			hashes = append(hashes, k) // a layout-0 record, or foreign
+			continue
+		}
+		size, _ := res[2*i+1].AsInt64()
+		if err == nil && size == 0 {
+			// Gone since SCAN (GETRANGE answers "" for a missing key), or
+			// an empty string: neither is a record.
+			if n, _ := c.Do(ctx, c.B().Exists().Key(k).Build()).AsInt64(); n == 0 {
+				continue
+			}
+		}
+		if skip, err := s.counted(k, err); skip || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		rec, err := DecodeRecordHeader(k, head, int(size))
+		if err != nil {
+			s.addForeign(k)
+			continue
+		}
+		s.add(rec, now)
+	}
+	return s.readHashes(ctx, c, hashes, RecordFields, func(key string, fields map[string]string, _ int) {
+		rec, err := DecodeRecord(key, fields)
+		if err != nil {
+			s.addForeign(key)
+			return
+		}
+		s.Layout0++
+		s.add(rec, now)
 	})
 }
 
-func (s *RecordsStats) add(key string, fields map[string]string, now int64) {
-	rec, err := DecodeRecord(key, fields)
-	if err != nil {
-		s.addForeign(key)
-		return
-	}
+func (s *RecordsStats) add(rec Record, now int64) {
+	key := rec.Key
 	if s.ByStatus == nil {
 		s.ByStatus = map[string]int{}
 	}
