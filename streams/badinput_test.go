@@ -26,8 +26,10 @@ func TestBadInputNeverPanics(t *testing.T) {
 	}
 	var nilConsumer *streams.Consumer
 	for name, f := range map[string]func() error{
-		"New nil option":        func() error { return second(streams.New(rc, claims, "bad", "g", "c1", h, nil)) },
-		"New nil option after":  func() error { return second(streams.New(rc, claims, "bad", "g", "c1", h, streams.WithLease(time.Second), nil)) },
+		"New nil option": func() error { return second(streams.New(rc, claims, "bad", "g", "c1", h, nil)) },
+		"New nil option after": func() error {
+			return second(streams.New(rc, claims, "bad", "g", "c1", h, streams.WithLease(time.Second), nil))
+		},
 		"New nil handler":       func() error { return second(streams.New(rc, claims, "bad", "g", "c1", nil)) },
 		"Run nil ctx":           func() error { return c.Run(nil) }, //nolint:staticcheck // the bad input under test
 		"nil Consumer Run":      func() error { return nilConsumer.Run(context.Background()) },
