@@ -245,8 +245,9 @@ func WithShutdownGrace(d time.Duration) Option {
 
 // WithObserver reports one store.Event per entry (Store "streams", Op
 // "handle", Prefix the stream key, Key the claim id, Outcome as in the package
-// doc) and one per failed read or reclaim (Op "read" or "reclaim", outcome
-// error). The claims store reports its own events through its own observer.
+// doc), one per failed read or reclaim (Op "read" or "reclaim", outcome
+// error), and one per failed XACK of a batch of entries (Op "ack", Key the
+// batch's first entry id, outcome error). The claims store reports its own events through its own observer.
 // The runner's own error texts quote the claim id the way store errors do
 // (`redisonce: streams "payments/1700000000000-0": handler panicked: ...`), so
 // Event.ErrorText(false), which the observers without their key option record,
