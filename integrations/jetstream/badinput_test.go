@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -42,6 +43,13 @@ func TestBadInputNeverPanics(t *testing.T) {
 		"nil Handler Process":  func() error { return second(nilHandler.Process(ctx, untouchedMsg{})) },
 		"nil Handler Handle":   func() error { nilHandler.Handle(untouchedMsg{}); return store.ErrInvalidArgument },
 		"Handle nil message":   func() error { h.Handle(nil); return store.ErrInvalidArgument },
+		"MsgID nil message":    func() error { return second(jetstream.MsgID(nil)) },
+		"DefaultFailure nil message": func() error {
+			if f := jetstream.DefaultFailure(nil, errors.New("x")); f.Term || f.Delay != time.Second {
+				t.Errorf("DefaultFailure(nil, x) = %+v, want a 1 s redelivery (one delivery)", f)
+			}
+			return store.ErrInvalidArgument
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var err error

@@ -31,6 +31,8 @@ func TestBadInputNeverPanics(t *testing.T) {
 		"Run nil context":      func() error { return c.Run(nil) }, //nolint:staticcheck // the bad input under test
 		"nil Consumer Run":     func() error { return nilConsumer.Run(context.Background()) },
 		"nil Consumer Client":  func() error { nilConsumer.Client(); return store.ErrInvalidArgument },
+		"OffsetID nil record":  func() error { return second(kafka.OffsetID(nil)) },
+		"HeaderID nil record":  func() error { return second(kafka.HeaderID("id")(nil)) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			var err error
