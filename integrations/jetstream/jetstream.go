@@ -59,12 +59,16 @@ type Failure struct {
 // DefaultFailure is the failure policy unless WithFailurePolicy says
 // otherwise: Term when fn's error is marked store.Permanent, else a redelivery
 // after an exponential backoff on the delivery count: 1 s, 2 s, 4 s... up to
-// 1 minute. The consumer's MaxDeliver, when set, bounds the attempts.
+// 1 minute. The consumer's MaxDeliver, when set, bounds the attempts. A nil
+// msg counts as a first delivery.
 func DefaultFailure(msg jetstream.Msg, err error) Failure {
 	if store.IsPermanent(err) {
 		return Failure{Term: true}
 	}
 	n := uint64(1)
+	if msg == nil {
+		return Failure{Delay: time.Second}
+	}
 	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 0 {
 		n = md.NumDelivered
 	}
@@ -81,6 +85,9 @@ func DefaultFailure(msg jetstream.Msg, err error) Failure {
 // one stored message apart from other messages but cannot tell that a
 // message was published twice.
 func MsgID(msg jetstream.Msg) (string, error) {
+	if msg == nil {
+		return "", invalid("nil message")
+	}
 	if id := msg.Headers().Get(nats.MsgIdHdr); id != "" {
 		return id, nil
 	}

@@ -75,6 +75,9 @@ func DefaultFailure(_ *kgo.Record, err error, attempt int) Failure {
 // payload, for that. (The record's key is not an id: Kafka keys route records
 // to partitions, and many records share one.)
 func OffsetID(r *kgo.Record) (string, error) {
+	if r == nil {
+		return "", invalid("nil record")
+	}
 	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10), nil
 }
 
@@ -83,6 +86,9 @@ func OffsetID(r *kgo.Record) (string, error) {
 // message twice); a record without it is an error (a failure for the policy).
 func HeaderID(name string) func(*kgo.Record) (string, error) {
 	return func(r *kgo.Record) (string, error) {
+		if r == nil {
+			return "", invalid("nil record")
+		}
 		for _, h := range r.Headers {
 			if h.Key == name && len(h.Value) > 0 {
 				return string(h.Value), nil
