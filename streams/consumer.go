@@ -245,9 +245,13 @@ func WithShutdownGrace(d time.Duration) Option {
 
 // WithObserver reports one store.Event per entry (Store "streams", Op
 // "handle", Prefix the stream key, Key the claim id, Outcome as in the package
-// doc) and one per failed read or reclaim (Op "read" or "reclaim", outcome
-// error). The claims store reports its own events through its own observer.
-// Default: none.
+// doc), one per failed read or reclaim (Op "read" or "reclaim", outcome
+// error), and one per failed XACK of a batch of entries (Op "ack", Key the
+// batch's first entry id, outcome error). The claims store reports its own events through its own observer.
+// The runner's own error texts quote the claim id the way store errors do
+// (`redisonce: streams "payments/1700000000000-0": handler panicked: ...`), so
+// Event.ErrorText(false), which the observers without their key option record,
+// shows neither the claim id nor the entry id in it. Default: none.
 func WithObserver(o store.Observer) Option {
 	return func(c *config) { c.observer = o }
 }
@@ -273,6 +277,9 @@ type Consumer struct {
 func New(client rueidis.Client, claims store.ClaimStore, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
 	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1}
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("streams: nil option: %w", store.ErrInvalidArgument)
+		}
 		o(&cfg)
 	}
 	switch {
@@ -306,9 +313,12 @@ func New(client rueidis.Client, claims store.ClaimStore, stream, group, consumer
 // up to the shutdown grace for running handlers, cancels the ones still
 // running (their entries stay pending, reclaimable at once by another
 // consumer), and returns nil. It returns an error only when the group cannot
-// be created or ctx is done before it was. Run may be called again after it
-// returned.
+// be created or ctx is done before it was, and store.ErrInvalidArgument for
+// a nil ctx or a nil Consumer. Run may be called again after it returned.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || ctx == nil {
+		return fmt.Errorf("redisonce: streams: nil consumer or context: %w", store.ErrInvalidArgument)
+	}
 	if err := c.createGroup(ctx); err != nil {
 		return err
 	}

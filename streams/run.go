@@ -338,8 +338,8 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 			return r.deadLetter(m, fmt.Sprintf("no %q field", c.cfg.idField))
 		}
 		// Left pending: never dropped silently.
-		return store.OutcomeInvalid, fmt.Errorf("redisonce: streams: entry %s of %q: %w: no %q field",
-			m.ID, c.stream, store.ErrInvalidArgument, c.cfg.idField)
+		return store.OutcomeInvalid, fmt.Errorf("redisonce: streams %q: %w: no %q field",
+			m.ClaimID, store.ErrInvalidArgument, c.cfg.idField)
 	}
 	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
@@ -348,7 +348,7 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("redisonce: streams: handler panicked on entry %s of %q: %v", m.ID, c.stream, p)
+				err = fmt.Errorf("redisonce: streams %q: handler panicked: %v", m.ClaimID, p)
 			}
 		}()
 		return c.handle(ctx, *m)

@@ -110,16 +110,30 @@ func (e *InFlightError) RetryAfter() time.Duration { return e.After }
 //	mux := asynq.NewServeMux()
 //	mux.Use(asynqonce.Middleware(claims))
 //
-// An invalid option makes every task fail with it.
+// An invalid option, a nil option or nil claims makes every task fail with
+// store.ErrInvalidArgument (and a nil handler, context or task too), before
+// anything is claimed.
 func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
 	c := config{lease: DefaultLease, id: taskID}
 	for _, o := range opts {
+		if o == nil {
+			c.err = fmt.Errorf("redisonce/asynq: nil option: %w", store.ErrInvalidArgument)
+			continue
+		}
 		o(&c)
+	}
+	if claims == nil && c.err == nil {
+		c.err = fmt.Errorf("redisonce/asynq: Middleware(nil claims): %w", store.ErrInvalidArgument)
 	}
 	return func(h asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			if c.err != nil {
+			switch {
+			case c.err != nil:
 				return c.err
+			case h == nil:
+				return fmt.Errorf("redisonce/asynq: nil handler: %w", store.ErrInvalidArgument)
+			case ctx == nil || t == nil:
+				return fmt.Errorf("redisonce/asynq: nil context or task: %w", store.ErrInvalidArgument)
 			}
 			id, err := c.id(ctx, t)
 			if err != nil {

@@ -59,12 +59,16 @@ type Failure struct {
 // DefaultFailure is the failure policy unless WithFailurePolicy says
 // otherwise: Term when fn's error is marked store.Permanent, else a redelivery
 // after an exponential backoff on the delivery count: 1 s, 2 s, 4 s... up to
-// 1 minute. The consumer's MaxDeliver, when set, bounds the attempts.
+// 1 minute. The consumer's MaxDeliver, when set, bounds the attempts. A nil
+// msg counts as a first delivery.
 func DefaultFailure(msg jetstream.Msg, err error) Failure {
 	if store.IsPermanent(err) {
 		return Failure{Term: true}
 	}
 	n := uint64(1)
+	if msg == nil {
+		return Failure{Delay: time.Second}
+	}
 	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 0 {
 		n = md.NumDelivered
 	}
@@ -81,6 +85,9 @@ func DefaultFailure(msg jetstream.Msg, err error) Failure {
 // one stored message apart from other messages but cannot tell that a
 // message was published twice.
 func MsgID(msg jetstream.Msg) (string, error) {
+	if msg == nil {
+		return "", invalid("nil message")
+	}
 	if id := msg.Headers().Get(nats.MsgIdHdr); id != "" {
 		return id, nil
 	}
@@ -170,11 +177,14 @@ type Handler struct {
 
 // New returns a Handler that runs fn once per message id through claims. It
 // returns store.ErrInvalidArgument for a nil claims or fn, a lease or ack
-// timeout <= 0, a nil id function, policy or context.
+// timeout <= 0, a nil id function, policy, context or option.
 func New(claims store.ClaimStore, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
 	h := &Handler{claims: claims, fn: fn, lease: DefaultLease, id: MsgID, failure: DefaultFailure,
 		ctx: context.Background(), ackTimeout: 5 * time.Second}
 	for _, o := range opts {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
 		o(h)
 	}
 	switch {
@@ -203,15 +213,29 @@ func invalid(format string, args ...any) error {
 // Handle processes one delivery under the handler's context (WithContext); it
 // is a jetstream.MessageHandler: consumer.Consume(h.Handle).
 func (h *Handler) Handle(msg jetstream.Msg) {
+	if h == nil {
+		return
+	}
 	_, _ = h.Process(h.ctx, msg)
 }
 
 // Process processes one delivery under ctx and acks, naks or terminates it
 // (see Handler); for a loop of its own over consumer.Fetch or
 // consumer.Messages. It returns the outcome and the error behind it, or the
-// ack's error.
+// ack's error. A nil ctx or msg (or a nil Handler) gives OutcomeError and
+// store.ErrInvalidArgument, and the message is neither acked nor nak'd:
+// JetStream redelivers it after its AckWait.
 func (h *Handler) Process(ctx context.Context, msg jetstream.Msg) (Outcome, error) {
-	o, err := h.process(ctx, msg)
+	if h == nil {
+		return OutcomeError, invalid("nil Handler")
+	}
+	var o Outcome
+	var err error
+	if ctx == nil || msg == nil {
+		o, err = OutcomeError, invalid("nil context or message")
+	} else {
+		o, err = h.process(ctx, msg)
+	}
 	if h.report != nil {
 		h.report(msg, o, err)
 	}

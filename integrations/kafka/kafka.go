@@ -75,6 +75,9 @@ func DefaultFailure(_ *kgo.Record, err error, attempt int) Failure {
 // payload, for that. (The record's key is not an id: Kafka keys route records
 // to partitions, and many records share one.)
 func OffsetID(r *kgo.Record) (string, error) {
+	if r == nil {
+		return "", invalid("nil record")
+	}
 	return r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10), nil
 }
 
@@ -83,6 +86,9 @@ func OffsetID(r *kgo.Record) (string, error) {
 // message twice); a record without it is an error (a failure for the policy).
 func HeaderID(name string) func(*kgo.Record) (string, error) {
 	return func(r *kgo.Record) (string, error) {
+		if r == nil {
+			return "", invalid("nil record")
+		}
 		for _, h := range r.Headers {
 			if h.Key == name && len(h.Value) > 0 {
 				return string(h.Value), nil
@@ -197,11 +203,14 @@ type topicPartition struct {
 // OnPartitionsRevoked or OnPartitionsLost, nor DisableAutoCommit, in opts.
 //
 // It returns store.ErrInvalidArgument for a nil claims or fn, a lease,
-// buffer or revoke timeout <= 0, a nil id function or policy.
+// buffer or revoke timeout <= 0, a nil id function, policy or option.
 func New(claims store.ClaimStore, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
 		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
 	for _, o := range options {
+		if o == nil {
+			return nil, invalid("nil option")
+		}
 		o(c)
 	}
 	switch {
@@ -242,15 +251,24 @@ func invalid(format string, args ...any) error {
 }
 
 // Client is the consumer's franz-go client (to produce, or to read its
-// state); do not poll it, Run does.
-func (c *Consumer) Client() *kgo.Client { return c.cl }
+// state); do not poll it, Run does. Nil for a nil Consumer.
+func (c *Consumer) Client() *kgo.Client {
+	if c == nil {
+		return nil
+	}
+	return c.cl
+}
 
 // Run polls and handles records until ctx is cancelled or the client is
 // closed; then it cancels the handlers, waits for them (up to the revoke
 // timeout), commits the marked offsets, leaves the group and closes the
 // client. It returns nil, or an error when called twice: Run once per
-// Consumer.
+// Consumer. A nil ctx (or a nil Consumer) gives store.ErrInvalidArgument and
+// does not count as the Run.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || ctx == nil {
+		return invalid("Run with a nil Consumer or context")
+	}
 	c.mu.Lock()
 	if c.started {
 		c.mu.Unlock()

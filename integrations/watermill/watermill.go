@@ -34,7 +34,8 @@ type ExpiringKeyRepository struct {
 var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
 
 // NewExpiringKeyRepository returns a repository over claims (store.Claims on
-// Redis, or store.MemoryClaims in a test).
+// Redis, or store.MemoryClaims in a test). On nil claims every IsDuplicate
+// gives store.ErrInvalidArgument.
 func NewExpiringKeyRepository(claims store.ClaimStore) *ExpiringKeyRepository {
 	return &ExpiringKeyRepository{claims: claims}
 }
@@ -43,6 +44,9 @@ func NewExpiringKeyRepository(claims store.ClaimStore) *ExpiringKeyRepository {
 // and marks it seen: the first caller of a key gets false, every other true
 // (store.ClaimStore's Claim).
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
+	if r == nil || r.claims == nil {
+		return false, fmt.Errorf("redisonce/watermill: IsDuplicate on a repository without claims: %w", store.ErrInvalidArgument)
+	}
 	claimed, err := r.claims.Claim(ctx, key)
 	if err != nil {
 		return false, err
@@ -125,16 +129,30 @@ func WithID(f func(*message.Message) (string, error)) Option {
 //   - the id cannot be read, or the store fails: the error is returned and the
 //     message nacked.
 //
-// An invalid option makes every message fail with it.
+// An invalid option, a nil option or nil claims makes every message fail
+// with store.ErrInvalidArgument (and a nil handler or message too), before
+// anything is claimed.
 func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddleware {
 	c := config{lease: DefaultLease, id: func(msg *message.Message) (string, error) { return msg.UUID, nil }}
 	for _, o := range opts {
+		if o == nil {
+			c.err = fmt.Errorf("redisonce/watermill: nil option: %w", store.ErrInvalidArgument)
+			continue
+		}
 		o(&c)
+	}
+	if claims == nil && c.err == nil {
+		c.err = fmt.Errorf("redisonce/watermill: Middleware(nil claims): %w", store.ErrInvalidArgument)
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			if c.err != nil {
+			switch {
+			case c.err != nil:
 				return nil, c.err
+			case h == nil:
+				return nil, fmt.Errorf("redisonce/watermill: nil handler: %w", store.ErrInvalidArgument)
+			case msg == nil:
+				return nil, fmt.Errorf("redisonce/watermill: nil message: %w", store.ErrInvalidArgument)
 			}
 			id, err := c.id(msg)
 			if err != nil {
