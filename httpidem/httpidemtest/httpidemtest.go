@@ -768,11 +768,14 @@ func TestMiddleware(t *testing.T, h Harness) {
 		// not stored, a failed record, an unreadable stored response) name
 		// neither the key nor an error text quoting it, unless WithLogKey.
 		ctx := context.Background()
-		for _, withKey := range []bool{false} {
+		for _, withKey := range []bool{false, true} {
 			var logs bytes.Buffer
 			var logMu sync.Mutex
 			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
 			opts := []httpidem.Option{httpidem.WithLogger(logger), httpidem.WithFingerprint(nil)}
+			if withKey {
+				opts = append(opts, httpidem.WithLogKey())
+			}
 			s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusBadGateway)
 			}, opts...)
