@@ -204,7 +204,7 @@ func WithRetryAfter(d time.Duration) Option {
 // answered as without the wait. The wait is pushed: the store's Do waits
 // (store.AcquireOptions.Wait), notified by the first request's final write
 // (on Redis a shard-channel message, no polling; a waiter re-reads the record
-// at most once a second in case a notice is missed), so a waiting request
+// at least once a second in case a notice is missed), so a waiting request
 // costs the server nothing while it waits. It does hold its connection and a
 // goroutine: keep d to about how long the handler takes. A waiting request
 // keeps waiting when its client hangs up (until the answer or d). Default 0:
