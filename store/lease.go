@@ -167,9 +167,11 @@ func startHeartbeat(ctx context.Context, lease time.Duration, sent time.Time, op
 // deadline counts from that extension's send time; otherwise, or if it does
 // not answer within a lease, fn gets a context already cancelled.
 func (h *heartbeat) confirm(l Lease, sent time.Time) {
-	h.lease = l
 	h.Context, h.cancel = context.WithCancelCause(h.parent)
 	h.mu.Lock()
+	// Under mu: a beat sent before this reply (speculative) may be reading
+	// the lease for OnExtend right now.
+	h.lease = l
 	h.confirmed = time.Now()
 	if d := sent.Add(h.length - h.margin); d.After(h.deadline) {
 		h.deadline = d
