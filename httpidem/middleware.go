@@ -178,7 +178,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.notStored(r.Context(), id, start, rec.passed)
 		}
 		if err != nil && err != fnErr {
-			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", "key", id, "err", err)
+			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", h.logAttrs(id, err)...)
 		}
 		return
 	}
@@ -191,18 +191,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
 		// A fingerprint over store.MaxFingerprintLen, say: a configuration error.
-		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", "key", id, "err", err)
+		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", h.logAttrs(id, err)...)
 		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
-		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", "key", id, "err", err)
+		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", h.logAttrs(id, err)...)
 		h.problem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
 	case err == nil:
 		// Do neither ran fn nor replayed: a broken store.
-		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", "key", id)
+		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", h.logAttrs(id, nil)...)
 		h.problem(w, http.StatusInternalServerError, "the idempotency store answered nothing", "", 0)
 	default:
 		if r.Context().Err() == nil {
-			h.cfg.log.ErrorContext(r.Context(), "httpidem: store error", "key", id, "err", err)
+			h.cfg.log.ErrorContext(r.Context(), "httpidem: store error", h.logAttrs(id, err)...)
 		}
 		h.problem(w, http.StatusServiceUnavailable, "the idempotency store is unavailable; retry later", "", 1)
 	}
@@ -279,7 +279,7 @@ func (h *handler) problem(w http.ResponseWriter, status int, detail, header stri
 func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payload []byte) {
 	resp, err := decode(payload)
 	if err != nil {
-		h.cfg.log.ErrorContext(r.Context(), "httpidem: stored response does not decode", "key", id, "err", err)
+		h.cfg.log.ErrorContext(r.Context(), "httpidem: stored response does not decode", h.logAttrs(id, err)...)
 		h.problem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
 		return
 	}
@@ -296,4 +296,22 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 // WithRetryAfter hint rounded up, at least 1.
 func (h *handler) retryAfter() int {
 	return max(int(math.Ceil(h.cfg.retryAfter.Seconds())), 1)
+}
+
+// logAttrs are a log line's attributes for record key id and err (nil:
+// none): without WithLogKey, no key, and err's text as an observer without
+// the key shows it (store.Event.ErrorText(false)).
+func (h *handler) logAttrs(id string, err error) []any {
+	var a []any
+	if h.cfg.logKey {
+		a = append(a, "key", id)
+		if err != nil {
+			a = append(a, "err", err)
+		}
+		return a
+	}
+	if err != nil {
+		a = append(a, "err", store.Event{Op: "do", Key: id, Err: err}.ErrorText(false))
+	}
+	return a
 }

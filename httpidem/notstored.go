@@ -39,7 +39,7 @@ const OutcomeNotStored store.Outcome = "not_stored"
 
 // notStored reports a response sent but not stored.
 func (h *handler) notStored(ctx context.Context, id string, start time.Time, why error) {
-	h.cfg.log.WarnContext(ctx, "httpidem: response sent but not stored; a retry runs the handler again", "key", id, "reason", why)
+	h.cfg.log.WarnContext(ctx, "httpidem: response sent but not stored; a retry runs the handler again", append(h.logAttrs(id, nil), "reason", why)...)
 	if h.cfg.obs != nil {
 		h.cfg.obs.Observe(ctx, store.Event{Store: "httpidem", Op: "respond", Key: id, N: 1,
 			Outcome: OutcomeNotStored, Start: start, Duration: time.Since(start), Err: why})

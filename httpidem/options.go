@@ -51,6 +51,7 @@ type config struct {
 	maxKeyLen   int
 	maxBody     int64
 	log         *slog.Logger
+	logKey      bool // log lines name the key (WithLogKey)
 }
 
 func newConfig(opts []Option) *config {
@@ -203,7 +204,7 @@ func WithRetryAfter(d time.Duration) Option {
 // answered as without the wait. The wait is pushed: the store's Do waits
 // (store.AcquireOptions.Wait), notified by the first request's final write
 // (on Redis a shard-channel message, no polling; a waiter re-reads the record
-// at most once a second in case a notice is missed), so a waiting request
+// at least once a second in case a notice is missed), so a waiting request
 // costs the server nothing while it waits. It does hold its connection and a
 // goroutine: keep d to about how long the handler takes. A waiting request
 // keeps waiting when its client hangs up (until the answer or d). Default 0:
@@ -290,7 +291,9 @@ func WithMaxBody(n int64) Option {
 // a store error after the handler ran (the response was sent but may not be
 // stored), at Error; a response sent but not stored on purpose (a 5xx, a
 // panic, too large, streamed, nothing written), at Warn. Default
-// slog.Default().
+// slog.Default(). Keys can carry user data: a line names neither the key
+// nor an error text quoting it (store.Event.ErrorText(false)) unless
+// WithLogKey.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
@@ -351,4 +354,13 @@ func dropConnectionTokens(h, sent http.Header) {
 			}
 		}
 	}
+}
+
+// WithLogKey makes the middleware's log lines (WithLogger) carry the record
+// key (the scope, query-escaped, ":" and the Idempotency-Key; the header
+// value alone with WithSharedKeys) as the attribute "key", and store errors
+// with their full text, which quotes it: as store.SlogWithKey does for the
+// store's observer. Default off: keys can carry user data.
+func WithLogKey() Option {
+	return func(c *config) { c.logKey = true }
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -70,7 +74,7 @@ func argsFor(t *testing.T, m reflect.Method, ctx context.Context, nilFn, empty b
 			}))
 		case pt.Kind() == reflect.Slice:
 			args = append(args, reflect.MakeSlice(pt, 1, 1))
-		case pt.Kind() == reflect.Struct:
+		case pt.Kind() == reflect.Struct, pt.Kind() == reflect.Interface:
 			args = append(args, reflect.Zero(pt))
 		default:
 			t.Fatalf("%s: no argument for a %s; teach argsFor", m.Name, pt)
@@ -133,9 +137,16 @@ func TestBadInputNeverPanics(t *testing.T) {
 			storeCase{"Records(nil client)" + suffix, store.NewRecords(nil, opts...), true},
 		)
 	}
+	// A typed-nil store (var c *store.Claims): every call gives
+	// ErrInvalidArgument, Close gives nil. nilReceivers lists every exported
+	// pointer type of the package (TestNilReceiversListed checks it).
+	for _, s := range nilReceivers {
+		cases = append(cases, storeCase{fmt.Sprintf("nil %T", s), s, true})
+	}
 	walked := 0
 	for _, sc := range cases {
 		v := reflect.ValueOf(sc.s)
+		nilRecv := v.Kind() == reflect.Pointer && v.IsNil()
 		for i := 0; i < v.Type().NumMethod(); i++ {
 			m := v.Type().Method(i)
 			withCtx := hasParam(m, func(p reflect.Type) bool { return p == ctxType })
@@ -169,6 +180,12 @@ func TestBadInputNeverPanics(t *testing.T) {
 					if p != nil {
 						t.Fatalf("%s with %s panicked: %v", m.Name, r.what, p)
 					}
+					if nilRecv && m.Name == "Close" {
+						if err != nil {
+							t.Errorf("Close on a nil receiver = %v, want nil (nothing to close)", err)
+						}
+						continue
+					}
 					if r.want && hasError(m) && m.Name != "Close" && !errors.Is(err, store.ErrInvalidArgument) {
 						t.Errorf("%s with %s = %v, want ErrInvalidArgument", m.Name, r.what, err)
 					}
@@ -176,8 +193,66 @@ func TestBadInputNeverPanics(t *testing.T) {
 			})
 		}
 	}
-	if walked < 100 {
+	if walked < 130 {
 		t.Errorf("walked %d methods; the stores have more", walked)
+	}
+}
+
+// nilReceivers holds a typed nil of every exported pointer type of package
+// store that has exported methods.
+var nilReceivers = []any{
+	(*store.Claims)(nil),
+	(*store.Outbox)(nil),
+	(*store.Records)(nil),
+	(*store.MemoryClaims)(nil),
+	(*store.MemoryOutbox)(nil),
+	(*store.MemoryRecords)(nil),
+	(*store.InFlightError)(nil),
+}
+
+// TestNilReceiversListed reads the package's source: every exported type
+// with an exported method on a pointer receiver is in nilReceivers, so a
+// type added later is walked by TestBadInputNeverPanics too.
+func TestNilReceiversListed(t *testing.T) {
+	listed := map[string]bool{}
+	for _, s := range nilReceivers {
+		listed[reflect.TypeOf(s).Elem().Name()] = true
+	}
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || !fd.Name.IsExported() {
+				continue
+			}
+			star, ok := fd.Recv.List[0].Type.(*ast.StarExpr)
+			if !ok {
+				continue
+			}
+			id, ok := star.X.(*ast.Ident)
+			if !ok || !id.IsExported() {
+				continue
+			}
+			found[id.Name] = true
+			if !listed[id.Name] {
+				t.Errorf("%s: (*%s).%s has a pointer receiver: add (*store.%s)(nil) to nilReceivers", name, id.Name, fd.Name.Name, id.Name)
+			}
+		}
+	}
+	if len(found) < 4 {
+		t.Errorf("found %d exported pointer types in the source; the scan is broken", len(found))
 	}
 }
 
@@ -186,6 +261,26 @@ func TestBadInputNeverPanics(t *testing.T) {
 func TestBadInputFunctions(t *testing.T) {
 	if l, ok := store.LeaseFromContext(nil); ok || l != (store.Lease{}) { //nolint:staticcheck // a nil context on purpose
 		t.Errorf("LeaseFromContext(nil) = %+v, %v", l, ok)
+	}
+	// OnExtend on a nil parent gives the nil context back (no panic), so the
+	// Do it is passed to refuses it like any nil context, and fn never runs.
+	for _, fn := range []func(store.Lease){nil, func(store.Lease) { t.Error("OnExtend's fn ran under a nil context") }} {
+		var ctx context.Context
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("OnExtend(nil, fn) panicked: %v", p)
+				}
+			}()
+			ctx = store.OnExtend(nil, fn) //nolint:staticcheck // a nil context on purpose
+		}()
+		if ctx != nil {
+			t.Errorf("OnExtend(nil, fn) = %v, want the nil context back", ctx)
+		}
+		ran, err := store.NewMemoryClaims().Do(ctx, "m1", time.Second, func(context.Context) error { return nil })
+		if ran || !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("Do under OnExtend(nil, fn) = %v, %v; want false, ErrInvalidArgument", ran, err)
+		}
 	}
 	if store.Permanent(nil) != nil {
 		t.Error("Permanent(nil) is not nil")

@@ -37,6 +37,9 @@ import (
 // result filled in: its claims happened on the primary but may not survive a
 // failover.
 func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
+	if s == nil {
+		return nil, nilStore("claim_many", "", "Claims")
+	}
 	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	if s.ev.obs == nil {
 		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil, false, nil)
@@ -53,6 +56,9 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 // ClaimMany (seen_many.lua: one consistent read per group). An id given
 // several times is read once, and every occurrence gets that read's answer.
 func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	if s == nil {
+		return nil, nilStore("seen_many", "", "Claims")
+	}
 	if s.ev.obs == nil {
 		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil, true, nil)
 	}

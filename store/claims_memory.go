@@ -64,6 +64,9 @@ func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) 
 
 // Claim is Claims.Claim.
 func (s *MemoryClaims) Claim(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("claim", id, "MemoryClaims")
+	}
 	return s.claimOp(ctx, "claim", id)
 }
 
@@ -86,6 +89,9 @@ func (s *MemoryClaims) claimOp(ctx context.Context, op, id string) (bool, error)
 
 // ClaimMany is Claims.ClaimMany.
 func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
+	if s == nil {
+		return nil, nilStore("claim_many", "", "MemoryClaims")
+	}
 	var tally *tally
 	if s.ev.obs != nil {
 		tally = newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
@@ -114,6 +120,9 @@ func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, err
 
 // Seen is Claims.Seen.
 func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("seen", id, "MemoryClaims")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -132,6 +141,9 @@ func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
 
 // SeenMany is Claims.SeenMany: one consistent read of every id.
 func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
+	if s == nil {
+		return nil, nilStore("seen_many", "", "MemoryClaims")
+	}
 	var tally *tally
 	if s.ev.obs != nil {
 		tally = newTally(OutcomeSeen, OutcomeNotSeen)
@@ -162,12 +174,18 @@ func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, erro
 
 // Remember is Claims.Remember.
 func (s *MemoryClaims) Remember(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("remember", id, "MemoryClaims")
+	}
 	_, err := s.claimOp(ctx, "remember", id)
 	return err
 }
 
 // Forget is Claims.Forget.
 func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("forget", id, "MemoryClaims")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -192,6 +210,9 @@ func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
 // fn's context has the same local lease deadline (by the real clock, not a
 // fake one) as Claims.Do's.
 func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s == nil {
+		return false, nilStore("do", id, "MemoryClaims")
+	}
 	if s.ev.obs == nil {
 		ran, _, err = s.do(ctx, id, lease, fn)
 		return ran, err

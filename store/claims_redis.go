@@ -74,6 +74,9 @@ func OpenClaims(url string, opts ...Option) (*Claims, error) {
 // window: a retry of Do after a network error finds the lease and answers
 // ErrInFlight until it expires).
 func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("claim", id, "Claims")
+	}
 	return s.claim(ctx, "claim", id)
 }
 
@@ -96,6 +99,9 @@ func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
 
 // Seen reports whether id is claimed, processed or in flight.
 func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("seen", id, "Claims")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -114,6 +120,9 @@ func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
 // Remember marks id processed; it is Claim without the answer (and, like
 // Claim, a mark taken whatever the effect does).
 func (s *Claims) Remember(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("remember", id, "Claims")
+	}
 	_, err := s.claim(ctx, "remember", id)
 	return err
 }
@@ -121,6 +130,9 @@ func (s *Claims) Remember(ctx context.Context, id string) error {
 // Forget removes id's claim, processed or in flight, so it can be claimed again.
 // Forgetting an unknown id is not an error.
 func (s *Claims) Forget(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("forget", id, "Claims")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -180,6 +192,9 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 // longest pause you accept before a redelivery takes over (seconds, not the
 // length of fn). lease must be > 0.
 func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s == nil {
+		return false, nilStore("do", id, "Claims")
+	}
 	if s.ev.obs == nil {
 		ran, _, err = s.do(ctx, id, lease, fn)
 		return ran, err

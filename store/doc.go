@@ -20,7 +20,9 @@
 //
 // Bad input (an empty or oversize id, a negative duration) is refused in Go with
 // ErrInvalidArgument before anything is sent, and again by the script before its
-// first write.
+// first write. So is a nil context, a nil fn, a store built on a nil client, and a
+// call on a nil store (var c *Claims; c.Do(...)): no method panics on them, and
+// Close on a nil store returns nil.
 //
 // Do (Claims and Records) puts the caller's Lease in fn's context; see
 // LeaseFromContext.

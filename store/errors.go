@@ -114,6 +114,9 @@ type InFlightError struct {
 
 // Error renders `redisonce: do "m1": in flight (lease ends in 1.5s)`.
 func (e *InFlightError) Error() string {
+	if e == nil {
+		return "redisonce: " + ErrInFlight.Error()
+	}
 	if e.Left <= 0 {
 		return fmt.Sprintf("redisonce: %s %q: %v", e.Op, e.ID, ErrInFlight)
 	}
@@ -125,8 +128,13 @@ func (e *InFlightError) Error() string {
 func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
 
 // RetryAfter is Left: how long to wait before the next delivery of the id is
-// worth trying (0 = unknown).
-func (e *InFlightError) RetryAfter() time.Duration { return e.Left }
+// worth trying (0 = unknown, and on a nil *InFlightError).
+func (e *InFlightError) RetryAfter() time.Duration {
+	if e == nil {
+		return 0
+	}
+	return e.Left
+}
 
 // RetryAfter returns the time left on the lease of the holder of an id that
 // err reports in flight, and true, when err is (or wraps) an *InFlightError
@@ -148,4 +156,10 @@ func RetryAfter(err error) (time.Duration, bool) {
 // inFlight is the *InFlightError of op on id with left on the holder's lease.
 func inFlight(op, id string, left time.Duration) error {
 	return &InFlightError{Op: op, ID: id, Left: left}
+}
+
+// nilStore is the error of a method called on a nil *typ (var c *Claims;
+// c.Do(...)): ErrInvalidArgument, nothing sent.
+func nilStore(op, id, typ string) error {
+	return errorf(op, id, ErrInvalidArgument, "nil *%s", typ)
 }

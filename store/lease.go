@@ -55,9 +55,10 @@ type extendHookKey struct{}
 // fn runs on the lease's heartbeat, one call at a time, after the extension's
 // reply: keep it short (on a slow link, overlapping extensions wait for each
 // other's calls). Do makes no call after it has returned. A failed extension is not reported. A nil fn
-// leaves ctx as it is.
+// leaves ctx as it is, and so does a nil ctx: OnExtend(nil, fn) returns nil,
+// which Do refuses with ErrInvalidArgument like any nil context.
 func OnExtend(ctx context.Context, fn func(Lease)) context.Context {
-	if fn == nil {
+	if fn == nil || ctx == nil {
 		return ctx
 	}
 	return context.WithValue(ctx, extendHookKey{}, fn)
@@ -167,9 +168,11 @@ func startHeartbeat(ctx context.Context, lease time.Duration, sent time.Time, op
 // deadline counts from that extension's send time; otherwise, or if it does
 // not answer within a lease, fn gets a context already cancelled.
 func (h *heartbeat) confirm(l Lease, sent time.Time) {
-	h.lease = l
 	h.Context, h.cancel = context.WithCancelCause(h.parent)
 	h.mu.Lock()
+	// Under mu: a beat sent before this reply (speculative) may be reading
+	// the lease for OnExtend right now.
+	h.lease = l
 	h.confirmed = time.Now()
 	if d := sent.Add(h.length - h.margin); d.After(h.deadline) {
 		h.deadline = d

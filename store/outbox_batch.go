@@ -41,6 +41,9 @@ type Outgoing struct {
 // message is a retry. With WithWaitReplicas a burst its replicas did not
 // confirm returns its results with ErrNotReplicated.
 func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if s == nil {
+		return nil, nilStore("append_many", conn, "Outbox")
+	}
 	if s.ev.obs == nil {
 		return s.appendMany(ctx, conn, msgs)
 	}

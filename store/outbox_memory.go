@@ -71,12 +71,18 @@ func (s *MemoryOutbox) rearm(c *memConn, now time.Time) {
 
 // Append is Outbox.Append.
 func (s *MemoryOutbox) Append(ctx context.Context, conn string, payload []byte) (string, uint64, error) {
+	if s == nil {
+		return "", 0, nilStore("append", conn, "MemoryOutbox")
+	}
 	a, err := s.AppendWithID(ctx, conn, newToken(), payload)
 	return a.ID, a.Seq, err
 }
 
 // AppendWithID is Outbox.AppendWithID (append.lua).
 func (s *MemoryOutbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
+	if s == nil {
+		return Appended{}, nilStore("append", conn, "MemoryOutbox")
+	}
 	if s.ev.obs == nil {
 		return s.appendWithID(ctx, conn, msgID, payload)
 	}
@@ -133,6 +139,9 @@ func (s *MemoryOutbox) create(conn string, now time.Time) *memConn {
 
 // AppendMany is Outbox.AppendMany (append_many.lua).
 func (s *MemoryOutbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
+	if s == nil {
+		return nil, nilStore("append_many", conn, "MemoryOutbox")
+	}
 	if s.ev.obs == nil {
 		return s.appendMany(ctx, conn, msgs)
 	}
@@ -192,12 +201,18 @@ func (s *MemoryOutbox) appendMany(ctx context.Context, conn string, msgs []Outgo
 
 // Unacked is Outbox.Unacked.
 func (s *MemoryOutbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
+	if s == nil {
+		return nil, nilStore("unacked", conn, "MemoryOutbox")
+	}
 	t, err := s.observeTail(ctx, "unacked", conn)
 	return t.Messages, err
 }
 
 // Tail is Outbox.Tail (unacked.lua).
 func (s *MemoryOutbox) Tail(ctx context.Context, conn string) (Tail, error) {
+	if s == nil {
+		return Tail{}, nilStore("tail", conn, "MemoryOutbox")
+	}
 	return s.observeTail(ctx, "tail", conn)
 }
 
@@ -235,12 +250,18 @@ func (s *MemoryOutbox) tail(ctx context.Context, conn string) (Tail, error) {
 
 // Ack is Outbox.Ack.
 func (s *MemoryOutbox) Ack(ctx context.Context, conn, msgID string, generation uint64) error {
+	if s == nil {
+		return nilStore("ack", conn, "MemoryOutbox")
+	}
 	_, err := s.observeAck(ctx, "ack", conn, []string{msgID}, generation)
 	return err
 }
 
 // AckMany is Outbox.AckMany (ack.lua).
 func (s *MemoryOutbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
+	if s == nil {
+		return 0, nilStore("ack_many", conn, "MemoryOutbox")
+	}
 	return s.observeAck(ctx, "ack_many", conn, msgIDs, generation)
 }
 
@@ -281,6 +302,9 @@ func (s *MemoryOutbox) ackMany(ctx context.Context, conn string, msgIDs []string
 
 // AdvanceGeneration is Outbox.AdvanceGeneration (advance.lua).
 func (s *MemoryOutbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
+	if s == nil {
+		return nilStore("advance", conn, "MemoryOutbox")
+	}
 	if s.ev.obs == nil {
 		_, err := s.advance(ctx, conn, generation)
 		return err
@@ -314,6 +338,9 @@ func (s *MemoryOutbox) advance(ctx context.Context, conn string, generation uint
 
 // DropConn is Outbox.DropConn (drop.lua).
 func (s *MemoryOutbox) DropConn(ctx context.Context, conn string) error {
+	if s == nil {
+		return nilStore("drop", conn, "MemoryOutbox")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()

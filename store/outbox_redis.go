@@ -80,6 +80,9 @@ func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 // process and restart for as long as the connection's hash exists. Append is the
 // seed contract; AppendWithID gives the epoch too and makes retries safe.
 func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error) {
+	if s == nil {
+		return "", 0, nilStore("append", conn, "Outbox")
+	}
 	a, err := s.AppendWithID(ctx, conn, newToken(), payload)
 	return a.ID, a.Seq, err
 }
@@ -93,6 +96,9 @@ func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID
 // ErrOutboxFull and writes nothing. A payload over MaxPayloadLen fails with
 // ErrInvalidArgument before anything is sent.
 func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
+	if s == nil {
+		return Appended{}, nilStore("append", conn, "Outbox")
+	}
 	if s.ev.obs == nil {
 		return s.appendWithID(ctx, conn, msgID, payload)
 	}
@@ -118,6 +124,9 @@ func (s *Outbox) appendWithID(ctx context.Context, conn, msgID string, payload [
 // allocation per call): keeping one Payload keeps the whole tail's bytes. A stored value that the outbox scripts did not
 // write fails with ErrUnexpectedReply.
 func (s *Outbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
+	if s == nil {
+		return nil, nilStore("unacked", conn, "Outbox")
+	}
 	t, err := s.observeTail(ctx, "unacked", conn)
 	return t.Messages, err
 }
@@ -125,6 +134,9 @@ func (s *Outbox) Unacked(ctx context.Context, conn string) ([]Message, error) {
 // Tail is Unacked with the connection's Epoch and Generation floor, read in the
 // same atomic step. It runs unacked.lua, a read-only script (EVALSHA_RO).
 func (s *Outbox) Tail(ctx context.Context, conn string) (Tail, error) {
+	if s == nil {
+		return Tail{}, nilStore("tail", conn, "Outbox")
+	}
 	return s.observeTail(ctx, "tail", conn)
 }
 
@@ -152,6 +164,9 @@ func (s *Outbox) tail(ctx context.Context, conn string) (Tail, error) {
 // not an error, and acking on a connection that does not exist is not an error
 // and creates nothing.
 func (s *Outbox) Ack(ctx context.Context, conn, msgID string, generation uint64) error {
+	if s == nil {
+		return nilStore("ack", conn, "Outbox")
+	}
 	_, err := s.observeAck(ctx, "ack", conn, []string{msgID}, generation)
 	return err
 }
@@ -161,6 +176,9 @@ func (s *Outbox) Ack(ctx context.Context, conn, msgID string, generation uint64)
 // removed. Every id is validated before anything is sent. With no ids it does
 // nothing and sends nothing (use AdvanceGeneration to raise the floor).
 func (s *Outbox) AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error) {
+	if s == nil {
+		return 0, nilStore("ack_many", conn, "Outbox")
+	}
 	return s.observeAck(ctx, "ack_many", conn, msgIDs, generation)
 }
 
@@ -201,6 +219,9 @@ func (s *Outbox) ackMany(ctx context.Context, conn string, msgIDs []string, gene
 // generation succeeds until the connection is dropped or expires. A raise
 // re-arms the store's TTL. Appends are not fenced: they carry no generation.
 func (s *Outbox) AdvanceGeneration(ctx context.Context, conn string, generation uint64) error {
+	if s == nil {
+		return nilStore("advance", conn, "Outbox")
+	}
 	if s.ev.obs == nil {
 		_, err := s.advance(ctx, conn, generation)
 		return err
@@ -231,6 +252,9 @@ func (s *Outbox) advance(ctx context.Context, conn string, generation uint64) (b
 // starts a new incarnation (seq 1, a new Epoch, floor 0). Dropping an unknown
 // connection is not an error.
 func (s *Outbox) DropConn(ctx context.Context, conn string) error {
+	if s == nil {
+		return nilStore("drop", conn, "Outbox")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()

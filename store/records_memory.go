@@ -111,11 +111,17 @@ func (r *memRecord) record(key string, withToken bool) Record {
 
 // Acquire is Records.Acquire.
 func (s *MemoryRecords) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "MemoryRecords")
+	}
 	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
 }
 
 // AcquireWith is Records.AcquireWith.
 func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "MemoryRecords")
+	}
 	if s.ev.obs == nil {
 		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	}
@@ -179,6 +185,9 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 
 // Get is Records.Get.
 func (s *MemoryRecords) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("get", key, "MemoryRecords")
+	}
 	if s.ev.obs == nil {
 		return s.get(ctx, key)
 	}
@@ -203,6 +212,9 @@ func (s *MemoryRecords) get(ctx context.Context, key string) (Record, bool, erro
 
 // Update is Records.Update.
 func (s *MemoryRecords) Update(ctx context.Context, key string, u Update) error {
+	if s == nil {
+		return nilStore("update", key, "MemoryRecords")
+	}
 	if s.ev.obs == nil {
 		return s.update(ctx, "update", key, u)
 	}
@@ -259,6 +271,9 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 
 // Delete is Records.Delete.
 func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
+	if s == nil {
+		return nilStore("delete", key, "MemoryRecords")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -279,6 +294,9 @@ func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
 
 // DeleteFenced is Records.DeleteFenced.
 func (s *MemoryRecords) DeleteFenced(ctx context.Context, key, token string) error {
+	if s == nil {
+		return nilStore("delete_fenced", key, "MemoryRecords")
+	}
 	if s.ev.obs == nil {
 		_, err := s.deleteFenced(ctx, "delete", key, token)
 		return err
@@ -335,6 +353,9 @@ func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.D
 // cannot take the record over); the heartbeat still runs every o.Lease/4,
 // moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
 func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s == nil {
+		return nil, false, nilStore("do", key, "MemoryRecords")
+	}
 	if s.ev.obs == nil {
 		result, replayed, _, err = s.do(ctx, key, o, fn)
 		return result, replayed, err

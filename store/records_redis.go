@@ -75,6 +75,9 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // record is returned with false. It is AcquireWith(ctx, key,
 // AcquireOptions{TTL: ttl}), without a lease.
 func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "Records")
+	}
 	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
 }
 
@@ -91,6 +94,9 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 // The returned Record's Token (set only with true) fences the caller's Update
 // and DeleteFenced.
 func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "Records")
+	}
 	if s.ev.obs == nil {
 		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
 	}
@@ -144,6 +150,9 @@ func parseAcquired(op, key string, r reply) (Record, bool, error) {
 // nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
 // replica may serve it.
 func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("get", key, "Records")
+	}
 	if s.ev.obs == nil {
 		return s.get(ctx, key)
 	}
@@ -178,6 +187,9 @@ func (s *Records) get(ctx context.Context, key string) (Record, bool, error) {
 // status other than pending clears the lease. An owner whose lease passed
 // keeps the record, and may still update it, until another caller takes it over.
 func (s *Records) Update(ctx context.Context, key string, u Update) error {
+	if s == nil {
+		return nilStore("update", key, "Records")
+	}
 	if s.ev.obs == nil {
 		return s.update(ctx, "update", key, u)
 	}
@@ -210,6 +222,9 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 // Delete removes key's record, whoever owns it; a missing
 // key is not an error. It also removes a key that does not hold a record.
 func (s *Records) Delete(ctx context.Context, key string) error {
+	if s == nil {
+		return nilStore("delete", key, "Records")
+	}
 	var start time.Time
 	if s.ev.obs != nil {
 		start = time.Now()
@@ -230,6 +245,9 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 // caller took the record over, and nothing is deleted. A missing key is not an
 // error. token must be 1..MaxTokenLen bytes.
 func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
+	if s == nil {
+		return nilStore("delete_fenced", key, "Records")
+	}
 	if s.ev.obs == nil {
 		_, err := s.deleteFenced(ctx, "delete", key, token)
 		return err
@@ -325,6 +343,9 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // the payload, is refused; Do returns that error and the next Do runs fn again
 // after the lease.
 func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s == nil {
+		return nil, false, nilStore("do", key, "Records")
+	}
 	if s.ev.obs == nil {
 		result, replayed, _, err = s.do(ctx, key, o, fn)
 		return result, replayed, err

@@ -58,14 +58,40 @@ func openClient(url string) (rueidis.Client, error) {
 	return c, nil
 }
 
-// Close closes the client if the store opened it (OpenClaims, OpenOutbox,
-// OpenRecords); for a store made with NewClaims, NewOutbox or NewRecords it
-// does nothing.
-func (s *redisStore) Close() error {
+// close closes the client if the store opened it.
+func (s *redisStore) close() error {
 	if s.owned {
 		s.c.Close()
 	}
 	return nil
+}
+
+// Close closes the client if the store opened it (OpenClaims); for a store
+// made with NewClaims it does nothing. On a nil *Claims it returns nil: there
+// is nothing to close.
+func (s *Claims) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.close()
+}
+
+// Close closes the client if the store opened it (OpenOutbox); for a store
+// made with NewOutbox it does nothing. On a nil *Outbox it returns nil.
+func (s *Outbox) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.close()
+}
+
+// Close closes the client if the store opened it (OpenRecords); for a store
+// made with NewRecords it does nothing. On a nil *Records it returns nil.
+func (s *Records) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.close()
 }
 
 // check validates the store's options, the context and the id before anything

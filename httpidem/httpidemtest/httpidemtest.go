@@ -777,6 +777,52 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("LogsNoKey", func(t *testing.T) {
+		// Keys can carry user data: the middleware's log lines (a response
+		// not stored, a failed record, an unreadable stored response) name
+		// neither the key nor an error text quoting it, unless WithLogKey.
+		ctx := context.Background()
+		for _, withKey := range []bool{false, true} {
+			var logs bytes.Buffer
+			var logMu sync.Mutex
+			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+			opts := []httpidem.Option{httpidem.WithLogger(logger), httpidem.WithFingerprint(nil)}
+			if withKey {
+				opts = append(opts, httpidem.WithLogKey())
+			}
+			s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusBadGateway)
+			}, opts...)
+			const user = "alice@example.com-order-7"
+			// a 5xx: sent, not stored (Warn)
+			s.do("POST", "/5xx", user+"-5xx", "")
+			// a failed record (Error, with the store's error quoting the key)
+			failed, done := store.StatusFailed, store.StatusCompleted
+			for _, seed := range []struct {
+				key     string
+				status  *store.Status
+				payload []byte
+			}{{user + "-failed", &failed, []byte("declined")}, {user + "-corrupt", &done, []byte("garbage")}} {
+				if _, _, err := s.rs.AcquireWith(ctx, seed.key, store.AcquireOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.rs.Update(ctx, seed.key, store.Update{Status: seed.status, Payload: &seed.payload}); err != nil {
+					t.Fatal(err)
+				}
+				wantProblem(t, s.do("POST", "/x", seed.key, ""), http.StatusInternalServerError)
+			}
+			logMu.Lock()
+			text := logs.String()
+			logMu.Unlock()
+			if n := strings.Count(text, "\n"); n != 3 {
+				t.Errorf("WithLogKey %v: %d log lines, want 3 (not stored, failed, unreadable):\n%s", withKey, n, text)
+			}
+			if got := strings.Count(text, user); withKey && got < 3 || !withKey && got != 0 {
+				t.Errorf("WithLogKey %v: the key appears %d times in the log:\n%s", withKey, got, text)
+			}
+		}
+	})
+
 	t.Run("WaitReplaysToDuplicates", func(t *testing.T) {
 		// WithWait: 6 duplicates arrive while the first runs; the handler
 		// finishes 1.1 s after they began waiting (just after the store's
