@@ -1,4 +1,4 @@
-# The README's and CONTRIBUTING's commands: `make test` the tests, `make demo` the demo;
+# CONTRIBUTING's commands: `make test` the tests, `make demo` the demo;
 # both bring their own redis-server (installed with apt-get when missing and root).
 
 GO      ?= go

@@ -15,7 +15,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// The README's drop-in configuration: keys scoped to the authenticated
+// The drop-in configuration of the README and docs/integrations.md: keys scoped to the authenticated
 // caller, responses on Redis. (It needs a Redis and listens on :8080, so it
 // is compiled, not run; Example runs the same middleware in memory.)
 func Example_dropIn() {
@@ -31,7 +31,7 @@ func Example_dropIn() {
 	http.ListenAndServe(":8080", authenticate(idem(mux)))
 }
 
-// The README's Records.Do snippet, in a handler: the flow httpidem is built
+// docs/stores.md's Records.Do snippet, in a handler: the flow httpidem is built
 // on, for an API that keeps its own idempotency records. (Compiled, not run.)
 func Example_recordsDo() {
 	records, err := store.OpenRecords("redis://localhost:6379") // records live 24 h
@@ -71,7 +71,7 @@ func Example_recordsDo() {
 	})
 }
 
-// The helpers the README's snippets name.
+// The helpers the docs' snippets name.
 var errCardDeclined = errors.New("card declined")
 
 func createOrder(ctx context.Context, body []byte) ([]byte, error) { return body, nil }
@@ -82,13 +82,19 @@ func authenticate(next http.Handler) http.Handler                  { return next
 
 type accountKey struct{}
 
-// TestREADMESnippetsAreExamples: every line of the README's Go snippets that
-// use httpidem appears, in order, in this file's examples, which compile:
-// the README shows code that builds (comments and indentation aside).
+// TestREADMESnippetsAreExamples: every line of the Go snippets of the user
+// docs (README.md and docs/*.md) that use httpidem appears, in order, in this
+// file's examples, which compile: the docs show code that builds (comments and
+// indentation aside). (TestDocSnippets, in the root module, also checks each
+// block line for line against the Example its marker names.)
 func TestREADMESnippetsAreExamples(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var readme []byte
+	for _, doc := range []string{"../README.md", "../docs/stores.md", "../docs/integrations.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readme = append(readme, b...)
 	}
 	self, err := os.ReadFile("example_readme_test.go")
 	if err != nil {
@@ -120,8 +126,8 @@ func TestREADMESnippetsAreExamples(t *testing.T) {
 			}
 		}
 	}
-	if checked != 2 {
-		t.Errorf("%d README snippets use httpidem, want the 2 this test knows (drop-in, Records.Do)", checked)
+	if checked != 3 {
+		t.Errorf("%d doc snippets use httpidem, want the 3 this test knows (the README's drop-in, docs/integrations.md's drop-in, docs/stores.md's Records.Do)", checked)
 	}
 }
 

@@ -41,8 +41,8 @@ local value = ARGV[2]
 -- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
 -- PEXPIRE argument, which would be an error after a write); nil if s is not one.
 -- (A canonical s, what every client sends, is returned as is: one pattern
--- match instead of three calls. Measured with bin/benchcmp -server-time-only:
--- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+-- match instead of three calls; the server time it saves is measured in
+-- BENCHMARKS.md, "What was changed, and what it bought".)
 local function int_arg(s)
   if #s > 15 then
     return nil
@@ -69,8 +69,8 @@ end
 -- SET NX GET (Redis >= 7.0) creates the key and reports the value it found in
 -- one call. On a key of another type it fails with WRONGTYPE and writes
 -- nothing (NX: the key exists); pcall answers that with CORRUPT. (One call
--- instead of a GET and a SET: 11.6 vs 10.2 µs of server CPU per claim, 12%,
--- level with the minimal SET NX PX script's 10.0; interleaved EVALSHA loops.)
+-- instead of a GET and a SET, which puts claim.lua level with a minimal
+-- SET NX PX script: BENCHMARKS.md, "What was changed, and what it bought".)
 local old
 if ttl ~= '0' then
   old = redis.pcall('SET', KEYS[1], value, 'NX', 'GET', 'PX', ttl)

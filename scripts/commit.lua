@@ -43,8 +43,8 @@ local token = ARGV[1]
 -- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
 -- PEXPIRE argument, which would be an error after a write); nil if s is not one.
 -- (A canonical s, what every client sends, is returned as is: one pattern
--- match instead of three calls. Measured with bin/benchcmp -server-time-only:
--- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+-- match instead of three calls; the server time it saves is measured in
+-- BENCHMARKS.md, "What was changed, and what it bought".)
 local function int_arg(s)
   if #s > 15 then
     return nil

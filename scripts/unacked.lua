@@ -30,10 +30,10 @@ if #KEYS ~= 1 or #KEYS[1] == 0 or #KEYS[1] > 2048 then
   return redis.error_reply('BADARG want exactly 1 key (KEYS) of 1..2048 bytes')
 end
 -- </snippet>
--- The reply is HGETALL's own table, rearranged in place: a tail of 1000
--- messages costs about 1.02-1.05x a bare `return redis.call('HGETALL',
--- KEYS[1])` in server time (a new table, a C call or a pattern check per
--- field costs 1.1-1.3x).
+-- The reply is HGETALL's own table, rearranged in place: a tail costs about
+-- what a bare `return redis.call('HGETALL', KEYS[1])` costs in server time,
+-- where a new table, a C call or a pattern check per field would cost more
+-- (BENCHMARKS.md, "What was changed, and what it bought").
 if #ARGV ~= 0 then
   return redis.error_reply('BADARG want no arguments')
 end
@@ -80,9 +80,8 @@ if n == 0 then
 end
 local seq, epoch, gen
 -- Move the reserved pairs to the end: the message pairs end up in 1..last.
--- (In place, no second table: measured with bin/benchcmp -server-time-only,
--- 1.05x the minimal script's server time against 1.17x for copying the
--- messages into a new reply table, 10% less.)
+-- (In place, no second table: copying the messages into a new reply table
+-- costs more server time, BENCHMARKS.md, "What was changed, and what it bought".)
 -- (Comparing interned strings is a VM instruction: no C call per field.)
 local i, last = 1, n
 while i < last do

@@ -24,8 +24,7 @@
               key is deleted
             (Only a status: the caller gave every value it wrote. Sending the
             record back with its payload cost a quarter of the script's server
-            time: 26.6 vs 19.3 µs per call for a 256-byte payload, measured
-            in interleaved EVALSHA loops; read the record with get.lua.)
+            time, BENCHMARKS.md; read the record with get.lua.)
   Errors    BADARG <what>    KEYS is not exactly 1 key of 1..2048 bytes:
                              checked first, before ARGV; nothing read or written
             BADARG <what>        before any write; nothing written (also
@@ -75,8 +74,8 @@ end
 -- number, made canonical ("007" -> "7": Redis refuses "007" as a PX or
 -- PEXPIRE argument, which would be an error after a write); nil if s is not one.
 -- (A canonical s, what every client sends, is returned as is: one pattern
--- match instead of three calls. Measured with bin/benchcmp -server-time-only:
--- claim.lua 1.43x -> 1.26x the minimal script's server time, 12% less.)
+-- match instead of three calls; the server time it saves is measured in
+-- BENCHMARKS.md, "What was changed, and what it bought".)
 local function int_arg(s)
   if #s > 15 then
     return nil

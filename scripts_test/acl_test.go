@@ -15,7 +15,7 @@ import (
 	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
-// aclSetUser is the least-privilege user the README documents: it may run
+// aclSetUser is the least-privilege user docs/security.md documents: it may run
 // exactly the stores' scripts on the stores' default prefixes and nothing
 // else. Scripts run with their caller's permissions (Redis >= 7), so the
 // commands the scripts call are granted too — on these key patterns only.
@@ -51,7 +51,7 @@ var aclConnectCommands = []string{
 	"evalsha", "evalsha_ro", "eval", "eval_ro", "script|load", "ssubscribe", "sunsubscribe",
 }
 
-// createACLUser runs the README's ACL SETUSER line, as a user would, on n.
+// createACLUser runs docs/security.md's ACL SETUSER line, as a user would, on n.
 func createACLUser(t *testing.T, n *redisproc.Server) {
 	t.Helper()
 	if _, err := n.Do(strings.Fields(aclSetUser)...); err != nil {
@@ -61,7 +61,7 @@ func createACLUser(t *testing.T, n *redisproc.Server) {
 
 // TestACLLineMatchesScripts: the ACL line grants exactly the connect and
 // script commands plus every command some script calls, and every store's
-// default prefix; the README, once it shows the line, shows this one.
+// default prefix; docs/security.md, which shows the line, shows this one.
 func TestACLLineMatchesScripts(t *testing.T) {
 	called := map[string]bool{}
 	call := regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]`)
@@ -90,15 +90,22 @@ func TestACLLineMatchesScripts(t *testing.T) {
 			t.Errorf("ACL line does not grant the %s prefix ~%s*", k.name, k.prefix)
 		}
 	}
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(readme)) {
-		if strings.HasPrefix(strings.TrimSpace(line), "ACL SETUSER app ") &&
-			strings.Join(strings.Fields(line), " ") != aclSetUser {
-			t.Errorf("README's ACL line differs from the tested one:\nREADME: %s\ntested: %s", strings.TrimSpace(line), aclSetUser)
+	shown := 0
+	for line := range strings.Lines(string(doc)) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "ACL SETUSER app ") {
+			continue
 		}
+		shown++
+		if strings.Join(strings.Fields(line), " ") != aclSetUser {
+			t.Errorf("docs/security.md's ACL line differs from the tested one:\ndoc:    %s\ntested: %s", strings.TrimSpace(line), aclSetUser)
+		}
+	}
+	if shown == 0 {
+		t.Error("docs/security.md shows no ACL SETUSER app line")
 	}
 }
 

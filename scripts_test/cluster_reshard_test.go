@@ -14,7 +14,7 @@ import (
 // SETSLOT NODE — what redis-cli --cluster reshard does) while every store runs
 // a load on exactly those slots. rueidis follows MOVED and ASK itself; no
 // error may reach the caller and no acknowledged write may be lost. The load
-// runs as the README's least-privilege ACL user, which shows that its grants
+// runs as docs/security.md's least-privilege ACL user, which shows that its grants
 // cover a cluster client (CLUSTER SLOTS, ASKING) too.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	t.Parallel()

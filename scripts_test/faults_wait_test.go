@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
-// TestWaitForReplica is the README's recipe for a write that must be on a
+// TestWaitForReplica is docs/failover.md's recipe for a write that must be on a
 // replica before the caller goes on (asynchronous replication loses
 // acknowledged writes on failover): the script and WAIT in one DoMulti, so
 // that WAIT runs on the connection that carried the write. (A WAIT sent on its

@@ -103,7 +103,7 @@ func loadFunctions(t *testing.T, c rueidis.Client) {
 
 func TestScriptsKeysRule(t *testing.T) {
 	if redisonce.MaxKeyLen != 2048 || redisonce.MaxBatchKeys != 500 {
-		t.Fatalf("MaxKeyLen %d, MaxBatchKeys %d: the README and the headers say 2048 and 500", redisonce.MaxKeyLen, redisonce.MaxBatchKeys)
+		t.Fatalf("MaxKeyLen %d, MaxBatchKeys %d: docs/non-go.md and the headers say 2048 and 500", redisonce.MaxKeyLen, redisonce.MaxBatchKeys)
 	}
 	c := newClient(t, standaloneURL(t))
 	loadScripts(t, c)
@@ -187,7 +187,7 @@ func TestScriptsKeysRule(t *testing.T) {
 	}
 }
 
-// The order of checks the README states: the KEYS rule, then the arguments
+// The order of checks docs/non-go.md states: the KEYS rule, then the arguments
 // (BADARG), then the key (CORRUPT), then the verdicts. Seven "x" arguments
 // are a bad argument list for every script; on a key of the wrong type
 // (a list: no script reads one) each answers BADARG, not CORRUPT, and on a

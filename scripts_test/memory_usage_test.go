@@ -16,8 +16,8 @@ import (
 // TestMemoryPerKey measures what each store's keys cost in Redis with MEMORY
 // USAGE (SAMPLES 0: every field counted), on a private server with the hash
 // encoding thresholds set explicitly to Redis 7's defaults. The figures are
-// logged (go test -v -run TestMemoryPerKey) and quoted in the README's
-// "Operating it"; the bounds asserted here are about twice them, to catch a
+// logged (go test -v -run TestMemoryPerKey) and quoted in
+// docs/operating.md ("Memory per key"); the bounds asserted here are about twice them, to catch a
 // layout change that blows a key up (a hash leaving its listpack encoding,
 // say), not allocator noise.
 //

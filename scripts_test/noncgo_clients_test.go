@@ -25,7 +25,7 @@ import (
 // Non-Go callers, from their own clients: noncgo/flows.py (redis-py) and
 // noncgo/flows.mjs (ioredis, node-redis v5 and v4) run every flow of every
 // store — SCRIPT LOAD + EVALSHA, then FUNCTION LOAD REPLACE + FCALL — with only
-// what the README and the script headers say, asserting reply types, error
+// what docs/non-go.md and the script headers say, asserting reply types, error
 // replies, binary payloads and generations near 2^64. Around them, the Go
 // stores seed keys the programs read (go:*), and read back the keys they
 // leave (handoff:*).
@@ -63,7 +63,7 @@ func noncgoMissing(t *testing.T, format string, args ...any) {
 }
 
 // redisPython returns a python3 that imports redis-py with the calls the
-// README uses (evalsha_ro, fcall_ro, function_load): $REDISONCE_PYTHON, else
+// docs/non-go.md uses (evalsha_ro, fcall_ro, function_load): $REDISONCE_PYTHON, else
 // Debian's /usr/bin/python3 (python3-redis), else python3 on PATH.
 func redisPython(t *testing.T) string {
 	t.Helper()

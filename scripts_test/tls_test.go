@@ -23,7 +23,7 @@ import (
 )
 
 // TestTLS: the stores work over rediss:// against a server whose certificate
-// is signed by a private CA, with the CA given the way the README documents
+// is signed by a private CA, with the CA given the way docs/security.md documents
 // (rueidis.ParseURL, then ClientOption.TLSConfig.RootCAs, then NewClaims &
 // co.); and they fail closed: no connection without the CA (OpenClaims with
 // the system roots), with a different CA, with a wrong password, or in clear

@@ -79,7 +79,7 @@ func WithMaxUnacked(n int) Option {
 // operation's results: the write DID happen on the primary, but a failover
 // before the replicas catch up may undo it) — never a silent success. This is
 // what keeps an acknowledged write through a Sentinel or cluster failover
-// (Redis replicates asynchronously); see the README's "Guarantees and limits".
+// (Redis replicates asynchronously); see docs/failover.md and docs/guarantees.md.
 //
 // Writes are every operation but Seen, Unacked/Tail and Get (read-only
 // scripts never wait), including Claim and Acquire calls that find the key

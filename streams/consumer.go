@@ -45,7 +45,7 @@
 // Claims.Do commits it (a few milliseconds): an effect that must never repeat
 // should be idempotent for the message id too, e.g. one script or
 // transaction that checks the lease token, records the id, and makes the
-// writes (the README's "fenced pattern"; TestFencedPattern checks it).
+// writes (docs/integrations.md's "fenced pattern"; TestFencedPattern checks it).
 //
 // # Ids
 //

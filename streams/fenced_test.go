@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// fencedCredit is the README's fenced pattern: the handler's two writes (a
+// fencedCredit is the fenced pattern of docs/integrations.md: the handler's two writes (a
 // ledger update and a log line) in ONE script, so a kill leaves both or
 // neither; fenced by the lease token (the claim key must still hold
 // "~<token>", so a holder whose lease was taken over writes nothing); and
@@ -20,12 +20,19 @@ import (
 // KEYS: the claim key, the applied set, the ledger hash, the log list (one
 // slot: a standalone server, or keys sharing a {hash tag} on a cluster).
 // ARGV: "~" + token, the message id, the amount.
+//
+// docs/integrations.md shows it (the region below) with the handler of
+// streams/docs_test.go that runs it.
+//
+// snippet:fencedScript
 var fencedCredit = rueidis.NewLuaScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('SADD', KEYS[2], ARGV[2]) == 0 then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end      -- our lease is gone: write nothing
+if redis.call('SADD', KEYS[2], ARGV[2]) == 0 then return 0 end  -- applied before (killed before its commit)
 redis.call('HINCRBY', KEYS[3], 'total', ARGV[3])
 redis.call('RPUSH', KEYS[4], ARGV[2])
 return 1`)
+
+// snippet:end
 
 func credit(ctx context.Context, rc rueidis.Client, prefix, id, amount string) (int64, error) {
 	l, _ := store.LeaseFromContext(ctx)
