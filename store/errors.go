@@ -153,6 +153,24 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// RedeliverAfter is how long to hold back a delivery whose id another caller
+// holds: the time left on the holder's lease (RetryAfter) plus 10 ms, so the
+// redelivery lands after that lease can have run out rather than a hair
+// before it; fallback (a consumer's own lease, say) when err does not say.
+// A live holder keeps extending its lease, so each redelivery meanwhile is
+// held back again for about a lease: redeliveries of an in-flight message are
+// paced by the lease, not by a broker's retry rate. The broker integrations
+// (streams, jetstream, kafka, watermill, asynq) all use it.
+func RedeliverAfter(err error, fallback time.Duration) time.Duration {
+	if d, ok := RetryAfter(err); ok {
+		return d + redeliverMargin
+	}
+	return fallback
+}
+
+// redeliverMargin is what RedeliverAfter adds to the holder's time left.
+const redeliverMargin = 10 * time.Millisecond
+
 // inFlight is the *InFlightError of op on id with left on the holder's lease.
 func inFlight(op, id string, left time.Duration) error {
 	return &InFlightError{Op: op, ID: id, Left: left}

@@ -69,3 +69,26 @@ func TestIsPermanent(t *testing.T) {
 		}
 	}
 }
+
+// RedeliverAfter: the holder's time left plus the margin when the error says,
+// the fallback otherwise (an error that does not say, a wrapped ErrInFlight
+// without a time, nil).
+func TestRedeliverAfter(t *testing.T) {
+	const fallback = 30 * time.Second
+	left := &store.InFlightError{Op: "do", ID: "m", Left: 1500 * time.Millisecond}
+	for _, tc := range []struct {
+		err  error
+		want time.Duration
+	}{
+		{left, 1510 * time.Millisecond},
+		{fmt.Errorf("wrapped: %w", left), 1510 * time.Millisecond},
+		{&store.InFlightError{Op: "do", ID: "m"}, fallback},
+		{fmt.Errorf("x: %w", store.ErrInFlight), fallback},
+		{errors.New("other"), fallback},
+		{nil, fallback},
+	} {
+		if got := store.RedeliverAfter(tc.err, fallback); got != tc.want {
+			t.Errorf("RedeliverAfter(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

@@ -362,11 +362,7 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 		}
 		return store.OutcomeDuplicate, nil
 	case errors.Is(err, store.ErrInFlight):
-		d, ok := store.RetryAfter(err)
-		if !ok {
-			d = c.minIdle
-		}
-		r.park(m.ID, d)
+		r.park(m.ID, store.RedeliverAfter(err, c.minIdle))
 		return store.OutcomeInFlight, err
 	case !ran:
 		// A store error before fn ran: the entry stays pending, reclaimed
@@ -411,11 +407,7 @@ func (r *run) deadLetter(m *Message, reason string) (store.Outcome, error) {
 		}
 		return store.OutcomeDuplicate, nil
 	case errors.Is(err, store.ErrInFlight):
-		d, ok := store.RetryAfter(err)
-		if !ok {
-			d = c.minIdle
-		}
-		r.park(m.ID, d)
+		r.park(m.ID, store.RedeliverAfter(err, c.minIdle))
 		return store.OutcomeInFlight, err
 	default:
 		return store.OutcomeError, err

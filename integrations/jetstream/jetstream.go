@@ -294,10 +294,7 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 // keeps extending its lease, so each redelivery meanwhile is nak'd again for
 // about its lease.
 func (h *Handler) inFlightDelay(err error) time.Duration {
-	if d, ok := store.RetryAfter(err); ok {
-		return d + 10*time.Millisecond
-	}
-	return h.lease
+	return store.RedeliverAfter(err, h.lease)
 }
 
 func truncate(s string, n int) string {

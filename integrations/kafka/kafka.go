@@ -518,8 +518,5 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 // 10 ms; the consumer's own lease when the error does not say
 // (store.RetryAfter false).
 func (c *Consumer) inFlightDelay(err error) time.Duration {
-	if d, ok := store.RetryAfter(err); ok {
-		return d + 10*time.Millisecond
-	}
-	return c.lease
+	return store.RedeliverAfter(err, c.lease)
 }

@@ -265,10 +265,7 @@ func awaitAck(lctx context.Context, msg *message.Message) error {
 // out rather than a hair before it; else the lease; never more than the
 // lease.
 func inFlightDelay(err error, lease time.Duration) time.Duration {
-	if left, ok := store.RetryAfter(err); ok && left+10*time.Millisecond < lease {
-		return left + 10*time.Millisecond
-	}
-	return lease
+	return min(store.RedeliverAfter(err, lease), lease)
 }
 
 // wait sleeps for d or until ctx is done.
