@@ -157,10 +157,13 @@ func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
 	}
 }
 
-// inFlightDelay is store.RedeliverAfter (the holder's lease time left plus
-// 10 ms, else the lease), never more than the lease.
+// inFlightDelay is the holder's lease time left when the store says
+// (store.RetryAfter), else the lease, and never more than the lease.
 func inFlightDelay(err error, lease time.Duration) time.Duration {
-	return min(store.RedeliverAfter(err, lease), lease)
+	if left, ok := store.RetryAfter(err); ok && left < lease {
+		return left
+	}
+	return lease
 }
 
 // IsFailure is an asynq.Config.IsFailure that counts every error as a
