@@ -160,7 +160,8 @@ func RetryAfter(err error) (time.Duration, bool) {
 // A live holder keeps extending its lease, so each redelivery meanwhile is
 // held back again for about a lease: redeliveries of an in-flight message are
 // paced by the lease, not by a broker's retry rate. The broker integrations
-// (streams, jetstream, kafka, watermill) use it; asynq reports the time left itself, and its RetryDelay adds a second.
+// (streams, jetstream, kafka, watermill) use it; asynq reports the time left
+// itself, and its RetryDelay adds a second.
 func RedeliverAfter(err error, fallback time.Duration) time.Duration {
 	if d, ok := RetryAfter(err); ok {
 		return d + redeliverMargin
