@@ -102,7 +102,7 @@ func HeaderID(name string) func(*kgo.Record) (string, error) {
 type Option func(*Consumer)
 
 // WithLease sets the lease held on a record's id while fn runs (default
-// DefaultLease); it is extended every lease/3. A crashed consumer's records
+// DefaultLease); it is extended every lease/4. A crashed consumer's records
 // are taken over once its lease has passed.
 func WithLease(d time.Duration) Option { return func(c *Consumer) { c.lease = d } }
 

@@ -184,8 +184,9 @@ func btoi(b bool) int {
 // extended), and the other consumer's copy is held back, not spun: each of
 // its in-flight attempts waits for the holder's lease time left before the
 // nack, so their number is bounded by the handler's run over a third of the
-// lease (the least lease time left the heartbeat leaves, extending every
-// lease/3), and its last attempt acks it as a duplicate after the commit.
+// lease (the heartbeat, extending every lease/4, leaves three quarters of it;
+// a third leaves room for a delayed beat), and its last attempt acks it as a
+// duplicate after the commit.
 func TestMiddlewareSlowHandlerHoldsDuplicates(t *testing.T) {
 	// Seconds, not milliseconds: on a loaded machine a sub-second lease can
 	// starve its live holder's heartbeat.
