@@ -10,7 +10,6 @@ import (
 
 	wm "github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/redis/rueidis"
 
@@ -446,9 +445,10 @@ func TestMiddlewareOutputsNotLostWhenPublishFails(t *testing.T) {
 	}
 }
 
-// A handler that panics releases the id like a failure; the router's
-// Recoverer (outside the middleware) turns the panic into a nack, and the
-// redelivery runs the handler again.
+// A handler that panics releases the id like a failure, and the middleware
+// turns the panic into a nack by itself (no Recoverer in the router: a panic
+// left to the router would crash the process); the redelivery runs the
+// handler again.
 func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
 	l := newLedger()
 	ps := newPubSub(t)
@@ -465,7 +465,7 @@ func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
 		l.mu.Unlock()
 		return nil
 	}
-	startConsumer(t, ps, "panic", "a", l, handler, middleware.Recoverer, wmonce.Middleware(openClaims(t)))
+	startConsumer(t, ps, "panic", "a", l, handler, wmonce.Middleware(openClaims(t)))
 	if err := ps.Publish("panic", message.NewMessage("x1", nil)); err != nil {
 		t.Fatal(err)
 	}
