@@ -204,9 +204,6 @@ var nilReceivers = []any{
 	(*store.Claims)(nil),
 	(*store.Outbox)(nil),
 	(*store.Records)(nil),
-	(*store.MemoryClaims)(nil),
-	(*store.MemoryOutbox)(nil),
-	(*store.MemoryRecords)(nil),
 	(*store.InFlightError)(nil),
 }
 

@@ -273,6 +273,9 @@ type events struct {
 	obs    Observer
 	store  string
 	prefix string
+	// scripts: the backend runs scripts (Redis), so events name them;
+	// a memory backend's events have no Script.
+	scripts bool
 }
 
 func newEvents(store string, c config) events {
@@ -285,6 +288,9 @@ func newEvents(store string, c config) events {
 func (ev *events) report(ctx context.Context, op, script, key string, n int, out Outcome, start time.Time, err error) {
 	if ctx == nil {
 		ctx = context.Background() // a call refused for its nil context is reported too
+	}
+	if !ev.scripts {
+		script = ""
 	}
 	ev.obs.Observe(ctx, Event{
 		Store: ev.store, Op: op, Script: script, Prefix: ev.prefix, Key: key, N: n,
