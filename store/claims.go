@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -14,19 +13,6 @@ import (
 // otherwise; it and the value "1" keep the data compatible with consumers that
 // dedupe with `SET bq:idemp:<id> 1 NX PX ttl`.
 const DefaultClaimsPrefix = "bq:idemp:"
-
-// ClaimStore is the claims API; *Claims implements it, whether on Redis or in
-// memory. storetest.TestClaims checks it against the contract.
-type ClaimStore interface {
-	Claim(ctx context.Context, id string) (bool, error)
-	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
-	Seen(ctx context.Context, id string) (bool, error)
-	SeenMany(ctx context.Context, ids []string) ([]bool, error)
-	Remember(ctx context.Context, id string) error
-	Forget(ctx context.Context, id string) error
-	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)
-	Close() error
-}
 
 // Claims dedupes message ids: key prefix+id holds "1" once the message is
 // processed, or "~<token>" while a consumer running Do holds a lease on it.
@@ -66,8 +52,6 @@ type claimsBackend interface {
 	batch(ctx context.Context, claim bool, ids []string, ttl time.Duration, read func(int64) (result, valid bool), t *tally, ok []bool) ([]bool, error)
 	close() error
 }
-
-var _ ClaimStore = (*Claims)(nil)
 
 // NewClaims returns a claims store on a client the caller keeps: Close does not
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
@@ -189,7 +173,7 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 		if err == nil {
 			n, err = s.b.forget(ctx, id)
 		}
-		return found(n == 1, OutcomeForgotten), err
+		return found(n == 1, outForgotten), err
 	})
 }
 
@@ -200,9 +184,8 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //   - it claims id with a lease ("~<token>" expiring after lease);
 //   - an id already processed: (false, nil), ack the message;
 //   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
-//     since the holder may yet fail. The error is an *InFlightError: its
-//     RetryAfter (or store.RetryAfter(err)) is the time left on the holder's
-//     lease, the delay worth giving the redelivery;
+//     since the holder may yet fail. RetryAfter(err) is the time left on
+//     the holder's lease, the delay worth giving the redelivery;
 //   - otherwise fn runs, and while it runs the lease is extended every
 //     lease/4 (extend.lua, fenced by the token), so a live consumer never
 //     loses it however long fn takes. fn's context carries the Lease
@@ -250,13 +233,13 @@ func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func
 // do is Do, with its outcome.
 func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
 	if err := s.check(ctx, "do", id); err != nil {
-		return false, outcome(err, OutcomeError), err
+		return false, outcome(err, outError), err
 	}
 	if fn == nil {
-		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
 	}
 	if lease <= 0 {
-		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
 	value := newLeaseValue()
 	token := value[1:] // the token shares the value's string
@@ -265,7 +248,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		return n == 1, err
 	})
 	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "extend", OutcomeLeaseLost, extend)
+		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
 	}
 	var n int64
 	hb, sent, err := takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
@@ -274,14 +257,14 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		return n == 1, err
 	})
 	if err != nil {
-		return false, outcome(err, OutcomeError), err
+		return false, outcome(err, outError), err
 	}
 	switch {
 	case n == 0:
-		return false, OutcomeDuplicate, nil
+		return false, outDuplicate, nil
 	case n < 0:
 		// claim.lua answers -(ms left on the holder's lease)
-		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
+		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
 	out, err := runLease(ctx, hb, Lease{ID: id, Token: token}, sent, fn, release, nil,
@@ -325,21 +308,21 @@ func (s *Claims) commit(ctx context.Context, id, token string, deadline time.Tim
 		return err
 	})
 	if err != nil {
-		return outcome(err, OutcomeError), err
+		return outcome(err, outError), err
 	}
 	switch {
 	case n == 1 || n == 2:
-		return OutcomeCommitted, nil
+		return outCommitted, nil
 	case n == 0 && attempts > 1 && !lost && answered.Before(deadline):
 		// A retry found the mark while the lease was provably still ours:
 		// the first attempt landed.
-		return OutcomeCommitted, nil
+		return outCommitted, nil
 	case n == 0 && attempts > 1:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "a retried commit found the id processed after the lease may have passed: another consumer may have processed it too")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "a retried commit found the id processed after the lease may have passed: another consumer may have processed it too")
 	case n == 0:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
 	default:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
 }
 
@@ -351,25 +334,4 @@ func newLeaseValue() string {
 	v[0] = '~'
 	hex.Encode(v[1:], b[:])
 	return string(v[:])
-}
-
-// Wrap adapts a ClaimStore's Do to a message handler: the returned handler runs h
-// at most once per id(msg) and is safe to call on every delivery.
-//
-// It returns nil for a duplicate of a processed message (ack it), the store's
-// ErrInFlight while another consumer holds the message (nack it so it is
-// redelivered later: store.RetryAfter(err) says when its holder's lease can
-// have ended), and h's error when h fails (the claim is released so the
-// redelivery retries). A nil s, id or h gives a handler that returns
-// ErrInvalidArgument.
-func Wrap[M any](s ClaimStore, lease time.Duration, id func(M) string, h func(context.Context, M) error) func(context.Context, M) error {
-	if s == nil || id == nil || h == nil {
-		return func(context.Context, M) error {
-			return fmt.Errorf("redisonce: wrap: %w: a nil store, id func or handler", ErrInvalidArgument)
-		}
-	}
-	return func(ctx context.Context, msg M) error {
-		_, err := s.Do(ctx, id(msg), lease, func(ctx context.Context) error { return h(ctx, msg) })
-		return err
-	}
 }

@@ -44,9 +44,9 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s.ev.obs == nil {
 		return s.many(ctx, "claim", ids, readClaim, nil, false, nil)
 	}
-	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
+	t := newTally(outClaimed, outDuplicate, outInFlight)
 	out, err := s.many(ctx, "claim", ids, t.counting(readClaim, claimOutcome), t,
-		false, func(bool) Outcome { return OutcomeDuplicate })
+		false, func(bool) Outcome { return outDuplicate })
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
 	return out, err
@@ -62,7 +62,7 @@ func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s.ev.obs == nil {
 		return s.many(ctx, "seen", ids, readSeen, nil, true, nil)
 	}
-	t := newTally(OutcomeSeen, OutcomeNotSeen)
+	t := newTally(outSeen, outNotSeen)
 	out, err := s.many(ctx, "seen", ids, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t,
 		true, seenOutcome)
 	t.end(out, len(ids), err)

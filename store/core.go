@@ -58,7 +58,7 @@ func (c *core) observeDo(ctx context.Context, key string, flow func() (Outcome, 
 		_, err = flow()
 		return err
 	}
-	start, out := time.Now(), OutcomeReleased
+	start, out := time.Now(), outReleased
 	defer func() { c.ev.report(ctx, "do", "", key, 1, out, start, err) }()
 	out, err = flow()
 	return err

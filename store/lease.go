@@ -506,9 +506,9 @@ func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, fn fu
 	if fnErr != nil && (keep == nil || !keep(fnErr)) {
 		if err := retryLost(wctx, giveBack); err != nil {
 			// The lease will expire on its own; report both.
-			return outcome(err, OutcomeError), errors.Join(fnErr, err)
+			return outcome(err, outError), errors.Join(fnErr, err)
 		}
-		return OutcomeReleased, fnErr
+		return outReleased, fnErr
 	}
 	return finish(wctx, fnErr, deadline, lost)
 }

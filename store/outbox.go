@@ -26,21 +26,6 @@ const (
 	MaxPayloadLen = 4 << 20
 )
 
-// OutboxStore is the outbox API; *Outbox implements it, whether on Redis or
-// in memory. storetest.TestOutbox checks it against the contract.
-type OutboxStore interface {
-	Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error)
-	AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error)
-	AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error)
-	Unacked(ctx context.Context, conn string) ([]Message, error)
-	Tail(ctx context.Context, conn string) (Tail, error)
-	Ack(ctx context.Context, conn, msgID string, generation uint64) error
-	AckMany(ctx context.Context, conn string, msgIDs []string, generation uint64) (int, error)
-	AdvanceGeneration(ctx context.Context, conn string, generation uint64) error
-	DropConn(ctx context.Context, conn string) error
-	Close() error
-}
-
 // Message is one unacknowledged message of a connection.
 type Message struct {
 	// ID is the message id: minted by Append (32 lower-case hex characters) or
@@ -142,8 +127,6 @@ type outboxBackend interface {
 	drop(ctx context.Context, conn string) (bool, error)
 	close() error
 }
-
-var _ OutboxStore = (*Outbox)(nil)
 
 // NewOutbox returns an outbox on a client the caller keeps: Close does not close
 // it. Options: WithPrefix (default "gateway:outbox:"), WithTTL (default 0: a
@@ -308,7 +291,7 @@ func (s *Outbox) tail(ctx context.Context, op, conn string) (Tail, error) {
 		if err == nil {
 			t, err = s.b.tail(ctx, conn)
 		}
-		return OutcomeRead, err
+		return outRead, err
 	})
 	return t, err
 }
@@ -394,7 +377,7 @@ func (s *Outbox) DropConn(ctx context.Context, conn string) error {
 		if err == nil {
 			ok, err = s.b.drop(ctx, conn)
 		}
-		return found(ok, OutcomeDropped), err
+		return found(ok, outDropped), err
 	})
 }
 

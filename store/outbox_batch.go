@@ -49,7 +49,7 @@ func (s *Outbox) checkAppendMany(ctx context.Context, conn string, msgs []Outgoi
 // when it did not (all or nothing). An empty burst reports nothing.
 func reportAppendMany(ctx context.Context, ev *events, script, conn string, n int, out []Appended, start time.Time, err error) {
 	if err != nil {
-		ev.report(ctx, "append_many", script, conn, n, outcome(err, OutcomeError), start, err)
+		ev.report(ctx, "append_many", script, conn, n, outcome(err, outError), start, err)
 		return
 	}
 	created := 0
@@ -59,10 +59,10 @@ func reportAppendMany(ctx context.Context, ev *events, script, conn string, n in
 		}
 	}
 	if created > 0 {
-		ev.report(ctx, "append_many", script, conn, created, OutcomeAppended, start, nil)
+		ev.report(ctx, "append_many", script, conn, created, outAppended, start, nil)
 	}
 	if created < len(out) {
-		ev.report(ctx, "append_many", script, conn, len(out)-created, OutcomeRetriedAppend, start, nil)
+		ev.report(ctx, "append_many", script, conn, len(out)-created, outRetriedAppend, start, nil)
 	}
 }
 

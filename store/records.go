@@ -159,33 +159,6 @@ type AcquireOptions struct {
 	Wait time.Duration
 }
 
-// RecordStore is the records API; *Records implements it, whether on Redis
-// or in memory. storetest.TestRecords checks it against the contract. The
-// first five methods are the seed's idempotency store contract.
-type RecordStore interface {
-	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
-	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)
-	// AcquireWith creates key's record, pending and owned by the caller
-	// (true), or takes over a pending one whose lease passed (true), or
-	// returns the existing record without its token (false).
-	AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error)
-	// Get returns key's record without its token; (Record{}, false, nil)
-	// when it is missing or expired.
-	Get(ctx context.Context, key string) (Record, bool, error)
-	// Update changes key's record: ErrNotFound when it is missing (nothing is
-	// created), ErrStaleOwner when u.Token is set and not the owner's.
-	Update(ctx context.Context, key string, u Update) error
-	// Delete removes key's record, whoever owns it; a missing key is not an error.
-	Delete(ctx context.Context, key string) error
-	// DeleteFenced removes key's record only if token is its owner's token:
-	// ErrStaleOwner otherwise; a missing key is not an error.
-	DeleteFenced(ctx context.Context, key, token string) error
-	// Do runs fn at most once per key across every caller and replays its result.
-	Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
-	// Close releases the store's resources.
-	Close() error
-}
-
 // Retryable marks fn's error as transient for Do: Do deletes the record
 // (fenced by its token) so that the next Do for the key runs fn again. This is
 // what Do does with every error not marked Permanent, so Retryable only
@@ -287,12 +260,10 @@ type recordsBackend interface {
 	// returns true or until passes; ctx's error when ctx ends.
 	waitDone(ctx context.Context, key string, until time.Time, again func() bool) error
 	// clock is the time a record's LeaseUntil is read against, for the
-	// time left an *InFlightError reports.
+	// time left RetryAfter reports.
 	clock() time.Time
 	close() error
 }
-
-var _ RecordStore = (*Records)(nil)
 
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
@@ -408,7 +379,7 @@ func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
 		if err == nil {
 			rec, ok, err = s.b.get(ctx, key)
 		}
-		return found(ok, OutcomeRead), err
+		return found(ok, outRead), err
 	})
 	return rec, ok, err
 }
@@ -423,7 +394,7 @@ func (s *Records) Update(ctx context.Context, key string, u Update) error {
 		return nilStore("update", key, "Records")
 	}
 	return s.observe(ctx, "update", "update", key, func() (Outcome, error) {
-		return OutcomeUpdated, s.update(ctx, "update", key, u)
+		return outUpdated, s.update(ctx, "update", key, u)
 	})
 }
 
@@ -449,7 +420,7 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 		if err == nil {
 			ok, err = s.b.del(ctx, "delete", key, "")
 		}
-		return found(ok, OutcomeDeleted), err
+		return found(ok, outDeleted), err
 	})
 }
 
@@ -463,7 +434,7 @@ func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
 	}
 	return s.observe(ctx, "delete", "delete", key, func() (Outcome, error) {
 		ok, err := s.deleteFenced(ctx, "delete", key, token)
-		return found(ok, OutcomeDeleted), err
+		return found(ok, outDeleted), err
 	})
 }
 
@@ -491,8 +462,8 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 //     = true and an error wrapping ErrFailed; fn does not run again until the
 //     record expires or is deleted;
 //   - a pending record under another owner's live lease (or without a lease):
-//     ErrInFlight; retry later. The error is an *InFlightError whose
-//     RetryAfter is the time to the lease's deadline (measured against this
+//     ErrInFlight; retry later. RetryAfter(err) is the time to the lease's
+//     deadline (measured against this
 //     process's clock; 0 for a record without a lease). With o.Wait > 0, Do
 //     first waits up to o.Wait for that owner's final write and answers as
 //     after it: it subscribes to the record's shard channel (SSUBSCRIBE
@@ -559,13 +530,13 @@ func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(
 // do is Do, with its outcome.
 func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
 	if err := s.check(ctx, "do", key); err != nil {
-		return nil, false, outcome(err, OutcomeError), err
+		return nil, false, outcome(err, outError), err
 	}
 	if fn == nil {
-		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "nil fn")
+		return nil, false, outInvalid, errorf("do", key, ErrInvalidArgument, "nil fn")
 	}
 	if o.Lease <= 0 {
-		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+		return nil, false, outInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
 	}
 	var start time.Time
 	if s.ev.obs != nil {
@@ -577,7 +548,7 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		return n == 1, err
 	})
 	if s.ev.obs != nil {
-		renew = s.ev.observeExtend(key, "renew", OutcomeStaleOwner, renew)
+		renew = s.ev.observeExtend(key, "renew", outStaleOwner, renew)
 	}
 	var (
 		hb       *heartbeat
@@ -613,20 +584,20 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		}
 	}
 	if err != nil {
-		return nil, false, outcome(err, OutcomeError), err
+		return nil, false, outcome(err, outError), err
 	}
 	if s.ev.obs != nil && acquired && rec.Fence > 1 {
 		// a takeover is worth an alert of its own: report it apart
-		s.ev.report(ctx, "acquire", "acquire", key, 1, OutcomeTakenOver, start, nil)
+		s.ev.report(ctx, "acquire", "acquire", key, 1, outTakenOver, start, nil)
 	}
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, OutcomeInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.b.clock()))
+			return nil, false, outInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.b.clock()))
 		case StatusFailed:
-			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
+			return rec.Payload, true, outReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:
-			return rec.Payload, true, OutcomeReplayed, nil
+			return rec.Payload, true, outReplayed, nil
 		}
 	}
 	giveBack := func(ctx context.Context) error {
@@ -692,16 +663,16 @@ func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token
 		status, payload, retErr = StatusFailed, []byte(tooLong.Error()), tooLong
 	}
 	if err := write(status, payload); err != nil {
-		out := outcome(err, OutcomeError)
+		out := outcome(err, outError)
 		if retErr != nil {
 			err = errors.Join(retErr, err)
 		}
 		return ret, out, err
 	}
 	if status == StatusFailed {
-		return ret, OutcomeFailed, retErr
+		return ret, outFailed, retErr
 	}
-	return ret, OutcomeCompleted, retErr
+	return ret, outCompleted, retErr
 }
 
 // check validates acquire options before anything is sent.

@@ -98,7 +98,7 @@ func (b *redisRecords) del(ctx context.Context, op, key, token string) (bool, er
 }
 
 // clock is this process's clock. A record's lease deadline is the server's
-// (TIME), so the time left an *InFlightError reports is off by the skew
+// (TIME), so the time left RetryAfter reports is off by the skew
 // between the two clocks.
 func (*redisRecords) clock() time.Time { return time.Now() }
 

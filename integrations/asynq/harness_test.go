@@ -87,7 +87,7 @@ var quietLogger = asynq.ErrorLevel
 // 100ms. It is shut down at the end of the test.
 // onErr, when not nil, hears every error a task run returns (asynq's
 // ErrorHandler).
-func startServer(t *testing.T, queue string, claims store.ClaimStore, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) {
+func startServer(t *testing.T, queue string, claims *store.Claims, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) {
 	t.Helper()
 	var eh asynq.ErrorHandler
 	if onErr != nil {
