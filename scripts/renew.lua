@@ -39,6 +39,12 @@
             SET that rewrites a layout-0 hash writes a string smaller than
             the hash it replaces); its PEXPIREAT moves an expiry the key
             already has (expires_ms is not 0)
+  Caller    flags=no-wait,eval: a lease heartbeat. The caller never waits
+            for replicas after it (a lost extension only shortens a lease,
+            and a beat held up by WAIT would cancel the work while the lease
+            is held), and sends it as EVAL with its source, never EVALSHA (a
+            NOSCRIPT after a restart or failover costs a second round trip
+            that a beat may not have)
   Complexity O(1)
 ]]
 -- <snippet:one_key>

@@ -25,6 +25,8 @@
             marked is rewritten in layout 1 with the mark (SET KEEPTTL)
   Atomicity the check precedes the single write: a final write either ran
             before (this returns 0) or sees the mark (and publishes)
+  Caller    flags=no-wait: the caller never waits for replicas after it (a
+            waiter's mark, of no use on a replica)
   Complexity O(1)
 ]]
 -- <snippet:one_key>
