@@ -490,7 +490,7 @@ func TestScriptUpdate(t *testing.T) {
 		{name: "payload of 1 MiB", seed: recSeed(leased), args: []string{"tokA", "payload", mib},
 			want:  []string{"1"},
 			after: with(leased, "payload", mib, "updated_ms", "{now}"), expireAt: recFar},
-		// Times are durations from the server's TIME (issue 10): 30000 is 30 s
+		// Times are durations from the server's TIME: 30000 is 30 s
 		// from now, never a deadline in 1970.
 		{name: "lease moves", seed: recSeed(leased), args: []string{"tokA", "lease_in_ms", "30000"},
 			want:  []string{"1"},

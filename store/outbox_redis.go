@@ -78,7 +78,7 @@ func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 // characters from crypto/rand) and returns the id and its seq. The seq comes
 // from the server (_seq + 1 in append.lua), so it is monotonic across every
 // process and restart for as long as the connection's hash exists. Append is the
-// seed contract; AppendWithID gives the epoch too and makes retries safe.
+// outbox contract; AppendWithID gives the epoch too and makes retries safe.
 func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error) {
 	if s == nil {
 		return "", 0, nilStore("append", conn, "Outbox")

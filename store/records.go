@@ -159,7 +159,7 @@ type AcquireOptions struct {
 
 // RecordStore is what Records and MemoryRecords implement;
 // storetest.TestRecords checks any implementation against the contract. The
-// first five methods are the seed's idempotency store contract.
+// first five methods are the idempotency store contract; the rest build on it.
 type RecordStore interface {
 	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
 	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)

@@ -12,7 +12,7 @@ import (
 	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
-// Issue 21: every byte from Redis the CLI prints is escaped: escape
+// Every byte from Redis the CLI prints is escaped: escape
 // sequences and invalid UTF-8 stored in ids, tokens, statuses, fingerprints,
 // payloads, message ids, generations, library names and key names never
 // reach the terminal raw.
