@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The closed list of error codes a script may return (DESIGN.md, "Scripts").
+// The closed list of error codes a script may return (the package doc, embed.go).
 var errorCodes = map[string]bool{
 	"BADARG": true, "STALE_OWNER": true, "NOT_FOUND": true,
 	"FULL": true, "MISMATCH": true, "CORRUPT": true,

@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
 --[[ delete.lua — delete an idempotency record, unconditionally or only for its owner.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record in layout 1 (docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n=1)
     [1] token   '' = delete whatever the key holds; else the owner token the
                 caller acquired with (1..256 bytes): delete only if it is the

@@ -1,8 +1,9 @@
 #!lua flags=no-writes
 --[[ get.lua — read an idempotency record, without its owner's token.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record in layout 1 (docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n=0)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
              fence, fp, token}: the four times integers (ms since the epoch,

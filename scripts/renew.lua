@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
 --[[ renew.lua — keep the owner's lease on a pending idempotency record alive while its work runs.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record in layout 1 (docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1

@@ -1,8 +1,9 @@
 #!lua
 --[[ watch.lua — mark a pending idempotency record as watched, so the write that ends it publishes.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record in layout 1 (docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n=0)
   Returns   1 the record is pending: its header's fourth byte is "w" (layout
               0: its field watch is "1"), and the next update.lua that gives it

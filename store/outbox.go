@@ -69,8 +69,8 @@ type Appended struct {
 	// just before may be lost and their seqs would come again. So an (Epoch, Seq) pair never names
 	// two messages, with or without WithWaitReplicas; a client that sees the
 	// Epoch change replays the tail as new (messages it already has come
-	// again under the new Epoch: duplicates, never losses). See docs/failover.md
-	// ("No (Epoch, Seq) reuse").
+	// again under the new Epoch: duplicates, never losses). See the paragraph
+	// "No (Epoch, Seq) reuse" of docs/failover.md.
 	Epoch uint64
 	// Created is true when this call appended the message, false when the id was
 	// already in the tail (the stored payload is kept, nothing is written).

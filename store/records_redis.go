@@ -17,7 +17,7 @@ var (
 )
 
 // Records keeps idempotency records in Redis: one string per key, prefix+key
-// (layout 1, README "Key layout": a versioned header of created_ms,
+// (layout 1, docs/non-go.md, "Key layout per store": a versioned header of created_ms,
 // updated_ms, expires_ms (0 = never), lease_ms (0 = no lease), fence, status,
 // fp and token, then the payload). Every operation is one script
 // (acquire.lua, get.lua, update.lua, renew.lua, delete.lua); every time in a

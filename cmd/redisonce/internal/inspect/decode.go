@@ -9,7 +9,7 @@
 //	                 "~<token>" = in flight, the key's PTTL is the lease left
 //	outbox   HASH    _seq, _gen, _epoch (µs), _rid, <msg_id> -> "<seq>:<payload>"
 //	records  STRING  layout 1: "ro1 ", four times, fence, status, fp, token,
-//	                 payload (internal/recordlayout; README "Key layout")
+//	                 payload (internal/recordlayout; docs/non-go.md)
 //	         HASH    layout 0, before issue 23: status, payload, created_ms,
 //	                 updated_ms, expires_ms, lease_ms, fence, fp, token
 //
