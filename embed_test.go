@@ -27,6 +27,7 @@ var writeCommands = map[string]bool{
 	"HINCRBY": true, "HSETNX": true, "HMSET": true, "INCR": true, "INCRBY": true,
 	"EXPIRE": true, "PEXPIRE": true, "PEXPIREAT": true, "EXPIREAT": true,
 	"PERSIST": true, "GETDEL": true, "GETSET": true, "RENAME": true,
+	"SETRANGE": true,
 }
 
 // Redis commands that only remove data.

@@ -247,7 +247,7 @@ func FuzzRecordValue(f *testing.F) {
 			t.Fatalf("get.lua on a record Decode reads (%+v): %v", want, err)
 		}
 		got := recReply(m)
-		w := want.Map()
+		w := fieldsMap(want)
 		exp := []string{w["status"], w["payload"], w["created_ms"], w["updated_ms"], w["expires_ms"], w["lease_ms"], w["fence"], w["fp"], ""}
 		if diff := cmp.Diff(exp, got); diff != "" {
 			t.Fatalf("get.lua and recordlayout.Decode disagree on %q (-Decode +get):\n%s", v, diff)

@@ -26,10 +26,9 @@ var (
 // until the lease passes (renew.lua's header states the rule). It is safe
 // for concurrent use.
 //
-// A record in layout 0, the nine-field hash written before issue 23, is read
-// the same, and rewritten in layout 1 by the next write to it. Keys holding
-// anything else (the seed's JSON strings, say) make Acquire, Get, Update and
-// DeleteFenced fail with ErrUnexpectedReply; Delete removes them.
+// Keys holding anything else (another type, or a string that is not a
+// record, such as a JSON string) make Acquire, Get, Update and DeleteFenced
+// fail with ErrUnexpectedReply; Delete removes them.
 type Records struct {
 	redisStore
 	ttl time.Duration
