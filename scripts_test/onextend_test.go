@@ -12,7 +12,7 @@ import (
 func TestRecordsOnExtend(t *testing.T) {
 	for name, url := range map[string]func(*testing.T) string{"standalone": standaloneURL, "cluster": clusterURL} {
 		t.Run(name, func(t *testing.T) {
-			storetest.TestRecordsOnExtend(t, store.NewRecords(newClient(t, url(t)), store.WithPrefix(uniquePrefix(t))))
+			storetest.TestRecordsOnExtend(t, mustStore(store.NewRecords(newClient(t, url(t)), store.WithPrefix(uniquePrefix(t)))))
 		})
 	}
 }

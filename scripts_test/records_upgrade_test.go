@@ -21,7 +21,7 @@ func TestRecordsUpgradeFromLayout0(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			prefix := uniquePrefix(t)
-			s := store.NewRecords(c, store.WithPrefix(prefix))
+			s := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
 			now := time.Now().UnixMilli()
 			far := now + time.Hour.Milliseconds()
 			ms := func(v int64) string { return strconv.FormatInt(v, 10) }

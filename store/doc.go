@@ -47,5 +47,5 @@
 //	opt.TLSConfig.RootCAs = pool // x509.NewCertPool() + AppendCertsFromPEM(caPEM)
 //	c, err := rueidis.NewClient(opt)
 //	// handle err
-//	claims := store.NewClaims(c)
+//	claims, err := store.NewClaims(c)
 package store

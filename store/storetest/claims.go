@@ -19,7 +19,7 @@ import (
 type ClaimsHarness struct {
 	// New returns an empty store with opts applied, isolated from every other
 	// store New returns (a fresh prefix or database). The suite closes it.
-	New func(t *testing.T, opts ...store.Option) *store.Claims
+	New func(t *testing.T, opts ...store.Option) (*store.Claims, error)
 	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
 	// real clock, Clock.Advance for a fake one.
 	Wait func(d time.Duration)
@@ -35,7 +35,10 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 	}
 	newStore := func(t *testing.T, opts ...store.Option) *store.Claims {
 		t.Helper()
-		s := h.New(t, opts...)
+		s, err := h.New(t, opts...)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -535,12 +538,15 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		}
 	})
 
-	t.Run("NegativeTTL", func(t *testing.T) {
-		s := newStore(t, store.WithTTL(-time.Second))
-		_, err := s.Claim(ctx, "m")
-		wantErr(t, err, store.ErrInvalidArgument)
-		_, err = s.ClaimMany(ctx, []string{"m"})
-		wantErr(t, err, store.ErrInvalidArgument)
+	t.Run("BadOptions", func(t *testing.T) {
+		// A bad option, or one that does not apply to claims, fails New.
+		for _, opt := range []store.Option{nil, store.WithTTL(-time.Second), store.WithMaxUnacked(1)} {
+			s, err := h.New(t, opt)
+			wantErr(t, err, store.ErrInvalidArgument)
+			if s != nil {
+				t.Errorf("New with a bad option returned a store")
+			}
+		}
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {

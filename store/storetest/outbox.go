@@ -23,7 +23,7 @@ import (
 type OutboxHarness struct {
 	// New returns an empty store with opts applied, isolated from every other
 	// store New returns (a fresh prefix or database). The suite closes it.
-	New func(t *testing.T, opts ...store.Option) *store.Outbox
+	New func(t *testing.T, opts ...store.Option) (*store.Outbox, error)
 	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
 	// real clock, Clock.Advance for a fake one.
 	Wait func(d time.Duration)
@@ -39,7 +39,10 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 	}
 	newStore := func(t *testing.T, opts ...store.Option) *store.Outbox {
 		t.Helper()
-		s := h.New(t, opts...)
+		s, err := h.New(t, opts...)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -688,9 +691,12 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 	})
 
 	t.Run("BadOptions", func(t *testing.T) {
-		for _, opt := range []store.Option{store.WithTTL(-time.Second), store.WithMaxUnacked(-1)} {
-			s := newStore(t, opt)
-			checkAllRefused(t, s, "c", store.ErrInvalidArgument)
+		// A bad option fails New.
+		for _, opt := range []store.Option{nil, store.WithTTL(-time.Second), store.WithMaxUnacked(-1)} {
+			s, err := h.New(t, opt)
+			if !errors.Is(err, store.ErrInvalidArgument) || s != nil {
+				t.Errorf("New with a bad option = %v, %v; want nil, ErrInvalidArgument", s, err)
+			}
 		}
 	})
 

@@ -21,7 +21,7 @@ import (
 type RecordsHarness struct {
 	// New returns an empty store with opts applied, isolated from every other
 	// store New returns (a fresh prefix or database). The suite closes it.
-	New func(t *testing.T, opts ...store.Option) *store.Records
+	New func(t *testing.T, opts ...store.Option) (*store.Records, error)
 	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
 	// real clock, Clock.Advance for a fake one.
 	Wait func(d time.Duration)
@@ -47,7 +47,10 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	tick := h.Tick
 	newStore := func(t *testing.T, opts ...store.Option) *store.Records {
 		t.Helper()
-		s := h.New(t, opts...)
+		s, err := h.New(t, opts...)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
@@ -522,14 +525,15 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustAcquire(t, s, strings.Repeat("x", store.MaxIDLen), store.AcquireOptions{Fingerprint: strings.Repeat("f", store.MaxFingerprintLen)}, true)
 	})
 
-	t.Run("NegativeStoreTTL", func(t *testing.T) {
-		s := newStore(t, store.WithTTL(-time.Second))
-		_, _, err := s.Acquire(ctx, "m", time.Second)
-		wantErr(t, err, store.ErrInvalidArgument)
-		_, _, err = s.Get(ctx, "m")
-		wantErr(t, err, store.ErrInvalidArgument)
-		_, _, err = s.Do(ctx, "m", store.AcquireOptions{Lease: tick}, func(context.Context) ([]byte, error) { t.Error("fn ran"); return nil, nil })
-		wantErr(t, err, store.ErrInvalidArgument)
+	t.Run("BadOptions", func(t *testing.T) {
+		// A bad option, or one that does not apply to records, fails New.
+		for _, opt := range []store.Option{nil, store.WithTTL(-time.Second), store.WithMaxUnacked(1)} {
+			s, err := h.New(t, opt)
+			wantErr(t, err, store.ErrInvalidArgument)
+			if s != nil {
+				t.Errorf("New with a bad option returned a store")
+			}
+		}
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
