@@ -103,7 +103,7 @@ func ExampleRecords_Do() {
 // The contract's example: the API
 // acquires a key before it enqueues a job, and the worker stores the job's
 // status when it is done.
-func ExampleMemoryRecords() {
+func ExampleNewMemoryRecords() {
 	store := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
 	ctx := context.Background()
 

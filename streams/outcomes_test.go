@@ -48,7 +48,7 @@ func TestOutcomeTable(t *testing.T) {
 	const lease = time.Second
 	for i, tc := range []struct {
 		name    string
-		setup   func(t *testing.T, claims store.ClaimStore)
+		setup   func(t *testing.T, claims *store.Claims)
 		h       func(ctx context.Context, n int) error // run n, from 1
 		stop    bool                                   // stop the consumer once the handler runs
 		want    []store.Outcome
@@ -58,13 +58,13 @@ func TestOutcomeTable(t *testing.T) {
 		pending int64
 	}{
 		{name: "success", h: func(context.Context, int) error { return nil },
-			want: []store.Outcome{store.OutcomeAcked}, runs: 1, key: "1"},
-		{name: "duplicate", setup: func(t *testing.T, c store.ClaimStore) {
+			want: []store.Outcome{store.Outcome("acked")}, runs: 1, key: "1"},
+		{name: "duplicate", setup: func(t *testing.T, c *store.Claims) {
 			if err := c.Remember(context.Background(), "m1"); err != nil {
 				t.Fatal(err)
 			}
-		}, h: func(context.Context, int) error { return nil }, want: []store.Outcome{store.OutcomeDuplicate}, key: "1"},
-		{name: "in flight", setup: func(t *testing.T, c store.ClaimStore) {
+		}, h: func(context.Context, int) error { return nil }, want: []store.Outcome{store.Outcome("duplicate")}, key: "1"},
+		{name: "in flight", setup: func(t *testing.T, c *store.Claims) {
 			holding := make(chan struct{})
 			go func() {
 				_, _ = c.Do(context.Background(), "m1", lease, func(context.Context) error {
@@ -75,23 +75,23 @@ func TestOutcomeTable(t *testing.T) {
 			}()
 			<-holding
 		}, h: func(context.Context, int) error { return nil },
-			want: []store.Outcome{store.OutcomeInFlight, store.OutcomeDuplicate}, key: "1"},
+			want: []store.Outcome{store.Outcome("in_flight"), store.Outcome("duplicate")}, key: "1"},
 		{name: "failure", h: func(_ context.Context, n int) error {
 			if n == 1 {
 				return boom
 			}
 			return nil
-		}, want: []store.Outcome{store.OutcomeFailed, store.OutcomeAcked}, runs: 2, key: "1"},
+		}, want: []store.Outcome{store.Outcome("failed"), store.Outcome("acked")}, runs: 2, key: "1"},
 		{name: "panic", h: func(_ context.Context, n int) error {
 			if n == 1 {
 				panic("kaboom")
 			}
 			return nil
-		}, want: []store.Outcome{store.OutcomeFailed, store.OutcomeAcked}, runs: 2, key: "1"},
+		}, want: []store.Outcome{store.Outcome("failed"), store.Outcome("acked")}, runs: 2, key: "1"},
 		{name: "permanent failure", h: func(context.Context, int) error { return store.Permanent(boom) },
 			want: []store.Outcome{streams.OutcomeDeadLettered}, runs: 1, key: "1", dead: 1},
 		{name: "shutdown", stop: true, h: func(ctx context.Context, _ int) error { <-ctx.Done(); return ctx.Err() },
-			want: []store.Outcome{store.OutcomeReleased}, runs: 1, pending: 1},
+			want: []store.Outcome{store.Outcome("released")}, runs: 1, pending: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, prefix := fmt.Sprintf("ot%d", i), fmt.Sprintf("ot%d:", i)
@@ -128,7 +128,7 @@ func TestOutcomeTable(t *testing.T) {
 			}
 			waitFor(t, 15*time.Second, fmt.Sprintf("a final outcome (want %v)", tc.want), func() bool {
 				outs, _ := log.get()
-				return len(outs) > 0 && outs[len(outs)-1] != store.OutcomeInFlight && outs[len(outs)-1] != store.OutcomeFailed
+				return len(outs) > 0 && outs[len(outs)-1] != store.Outcome("in_flight") && outs[len(outs)-1] != store.Outcome("failed")
 			})
 			time.Sleep(200 * time.Millisecond) // an outcome too many would show by now
 			stop()
