@@ -42,6 +42,7 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 	ctx := context.Background()
 
 	t.Run("Events", func(t *testing.T) { testClaimsEvents(t, newStore, h) })
+	t.Run("Fences", func(t *testing.T) { testClaimsFences(t, newStore, h) })
 
 	t.Run("ClaimOnce", func(t *testing.T) {
 		s := newStore(t)
@@ -321,8 +322,8 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 		lease := 2 * h.Tick
 		ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
 			l, ok := store.LeaseFromContext(ctx)
-			if !ok || l.ID != "m" || l.Token == "" || l.Fence != 0 {
-				t.Errorf("LeaseFromContext = %+v, %v; want id m, a token, fence 0", l, ok)
+			if !ok || l.ID != "m" || l.Token == "" || l.Fence == 0 {
+				t.Errorf("LeaseFromContext = %+v, %v; want id m, a token, a fence above 0", l, ok)
 			}
 			// fn runs past its lease; the heartbeat keeps the lease, so a
 			// redelivery meanwhile is still in flight.

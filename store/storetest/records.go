@@ -53,6 +53,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	}
 	ctx := context.Background()
 	t.Run("Events", func(t *testing.T) { testRecordsEvents(t, newStore, h) })
+	t.Run("Fences", func(t *testing.T) { testRecordsFences(t, newStore, h) })
 	near := cmpopts.EquateApproxTime(tick / 2)
 	// within checks that got is want, give or take half a tick.
 	within := func(t *testing.T, what string, got, want time.Time) {
@@ -73,9 +74,9 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		if !acquired {
 			t.Fatal("the first Acquire did not acquire")
 		}
-		if rec.Key != "export:123" || rec.Status != store.StatusPending || rec.Token == "" || rec.Fence != 1 ||
+		if rec.Key != "export:123" || rec.Status != store.StatusPending || rec.Token == "" || rec.Fence == 0 ||
 			rec.Payload != nil || !rec.LeaseUntil.IsZero() || rec.Fingerprint != "" {
-			t.Errorf("acquired record = %+v; want key export:123, pending, a token, fence 1, no payload, lease or fingerprint", rec)
+			t.Errorf("acquired record = %+v; want key export:123, pending, a token, a fence, no payload, lease or fingerprint", rec)
 		}
 		within(t, "CreatedAt", rec.CreatedAt, start)
 		if !rec.UpdatedAt.Equal(rec.CreatedAt) || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(24*time.Hour)) {
@@ -139,8 +140,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		noErr(t, s.Delete(ctx, "k"))
 		noErr(t, s.DeleteFenced(ctx, "k", a.Token))
 		b := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
-		if b.Fence != 1 || b.Token == a.Token || b.Status != store.StatusPending {
-			t.Errorf("acquire after Delete = %+v; want a new pending record, fence 1, a new token", b)
+		if b.Fence <= a.Fence || b.Token == a.Token || b.Status != store.StatusPending {
+			t.Errorf("acquire after Delete = %+v; want a new pending record, a fence above %d, a new token", b, a.Fence)
 		}
 	})
 
@@ -154,8 +155,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		h.Wait(3 * tick)
 		mustGet(t, s, "k", false)
 		wantErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted)}), store.ErrNotFound)
-		if again := mustAcquire(t, s, "k", store.AcquireOptions{}, true); again.Fence != 1 {
-			t.Errorf("acquire after expiry: fence %d, want 1", again.Fence)
+		if again := mustAcquire(t, s, "k", store.AcquireOptions{}, true); again.Fence <= rec.Fence {
+			t.Errorf("acquire after expiry: fence %d, want one above the expired record's %d", again.Fence, rec.Fence)
 		}
 	})
 
@@ -235,14 +236,14 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			t.Errorf("LeaseUntil = %v, want CreatedAt + %v", a.LeaseUntil, 2*tick)
 		}
 		b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 2 * tick}, false)
-		if b.Status != store.StatusPending || b.Fence != 1 || b.Token != "" || !b.LeaseUntil.Equal(a.LeaseUntil) {
+		if b.Status != store.StatusPending || b.Fence != a.Fence || b.Token != "" || !b.LeaseUntil.Equal(a.LeaseUntil) {
 			t.Errorf("acquire within the lease = %+v; want a's pending record without a token", b)
 		}
 		h.Wait(3 * tick)
 		start := h.Now()
 		c := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
-		if c.Fence != 2 || c.Token == "" || c.Token == a.Token || c.Status != store.StatusPending {
-			t.Errorf("takeover = %+v; want fence 2 and a new token", c)
+		if c.Fence <= a.Fence || c.Token == "" || c.Token == a.Token || c.Status != store.StatusPending {
+			t.Errorf("takeover = %+v; want a fence above %d and a new token", c, a.Fence)
 		}
 		if !c.CreatedAt.Equal(a.CreatedAt) || !c.ExpiresAt.Equal(a.ExpiresAt) {
 			t.Errorf("takeover changed CreatedAt/ExpiresAt: %v/%v, was %v/%v", c.CreatedAt, c.ExpiresAt, a.CreatedAt, a.ExpiresAt)
@@ -262,8 +263,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 		noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("C"), Token: c.Token}))
 		got := mustGet(t, s, "k", true)
-		if got.Status != store.StatusCompleted || string(got.Payload) != "C" || !got.LeaseUntil.IsZero() || got.Fence != 2 {
-			t.Errorf("after the new owner's update: %+v; want completed, C, no lease, fence 2", got)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "C" || !got.LeaseUntil.IsZero() || got.Fence != c.Fence {
+			t.Errorf("after the new owner's update: %+v; want completed, C, no lease, fence %d", got, c.Fence)
 		}
 		wantErr(t, s.DeleteFenced(ctx, "k", a.Token), store.ErrStaleOwner)
 		noErr(t, s.DeleteFenced(ctx, "k", c.Token))
@@ -273,12 +274,13 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	t.Run("TakeoverAgainAndAgain", func(t *testing.T) {
 		s := newStore(t)
 		tokens := map[string]bool{}
+		var fence uint64
 		for i := 1; i <= 3; i++ {
 			rec := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true)
-			if rec.Fence != uint64(i) || tokens[rec.Token] {
-				t.Errorf("acquire %d: fence %d token %q; want fence %d and a fresh token", i, rec.Fence, rec.Token, i)
+			if rec.Fence <= fence || tokens[rec.Token] {
+				t.Errorf("acquire %d: fence %d token %q; want a fence above %d and a fresh token", i, rec.Fence, rec.Token, fence)
 			}
-			tokens[rec.Token] = true
+			tokens[rec.Token], fence = true, rec.Fence
 			h.Wait(2 * tick)
 		}
 	})
@@ -294,9 +296,11 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 	t.Run("FinishedRecordsAreNotTakenOver", func(t *testing.T) {
 		s := newStore(t)
+		fences := map[store.Status]uint64{}
 		for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
 			key := "k-" + string(st)
 			a := mustAcquire(t, s, key, store.AcquireOptions{Lease: 2 * tick}, true)
+			fences[st] = a.Fence
 			// LeaseUntil is ignored: a status other than pending clears the lease.
 			noErr(t, s.Update(ctx, key, store.Update{Status: &st, LeaseUntil: timePtr(a.CreatedAt.Add(time.Hour)), Token: a.Token}))
 			if got := mustGet(t, s, key, true); got.Status != st || !got.LeaseUntil.IsZero() {
@@ -305,7 +309,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		}
 		h.Wait(3 * tick)
 		for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
-			if rec := mustAcquire(t, s, "k-"+string(st), store.AcquireOptions{Lease: tick}, false); rec.Status != st || rec.Fence != 1 {
+			if rec := mustAcquire(t, s, "k-"+string(st), store.AcquireOptions{Lease: tick}, false); rec.Status != st || rec.Fence != fences[st] {
 				t.Errorf("acquire of a %s record = %+v", st, rec)
 			}
 		}
@@ -335,8 +339,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
 		// A passed deadline hands the record to the next acquire at once.
 		noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: timePtr(a.CreatedAt), Token: a.Token}))
-		if b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); b.Fence != 2 {
-			t.Errorf("takeover after the lease was moved back: fence %d, want 2", b.Fence)
+		if b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); b.Fence <= a.Fence {
+			t.Errorf("takeover after the lease was moved back: fence %d, want one above %d", b.Fence, a.Fence)
 		}
 		// Zero removes the lease.
 		c := mustAcquire(t, s, "z", store.AcquireOptions{Lease: tick}, true)
@@ -613,8 +617,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			t.Errorf("fn ran %d times, want 1", calls)
 		}
 		got := mustGet(t, s, "k", true)
-		if got.Status != store.StatusCompleted || string(got.Payload) != "r1" || !got.LeaseUntil.IsZero() || got.Fence != 1 {
-			t.Errorf("record after Do = %+v; want completed, r1, no lease, fence 1", got)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "r1" || !got.LeaseUntil.IsZero() || got.Fence == 0 {
+			t.Errorf("record after Do = %+v; want completed, r1, no lease, a fence", got)
 		}
 	})
 
@@ -736,11 +740,13 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 	t.Run("DoLeaseKeptAlive", func(t *testing.T) {
 		s := newStore(t)
 		lease := 2 * tick
+		var fence uint64
 		res, replayed, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
 			l, ok := store.LeaseFromContext(ctx)
-			if !ok || l.ID != "k" || l.Token == "" || l.Fence != 1 {
-				t.Errorf("LeaseFromContext = %+v, %v; want key k, a token, fence 1", l, ok)
+			if !ok || l.ID != "k" || l.Token == "" || l.Fence == 0 {
+				t.Errorf("LeaseFromContext = %+v, %v; want key k, a token, a fence", l, ok)
 			}
+			fence = l.Fence
 			// fn runs past its lease; the heartbeat keeps it, so a retry
 			// meanwhile is still in flight.
 			h.Wait(lease + tick)
@@ -754,8 +760,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		if string(res) != "A" || replayed || err != nil {
 			t.Errorf("long-running owner's Do = %q, %v, %v; want A, false, nil", res, replayed, err)
 		}
-		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
-			t.Errorf("record = %+v; want completed A, fence 1", got)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != fence {
+			t.Errorf("record = %+v; want completed A, fence %d (the lease's)", got, fence)
 		}
 	})
 
@@ -832,11 +838,16 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 	t.Run("DoCancelsFnWhenRecordLost", func(t *testing.T) {
 		s := newStore(t)
+		var other store.Record
 		_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: 3 * tick}, func(ctx context.Context) ([]byte, error) {
+			l, _ := store.LeaseFromContext(ctx)
 			noErr(t, s.Delete(ctx, "k"))
-			_, ok, err := s.AcquireWith(context.Background(), "k", doOpts) // another owner
+			rec, ok, err := s.AcquireWith(context.Background(), "k", doOpts) // another owner
 			if !ok || err != nil {
 				t.Errorf("AcquireWith = %v, %v", ok, err)
+			}
+			if other = rec; rec.Fence <= l.Fence {
+				t.Errorf("the other owner's fence %d is not above the first owner's %d", rec.Fence, l.Fence)
 			}
 			select {
 			case <-ctx.Done():
@@ -847,8 +858,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			}
 		})
 		wantErr(t, err, store.ErrStaleOwner)
-		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
-			t.Errorf("record = %+v; want the other owner's pending record", got)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != other.Fence {
+			t.Errorf("record = %+v; want the other owner's pending record (fence %d)", got, other.Fence)
 		}
 	})
 
@@ -1082,8 +1093,8 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 		}
 		done := h.Now()
 		got := mustGet(t, s, "k", true)
-		if got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
-			t.Errorf("record = %+v; want completed A, fence 1", got)
+		if got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence == 0 {
+			t.Errorf("record = %+v; want completed A, a fence", got)
 		}
 		within(t, "ExpiresAt after a run longer than the TTL", got.ExpiresAt, done.Add(ttl))
 		if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "A" || !replayed || err != nil {
@@ -1102,14 +1113,14 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 			t.Errorf("ExpiresAt = %v, want CreatedAt + TTL: the retention asked for", a.ExpiresAt)
 		}
 		h.Wait(2 * tick)
-		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
-			t.Errorf("record past its TTL, within its lease = %+v; want it pending", got)
+		if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != a.Fence {
+			t.Errorf("record past its TTL, within its lease = %+v; want it pending, fence %d", got, a.Fence)
 		}
 		mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
 		h.Wait(3 * tick)
 		mustGet(t, s, "k", false)
-		if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence != 1 {
-			t.Errorf("acquire after the lease and the TTL passed: fence %d, want 1 (a new record)", b.Fence)
+		if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence <= a.Fence {
+			t.Errorf("acquire after the lease and the TTL passed: fence %d, want one above %d (a new record)", b.Fence, a.Fence)
 		}
 	})
 
