@@ -299,21 +299,12 @@ func TestFenceAcrossRestartWithoutData(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	// The client redials; its first calls after the restart may find the
-	// connection gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		seen, err := claims.Seen(context.Background(), "m")
-		if err == nil {
-			if seen {
-				t.Fatal("the server kept its data across the restart: the test needs a server that loses it")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer after the restart: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A new client: the old one's connections died with the server.
+	c = newClient(t, srv.URL())
+	claims = store.NewClaims(c, store.WithPrefix("f:c:"))
+	records = store.NewRecords(c, store.WithPrefix("f:r:"))
+	if seen, err := claims.Seen(context.Background(), "m"); err != nil || seen {
+		t.Fatalf("Seen after the restart = %v, %v: the test needs a server that lost its data", seen, err)
 	}
 	if c2 := fenceOfClaimsDo(t, claims, "m"); c2 <= c1 {
 		t.Errorf("Claims.Do after the restart: fence %d, not above %d before it", c2, c1)

@@ -15,8 +15,10 @@ type MemoryClaims struct {
 	m   map[string]memClaim
 	ttl time.Duration
 	now func() time.Time
-	err error
-	ev  events
+	// fence is the last fence granted (clockFence), under mu.
+	fence uint64
+	err   error
+	ev    events
 }
 
 type memClaim struct {
@@ -47,19 +49,22 @@ func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
 }
 
 // claim is claim.lua: 1 created, 0 processed, -(ms left on the lease, at
-// least 1) in flight.
-func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int64 {
+// least 1) in flight; and, for a lease ("~<token>") created, its fence.
+func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) (int64, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if e, ok := s.get(id, now); ok {
 		if strings.HasPrefix(e.value, "~") {
-			return -max(e.expires.Sub(now).Milliseconds(), 1)
+			return -max(e.expires.Sub(now).Milliseconds(), 1), 0
 		}
-		return 0
+		return 0, 0
 	}
 	s.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: running}
-	return 1
+	if value == "1" {
+		return 1, 0 // a mark has no fence
+	}
+	return 1, clockFence(now, &s.fence)
 }
 
 // Claim is Claims.Claim.
@@ -79,7 +84,7 @@ func (s *MemoryClaims) claimOp(ctx context.Context, op, id string) (bool, error)
 	var n int64
 	err := s.check(ctx, "claim", id)
 	if err == nil {
-		n = s.claim(id, "1", s.ttl, false)
+		n, _ = s.claim(id, "1", s.ttl, false)
 	}
 	if s.ev.obs != nil {
 		s.ev.report(ctx, op, "", id, 1, outcome(err, claimOutcome(n)), start, err)
@@ -111,7 +116,7 @@ func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, err
 	}
 	out := make([]bool, len(ids))
 	for i, id := range ids {
-		n := s.claim(id, "1", s.ttl, false)
+		n, _ := s.claim(id, "1", s.ttl, false)
 		tally.add(claimOutcome(n))
 		out[i] = n == 1
 	}
@@ -237,7 +242,8 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 	token := newToken()
 	held := "~" + token
 	sent := time.Now() // the local lease deadline counts from here
-	switch n := s.claim(id, held, lease, true); {
+	n, fence := s.claim(id, held, lease, true)
+	switch {
 	case n == 0:
 		return false, OutcomeDuplicate, nil
 	case n < 0:
@@ -259,7 +265,7 @@ func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, f
 		extend = s.ev.observeExtend(id, "", OutcomeLeaseLost, extend)
 	}
 	hb := startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
-	hb.confirm(Lease{ID: id, Token: token}, sent)
+	hb.confirm(Lease{ID: id, Token: token, Fence: fence}, sent)
 	out, err := runLeased(ctx, hb, id, fn,
 		func(context.Context) (int64, error) { // commit.lua
 			s.mu.Lock()

@@ -232,7 +232,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	// have to leave before the claim's reply is back.
 	hb := startHeartbeat(ctx, lease, time.Now(), "do", ErrLeaseLost, extend)
 	var sent time.Time
-	n, err := replyInt("do", id, s.execSent(ctx, scriptClaim, key, &sent, leaseMS, value))
+	n, fence, err := replyClaimed("do", id, s.execSent(ctx, scriptClaim, key, &sent, leaseMS, value))
 	if err != nil || n != 1 {
 		hb.stop()
 	}
@@ -246,7 +246,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		// claim.lua answers -(ms left on the holder's lease)
 		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
-	hb.confirm(Lease{ID: id, Token: token}, sent)
+	hb.confirm(Lease{ID: id, Token: token, Fence: fence}, sent)
 	out, err := runLeased(ctx, hb, id, fn,
 		func(ctx context.Context) (int64, error) {
 			return replyInt("commit", id, s.exec(ctx, scriptCommit, key, token, s.ttlMS.ms(s.ttl)))

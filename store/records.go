@@ -189,7 +189,8 @@ type recordOps interface {
 	// acquire takes token, the new owner token (newToken), as an argument:
 	// Do's heartbeat renews with it before the acquire's reply is back.
 	// sent, when not nil, receives the time the command that ran was sent.
-	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error)
+	// It answers acquiredNot, acquiredNew or acquiredTakeover.
+	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, int64, error)
 	update(ctx context.Context, op, key string, u Update) error
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
@@ -302,6 +303,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		sent     time.Time
 		rec      Record
 		acquired bool
+		got      int64 // acquire's answer: acquiredNot, acquiredNew or acquiredTakeover
 	)
 	// try acquires the key, its heartbeat started before the acquire is
 	// sent: the local lease deadline counts from the send time (see
@@ -309,7 +311,8 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	try := func() error {
 		hb = startHeartbeat(ctx, o.Lease, time.Now(), "do", ErrStaleOwner, renew)
 		var err error
-		rec, acquired, err = s.acquire(ctx, "do", key, o, token, &sent)
+		rec, got, err = s.acquire(ctx, "do", key, o, token, &sent)
+		acquired = got != acquiredNot
 		if err != nil || !acquired {
 			hb.stop()
 		}
@@ -335,7 +338,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	if err != nil {
 		return nil, false, outcome(err, OutcomeError), err
 	}
-	if ev.obs != nil && acquired && rec.Fence > 1 {
+	if ev.obs != nil && got == acquiredTakeover {
 		// a takeover is worth an alert of its own: report it apart
 		ev.report(ctx, "acquire", acquireScript, key, 1, OutcomeTakenOver, start, nil)
 	}
@@ -388,11 +391,11 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		// The record is gone (expired or deleted) and nobody holds the key:
 		// writing the outcome again records the only effect that completed
 		// (a caller that acquired the key meanwhile and failed deleted it).
-		again, ok, err := s.acquire(wctx, "do", key, o, newToken(), nil)
+		again, got, err := s.acquire(wctx, "do", key, o, newToken(), nil)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if got == acquiredNot {
 			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
 		}
 		return retryLost(wctx, func(ctx context.Context) error {

@@ -17,8 +17,10 @@ type MemoryRecords struct {
 	m   map[string]*memRecord
 	ttl time.Duration
 	now func() time.Time
-	err error
-	ev  events
+	// fence is the last fence granted (clockFence), under mu.
+	fence uint64
+	err   error
+	ev    events
 	// waits are the channels waiters (AcquireOptions.Wait) block on, by key:
 	// closed by the write that ends the pending record.
 	waits map[string]chan struct{}
@@ -122,22 +124,24 @@ func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOp
 	if s == nil {
 		return Record{}, false, nilStore("acquire", key, "MemoryRecords")
 	}
-	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
-	s.ev.report(ctx, "acquire", "", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
-	return rec, ok, err
+	rec, got, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "acquire", "", key, 1, outcome(err, acquireOutcome(got)), start, err)
+	}
+	return rec, got != acquiredNot, err
 }
 
 // acquire is acquire.lua, with token the new owner token.
-func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
+func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, int64, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if err := o.check(op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if o.TTL == 0 {
 		o.TTL = s.ttl
@@ -145,33 +149,35 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 	stamp(sent)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.nowMS()
+	clock := s.now()
+	now := clock.UnixMilli()
 	var leaseUntil int64
 	if o.Lease > 0 {
 		leaseUntil = now + durMS(o.Lease)
 	}
 	if r, ok := s.live(key, now); ok {
 		if o.Fingerprint != "" && r.fp != "" && o.Fingerprint != r.fp {
-			return Record{}, false, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
+			return Record{}, acquiredNot, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 		}
 		// acquire.lua: a record at the largest fence (19 nines) is never taken over.
 		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token || r.fence >= MaxFence {
-			return r.record(key, false), false, nil
+			return r.record(key, false), acquiredNot, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now
 		if op == "do" {
 			r.running = token
 		}
-		r.fence++
+		// max(fence + 1, the clock's): + 1 wins only over a fence ahead of the clock.
+		r.fence = max(r.fence+1, clockFence(clock, &s.fence))
 		if r.fp == "" {
 			r.fp = o.Fingerprint
 		}
-		return r.record(key, true), true, nil
+		return r.record(key, true), acquiredTakeover, nil
 	}
 	r := &memRecord{
 		status:  string(StatusPending),
 		created: now, updated: now, lease: leaseUntil,
-		fence: 1, fp: o.Fingerprint, token: token,
+		fence: clockFence(clock, &s.fence), fp: o.Fingerprint, token: token,
 	}
 	if op == "do" {
 		r.running = token
@@ -180,7 +186,7 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 		r.expires = now + durMS(o.TTL)
 	}
 	s.m[key] = r
-	return r.record(key, true), true, nil
+	return r.record(key, true), acquiredNew, nil
 }
 
 // Get is Records.Get.

@@ -97,23 +97,25 @@ func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions)
 	if s == nil {
 		return Record{}, false, nilStore("acquire", key, "Records")
 	}
-	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
+	var start time.Time
+	if s.ev.obs != nil {
+		start = time.Now()
 	}
-	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
-	s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
-	return rec, ok, err
+	rec, got, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
+	if s.ev.obs != nil {
+		s.ev.report(ctx, "acquire", "acquire", key, 1, outcome(err, acquireOutcome(got)), start, err)
+	}
+	return rec, got != acquiredNot, err
 }
 
 // acquire is AcquireWith with token the new owner token (minted by the caller:
 // Do's heartbeat starts before the acquire is sent).
-func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, int64, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if err := o.check(op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if o.TTL == 0 {
 		o.TTL = s.ttl
@@ -121,29 +123,33 @@ func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions,
 	return parseAcquired(op, key, s.execSent(ctx, scriptAcquire, s.key(key), sent, s.ttlMS.ms(o.TTL), token, o.Fingerprint, s.leaseMS.ms(o.Lease)))
 }
 
-// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
-// and a token exactly when acquired; with ErrNotReplicated when its replicas
-// did not confirm it.
-func parseAcquired(op, key string, r reply) (Record, bool, error) {
+// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 (not
+// acquired), 1 (created) or 2 (taken over), a token exactly when acquired,
+// and a fence above 0; with ErrNotReplicated when its replicas did not
+// confirm it.
+func parseAcquired(op, key string, r reply) (Record, int64, error) {
 	arr, err := replyArray(op, key, r, 10)
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if !arr[0].IsInt64() {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
 	}
-	acquired, _ := arr[0].AsInt64()
-	if acquired != 0 && acquired != 1 {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", acquired)
+	got, _ := arr[0].AsInt64()
+	if got != acquiredNot && got != acquiredNew && got != acquiredTakeover {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", got)
 	}
 	rec, err := parseRecord(op, key, arr[1:])
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
-	if (acquired == 1) != (rec.Token != "") {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
+	if (got != acquiredNot) != (rec.Token != "") {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", got, rec.Token)
 	}
-	return rec, acquired == 1, r.replicated(op, key)
+	if rec.Fence == 0 {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "fence 0")
+	}
+	return rec, got, r.replicated(op, key)
 }
 
 // Get returns key's record, without its token, and true; (Record{}, false,
