@@ -67,6 +67,12 @@ func normFences(got string, lo, hi uint64) string {
 	})
 }
 
+// createdFence reports whether r holds the fence it was created with (never
+// taken over): the server's clock in ns at CreatedAt, the same TIME read.
+func createdFence(r store.Record) bool {
+	return r.Fence != 0 && r.Fence/1_000_000 == uint64(r.CreatedAt.UnixMilli())
+}
+
 // evalRaw runs script name on keys with args and returns the raw reply.
 func evalRaw(t *testing.T, c rueidis.Client, name string, keys []string, args ...string) rueidis.RedisMessage {
 	t.Helper()

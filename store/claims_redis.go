@@ -161,7 +161,9 @@ func (s *Claims) Forget(ctx context.Context, id string) error {
 //   - otherwise fn runs, and while it runs the lease is extended every
 //     lease/4 (extend.lua, fenced by the token), so a live consumer never
 //     loses it however long fn takes. fn's context carries the Lease
-//     (LeaseFromContext) and never outlives the lease: Do keeps a local
+//     (LeaseFromContext: the token, and a fence above every fence granted
+//     for the id before, for a downstream check) and never outlives the
+//     lease: Do keeps a local
 //     lease deadline (the send time of the last successful claim or
 //     extension, plus lease, minus 1% and up to 20 ms), cancels fn's context
 //     there with a cause wrapping ErrLeaseLost (context.Cause) unless an

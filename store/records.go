@@ -82,9 +82,15 @@ type Record struct {
 	// LeaseUntil is when the current owner's lease passes; zero: no lease (the
 	// record is not pending, or was acquired without one).
 	LeaseUntil time.Time
-	// Fence counts the acquisitions of this incarnation of the record: 1 when it
-	// is created, +1 on every takeover. It restarts at 1 when the record is
-	// deleted or expires and is created again.
+	// Fence is the fencing token of the record's current owner, never 0: the
+	// store's clock (the server's TIME for Records) in nanoseconds since the
+	// epoch at microsecond precision when the record was created, and
+	// max(Fence + 1, the clock) at every takeover. It is above every fence
+	// granted before for the key, across a takeover, Delete, expiry and a
+	// restart of a Redis server that lost its data; past 2^53, so keep it as
+	// a uint64 or a decimal string. Lease.Fence and docs/guarantees.md
+	// ("Fences") say the same and give the limits (a clock stepped back, a
+	// failover to a server whose clock is behind).
 	Fence uint64
 	// Token is the owner's token. It is set only in the Record returned to the
 	// caller that acquired it (acquired == true); reads and other callers get "".
@@ -131,7 +137,7 @@ type AcquireOptions struct {
 	TTL time.Duration
 	// Lease is how long the caller owns a new record, or one it takes over,
 	// while it does the work. Once the lease passes, the next acquire of the
-	// pending record takes it over with a new token and Fence + 1, and the
+	// pending record takes it over with a new token and a higher Fence, and the
 	// former owner's fenced Update and DeleteFenced fail with ErrStaleOwner.
 	// Default 0: no lease, a pending record is never taken over (it waits for
 	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.

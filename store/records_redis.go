@@ -83,11 +83,12 @@ func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (R
 
 // AcquireWith acquires key's record in one script:
 //
-//   - no record: it is created, pending, with a new owner token, Fence 1, a
-//     lease of o.Lease and an expiry of o.TTL, and returned with true;
+//   - no record: it is created, pending, with a new owner token, a Fence
+//     (the server's clock in ns), a lease of o.Lease and an expiry of o.TTL,
+//     and returned with true;
 //   - a pending record whose lease has passed: it is taken over (new token,
-//     Fence + 1, a new lease; status, payload, creation and expiry kept) and
-//     returned with true;
+//     Fence max(Fence + 1, the server's clock), a new lease; status, payload,
+//     creation and expiry kept) and returned with true;
 //   - any other record: returned unchanged with false and without its token;
 //   - o.Fingerprint differs from the record's: ErrFingerprintMismatch.
 //
@@ -336,7 +337,7 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // an Update that moved the lease), Do returns fn's result with ErrStaleOwner
 // and the new owner's record is left alone. A final write that finds the
 // record gone (it expired, or was deleted, and nobody acquired the key since)
-// creates it again with fn's outcome (fence 1, the TTL counted from now); if
+// creates it again with fn's outcome (a new fence, the TTL counted from now); if
 // another caller acquired the key in between, ErrLeaseLost. A final write
 // that fails on the way (a lost connection, a failed redial) is retried: it
 // is idempotent, and a retry that applies proves the record still holds this
