@@ -536,13 +536,20 @@ func reportAck(ctx context.Context, ev *events, op, script, conn string, ids, n 
 	}
 }
 
-// acquireOutcome is what an acquire without an error did: a record acquired
-// with a fence above 1 was taken over from an owner whose lease had passed.
-func acquireOutcome(acquired bool, fence uint64) Outcome {
-	switch {
-	case !acquired:
+// The answers of an acquire (acquire.lua's acquired flag): the record was
+// left as it is, created, or taken over from an owner whose lease had passed.
+const (
+	acquiredNot      int64 = 0
+	acquiredNew      int64 = 1
+	acquiredTakeover int64 = 2
+)
+
+// acquireOutcome is what an acquire without an error did.
+func acquireOutcome(got int64) Outcome {
+	switch got {
+	case acquiredNot:
 		return outExisting
-	case fence > 1:
+	case acquiredTakeover:
 		return outTakenOver
 	}
 	return outAcquired
