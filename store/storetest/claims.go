@@ -478,7 +478,7 @@ func claimsDoReportsExtensions(t *testing.T, x *claimsSuite) {
 func claimsDoContextDeadline(t *testing.T, x *claimsSuite) {
 	h, ctx, newStore := x.h, x.ctx, x.newStore
 	// fn's context reports the local lease deadline: after the claim was
-	// sent, at most a lease after it (issue 20).
+	// sent, at most a lease after it.
 	s := newStore(t)
 	lease := 10 * h.Tick
 	before := time.Now()

@@ -927,7 +927,7 @@ func recordsDoLeaseKeptAlive(t *testing.T, x *recordsSuite) {
 func recordsDoContextDeadline(t *testing.T, x *recordsSuite) {
 	h, ctx, newStore := x.h, x.ctx, x.newStore
 	// fn's context reports the local lease deadline: after the acquire
-	// was sent, at most a lease after it (issue 20).
+	// was sent, at most a lease after it.
 	s := newStore(t)
 	lease := 10 * h.Tick
 	before := time.Now()
