@@ -56,7 +56,7 @@ func TestRecordsHashIsCorrupt(t *testing.T) {
 	}
 
 	prefix := uniquePrefix(t)
-	s := store.NewRecords(c, store.WithPrefix(prefix))
+	s := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
 	seed(prefix + "h")
 	if _, _, err := s.Get(ctx, "h"); !errors.Is(err, store.ErrUnexpectedReply) {
 		t.Errorf("Get of a hash: %v, want ErrUnexpectedReply", err)

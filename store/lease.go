@@ -46,8 +46,8 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 
 type extendHookKey struct{}
 
-// OnExtend returns a copy of ctx under which Claims.Do, Records.Do and their
-// memory twins call fn after each successful extension of their lease, with
+// OnExtend returns a copy of ctx under which Claims.Do and Records.Do (on
+// either backend) call fn after each successful extension of their lease, with
 // the lease fn holds (the one LeaseFromContext gives). It is for a caller that
 // must keep another timer in step with the lease, such as a broker's
 // redelivery timeout (JetStream's InProgress, an SQS visibility timeout).
