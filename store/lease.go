@@ -403,7 +403,7 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 //
 // Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
 // that its commit was retried (a retry finding the processed mark is its own
-// first attempt having landed only under the conditions runLeased checks), and
+// first attempt having landed only under the conditions Claims.commit checks), and
 // a retried command would have to be pinned against the rueidis race in
 // docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
 // ClientOption.DisableRetry, which a rueidis.Client does not expose.
