@@ -78,8 +78,8 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 
 type extendHookKey struct{}
 
-// OnExtend returns a copy of ctx under which Claims.Do, Records.Do and their
-// memory twins call fn after each successful extension of their lease, with
+// OnExtend returns a copy of ctx under which Claims.Do and Records.Do (on
+// either backend) call fn after each successful extension of their lease, with
 // the lease fn holds (the one LeaseFromContext gives). It is for a caller that
 // must keep another timer in step with the lease, such as a broker's
 // redelivery timeout (JetStream's InProgress, an SQS visibility timeout).
@@ -435,7 +435,7 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 //
 // Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
 // that its commit was retried (a retry finding the processed mark is its own
-// first attempt having landed only under the conditions runLeased checks), and
+// first attempt having landed only under the conditions Claims.commit checks), and
 // a retried command would have to be pinned against the rueidis race in
 // docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
 // ClientOption.DisableRetry, which a rueidis.Client does not expose.
