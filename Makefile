@@ -100,13 +100,14 @@ test: redis-server noncgo-deps netns-deps
 # warm): go vet in every module, then the tests that need no redis-server —
 # the unit tests, the memory twins against the conformance suites, the
 # scripts' headers and snippets, the docs' snippets and links — with Go's test
-# cache on, so only what a change touches runs again. make test is the whole.
+# cache on, so only what a change touches runs again (-short: the store's
+# conformance suites on Redis skip). make test is the whole.
 CHECK_PKGS := . ./store/... ./httpidem/... ./internal/delivery ./internal/inflight ./internal/recordlayout \
 	./cmd/redisonce/internal/inspect ./cmd/redisonce/internal/server
 check:
 	GOWORK=off $(GO) vet ./...
 	for m in scripts_test adapters/gojob $(OBSERVE_MODULES) $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
-	GOWORK=off $(GO) test -timeout 5m $(CHECK_PKGS)
+	GOWORK=off $(GO) test -short -timeout 5m $(CHECK_PKGS)
 	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) test -timeout 5m ./...) || exit 1; done
 	$(MODFILES_UNCHANGED)
 
