@@ -1,0 +1,5 @@
+package postgres_test
+
+const workerEnv = "REDISONCE_PGINBOX_WORKER"
+
+func runWorker() error { return nil }
