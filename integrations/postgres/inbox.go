@@ -361,13 +361,13 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 	}
 	if err != nil {
 		ib.failed.Add(1)
-		return ib.sqlError(id, "record the lease", err)
+		return ib.sqlError(ctx, id, "record the lease", err)
 	}
 
 	tx, err := ib.db.BeginTx(ctx, ib.txOptions)
 	if err != nil {
 		ib.failed.Add(1)
-		return ib.sqlError(id, "begin", err)
+		return ib.sqlError(ctx, id, "begin", err)
 	}
 	done := false
 	defer func() {
@@ -385,7 +385,7 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 	tag, err := tx.Exec(ctx, ib.sqlFinish, id, fence, l.Token)
 	if err != nil {
 		ib.failed.Add(1)
-		return ib.sqlError(id, "mark processed", err)
+		return ib.sqlError(ctx, id, "mark processed", err)
 	}
 	if tag.RowsAffected() != 1 {
 		done = true
@@ -397,7 +397,7 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 	done = true
 	if err := tx.Commit(ctx); err != nil {
 		ib.failed.Add(1)
-		return ib.sqlError(id, "commit (its outcome is unknown: the next delivery finds the row processed or not)", err)
+		return ib.sqlError(ctx, id, "commit (its outcome is unknown: the next delivery finds the row processed or not)", err)
 	}
 	r.result = resultCommitted
 	ib.committed.Add(1)
@@ -422,7 +422,7 @@ func (ib *Inbox) refused(ctx context.Context, id, fence string, r *attempt) erro
 		return fmt.Errorf("redisonce: inbox %q: %w: the inbox row is gone (pruned while this lease was at work? keep the retention far above the lease)", id, store.ErrStaleOwner)
 	case err != nil:
 		ib.failed.Add(1)
-		return ib.sqlError(id, "read the row", err)
+		return ib.sqlError(ctx, id, "read the row", err)
 	case processed:
 		r.result = resultProcessed
 		ib.alreadyProcessed.Add(1)
@@ -437,7 +437,11 @@ func (ib *Inbox) refused(ctx context.Context, id, fence string, r *attempt) erro
 // sqlError wraps a database error with the operation and the id; a missing
 // table (SQLSTATE 42P01) says how to create it. The *pgconn.PgError stays
 // reachable with errors.As.
-func (ib *Inbox) sqlError(id, what string, err error) error {
+func (ib *Inbox) sqlError(ctx context.Context, id, what string, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		// The lease's loss (store.ErrLeaseLost) says more than "context canceled".
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
 		return fmt.Errorf("redisonce: inbox %q: %s: the inbox table %s does not exist (Inbox.CreateTable creates it, or run inbox.sql): %w", id, what, ib.table, err)
