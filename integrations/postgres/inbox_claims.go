@@ -58,8 +58,10 @@ func (c inboxClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error)
 	return c.claims.SeenMany(ctx, ids)
 }
 
-func (c inboxClaims) Remember(ctx context.Context, id string) error { return c.claims.Remember(ctx, id) }
-func (c inboxClaims) Forget(ctx context.Context, id string) error   { return c.claims.Forget(ctx, id) }
+func (c inboxClaims) Remember(ctx context.Context, id string) error {
+	return c.claims.Remember(ctx, id)
+}
+func (c inboxClaims) Forget(ctx context.Context, id string) error { return c.claims.Forget(ctx, id) }
 
 // Close closes the claim store the inbox was given.
 func (c inboxClaims) Close() error { return c.claims.Close() }
