@@ -53,7 +53,7 @@ type InboxDB interface {
 //
 // It is safe for concurrent use when its InboxDB is (a *pgxpool.Pool is).
 type Inbox struct {
-	claims     store.ClaimStore
+	claims     claimer
 	db         InboxDB
 	table      string // the sanitized table name, ready for SQL
 	index      string // the sanitized index name
@@ -141,12 +141,24 @@ func WithInboxTxOptions(o pgx.TxOptions) InboxOption {
 	}
 }
 
-// NewInbox returns an inbox that claims ids in claims (a *store.Claims on
-// Redis, or store.MemoryClaims in a test) and records them in db. An invalid
+// claimer is the one method of *store.Claims the inbox uses.
+type claimer interface {
+	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error)
+}
+
+// NewInbox returns an inbox that claims ids in claims (on Redis, or
+// store.NewMemoryClaims in a test) and records them in db. An invalid
 // option, a nil claims or a nil db is an error wrapping
 // store.ErrInvalidArgument. NewInbox does not touch the database: create the
 // table with CreateTable, or have a DBA run inbox.sql.
-func NewInbox(claims store.ClaimStore, db InboxDB, opts ...InboxOption) (*Inbox, error) {
+func NewInbox(claims *store.Claims, db InboxDB, opts ...InboxOption) (*Inbox, error) {
+	if claims == nil {
+		return newInbox(nil, db, opts...)
+	}
+	return newInbox(claims, db, opts...)
+}
+
+func newInbox(claims claimer, db InboxDB, opts ...InboxOption) (*Inbox, error) {
 	if claims == nil || db == nil {
 		return nil, fmt.Errorf("redisonce: new inbox: %w: a nil claim store or database", store.ErrInvalidArgument)
 	}
@@ -332,6 +344,39 @@ func (ib *Inbox) check(ctx context.Context, id string, lease time.Duration, fn f
 	return nil
 }
 
+// Apply is Do's work in Postgres, for a fn that already holds the claim: the
+// handler of a consumer that runs it through its own *store.Claims (the
+// streams runner, the jetstream, kafka, watermill and asynq integrations), or
+// a Claims.Do of yours. It reads the claim from ctx (store.LeaseFromContext:
+// the id, the owner token, the fence), records the lease in the id's inbox
+// row, and runs fn and marks the row processed in one transaction (Do's steps
+// 2 and 3); the claim's commit in Redis is the caller's, after Apply returns
+// nil.
+//
+// It returns nil when fn's transaction committed, and also when the row was
+// processed already (fn is skipped: a redelivery after "SQL committed, Redis
+// not", or Redis lost the mark): in both cases the effect is in the database
+// once, and the message can be acknowledged. A lease a newer one replaced is
+// an error wrapping store.ErrStaleOwner, and nothing is committed; fn's
+// error, or a statement's, is returned as it is, after the rollback. Outside
+// a claim's fn (no lease in ctx), or with an id the row cannot hold (not
+// UTF-8, or with NUL), it returns an error wrapping store.ErrInvalidArgument,
+// marked store.Permanent (a redelivery cannot fix it), and writes nothing.
+func (ib *Inbox) Apply(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if ib == nil || ctx == nil || fn == nil {
+		return store.Permanent(fmt.Errorf("redisonce: inbox apply: %w: nil *Inbox, context or fn", store.ErrInvalidArgument))
+	}
+	l, ok := store.LeaseFromContext(ctx)
+	if !ok || l.Token == "" {
+		return store.Permanent(fmt.Errorf("redisonce: inbox apply: %w: no claim in the context: call Apply in the fn of a Claims.Do, or in a consumer's handler", store.ErrInvalidArgument))
+	}
+	if !utf8.ValidString(l.ID) || strings.ContainsRune(l.ID, 0) {
+		return store.Permanent(fmt.Errorf("redisonce: inbox %q: %w: the id must be valid UTF-8 without NUL (the inbox row's key is text)", l.ID, store.ErrInvalidArgument))
+	}
+	var r attempt
+	return ib.apply(ctx, l.ID, fn, &r)
+}
+
 type result int
 
 const (
@@ -351,7 +396,7 @@ type attempt struct {
 func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, pgx.Tx) error, r *attempt) error {
 	l, ok := store.LeaseFromContext(ctx)
 	if !ok || l.Token == "" {
-		return fmt.Errorf("redisonce: inbox %q: %w: the claim store gave fn no lease (store.LeaseFromContext)", id, store.ErrUnexpectedReply)
+		return fmt.Errorf("redisonce: inbox %q: %w: the claim gave fn no lease (store.LeaseFromContext)", id, store.ErrUnexpectedReply)
 	}
 	fence := strconv.FormatUint(l.Fence, 10)
 	var claimed bool

@@ -15,11 +15,11 @@ import (
 	"github.com/redisonce/redisonce/streams"
 )
 
-// TestClaimStoreUnderStreams: the Streams runner, given Inbox.ClaimStore and
-// a WithTx handler, applies each payment once in Postgres: payments XADDed
+// TestWithTxUnderStreams: the Streams runner, with a WithTx handler,
+// applies each payment once in Postgres: payments XADDed
 // twice, and every payment XADDed again after FLUSHALL of the claims (the
 // stream itself re-created), run once.
-func TestClaimStoreUnderStreams(t *testing.T) {
+func TestWithTxUnderStreams(t *testing.T) {
 	e := newInboxEnv(t)
 	rc := newRedis(t, e.rurl)
 	credit := func(ctx context.Context, tx pgx.Tx, m streams.Message) error {
@@ -63,7 +63,8 @@ func TestClaimStoreUnderStreams(t *testing.T) {
 	run := func(round int) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
-		c, err := streams.New(rc, e.inbox.ClaimStore(), "payments", "ledger", fmt.Sprintf("w%d", round), postgres.WithTx(credit),
+		c, err := streams.New(rc, store.NewClaims(rc, store.WithPrefix("runner:")), "payments", "ledger", fmt.Sprintf("w%d", round),
+			postgres.WithTx(e.inbox, credit),
 			streams.WithIDField("payment_id"), streams.WithLease(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -101,18 +102,36 @@ func TestClaimStoreUnderStreams(t *testing.T) {
 	}
 	st := e.inbox.Stats()
 	t.Logf("inbox stats: %+v", st)
-	if st.Committed != n || st.AlreadyProcessed < n {
+	// Round 1: n committed, the copies answered by Redis (the runner's
+	// claims). Round 2, Redis flushed: each payment's first copy found its
+	// row processed, its second copy answered by Redis again.
+	if st.Committed != n || st.AlreadyProcessed != n {
 		t.Fatalf("stats %+v: want %d committed, and the second round's %d found processed in Postgres", st, n, n)
 	}
 }
 
-func TestWithTxOutsideTheInbox(t *testing.T) {
+// TestApplyOutsideAClaim: without a claim in the context, Apply and WithTx
+// refuse, permanently, before any statement.
+func TestApplyOutsideAClaim(t *testing.T) {
+	e := newInboxEnv(t)
 	called := false
-	h := postgres.WithTx(func(context.Context, pgx.Tx, string) error { called = true; return nil })
-	if err := h(context.Background(), "m"); !errors.Is(err, store.ErrInvalidArgument) || called {
-		t.Fatalf("WithTx outside an inbox Do: %v (h called: %v)", err, called)
+	h := postgres.WithTx(e.inbox, func(context.Context, pgx.Tx, string) error { called = true; return nil })
+	before := e.stmts.Load()
+	err := h(context.Background(), "m")
+	if !errors.Is(err, store.ErrInvalidArgument) || !store.IsPermanent(err) || called {
+		t.Fatalf("WithTx outside a claim: %v (permanent %v, h called: %v)", err, store.IsPermanent(err), called)
 	}
-	if _, ok := postgres.TxFromContext(context.Background()); ok {
-		t.Fatal("TxFromContext found a transaction in a bare context")
+	if err := postgres.WithTx[string](nil, nil)(e.ctx, "m"); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("WithTx(nil, nil): %v", err)
+	}
+	// A claim whose id the text key cannot hold.
+	_, err = store.NewMemoryClaims().Do(e.ctx, "a\xffb", time.Second, func(ctx context.Context) error {
+		return e.inbox.Apply(ctx, pay("a\xffb", 1))
+	})
+	if !errors.Is(err, store.ErrInvalidArgument) || !store.IsPermanent(err) {
+		t.Fatalf("Apply with a non-UTF-8 id: %v", err)
+	}
+	if d := e.stmts.Load() - before; d != 0 {
+		t.Fatalf("refused calls sent %d statements", d)
 	}
 }

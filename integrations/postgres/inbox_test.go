@@ -245,10 +245,10 @@ func TestInboxPanicRollsBack(t *testing.T) {
 // blindClaims hides the loss of the lease from fn and the inbox's
 // statements (its context is never cancelled), as for a process paused right
 // after its last look at the lease: only the database can refuse it.
-type blindClaims struct{ store.ClaimStore }
+type blindClaims struct{ postgres.Claimer }
 
 func (b blindClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error) {
-	return b.ClaimStore.Do(ctx, id, lease, func(ctx context.Context) error { return fn(context.WithoutCancel(ctx)) })
+	return b.Claimer.Do(ctx, id, lease, func(ctx context.Context) error { return fn(context.WithoutCancel(ctx)) })
 }
 
 // TestInboxLostLeaseCommitsNothing: an older owner loses its lease while fn
@@ -263,7 +263,7 @@ func TestInboxLostLeaseCommitsNothing(t *testing.T) {
 		t.Run(map[bool]string{true: "newer commits first", false: "older commits first"}[newerFirst], func(t *testing.T) {
 			e := newInboxEnv(t)
 			rc := newRedis(t, e.rurl)
-			blind, err := postgres.NewInbox(blindClaims{store.NewClaims(rc, store.WithPrefix("in:"))}, e.pool)
+			blind, err := postgres.NewInboxWithClaimer(blindClaims{store.NewClaims(rc, store.WithPrefix("in:"))}, e.pool)
 			if err != nil {
 				t.Fatal(err)
 			}

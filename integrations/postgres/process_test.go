@@ -50,12 +50,12 @@ const procLease = 1500 * time.Millisecond
 // hookClaims runs the aftersql hook between fn's SQL commit and the claim's
 // commit in Redis.
 type hookClaims struct {
-	store.ClaimStore
+	postgres.Claimer
 	hook func(id string)
 }
 
 func (h hookClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error) {
-	return h.ClaimStore.Do(ctx, id, lease, func(ctx context.Context) error {
+	return h.Claimer.Do(ctx, id, lease, func(ctx context.Context) error {
 		err := fn(ctx)
 		if err == nil {
 			h.hook(id)
@@ -94,7 +94,7 @@ func runWorker() error {
 		return err
 	}
 	defer c.Close()
-	var claims store.ClaimStore = c
+	var claims postgres.Claimer = c
 	if os.Getenv("WORKER_BLIND") == "1" {
 		claims = blindClaims{claims}
 	}
@@ -104,7 +104,7 @@ func runWorker() error {
 			<-gate(id)
 		}
 	}}
-	ib, err := postgres.NewInbox(claims, pool)
+	ib, err := postgres.NewInboxWithClaimer(claims, pool)
 	if err != nil {
 		return err
 	}
