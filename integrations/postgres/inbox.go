@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -180,7 +179,7 @@ func newInbox(claims claimer, db InboxDB, opts ...InboxOption) (*Inbox, error) {
 	// once, so an older owner still at work finds it replaced when it comes
 	// to mark the row processed, and nobody waits for that owner's
 	// transaction to get here.
-	ib.sqlClaim = `INSERT INTO ` + t + ` AS t (id, fence, owner, updated_at) VALUES ($1, $2::text::numeric, $3, now())
+	ib.sqlClaim = `INSERT INTO ` + t + ` AS t (id, fence, owner, updated_at) VALUES ($1, $2, $3, now())
 ON CONFLICT (id) DO UPDATE SET fence = excluded.fence, owner = excluded.owner, updated_at = excluded.updated_at
 WHERE t.processed_at IS NULL AND t.fence <= excluded.fence
 RETURNING true`
@@ -189,7 +188,7 @@ RETURNING true`
 	// processed. The row lock is taken here, at the end, so a newer owner's
 	// claim statement never waits for an older owner's fn.
 	ib.sqlFinish = `UPDATE ` + t + ` SET processed_at = now(), updated_at = now()
-WHERE id = $1 AND fence = $2::text::numeric AND owner = $3 AND processed_at IS NULL`
+WHERE id = $1 AND fence = $2 AND owner = $3 AND processed_at IS NULL`
 	// One bounded batch; rows locked by a transaction at work are skipped.
 	ib.sqlPrune = `DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + `
 WHERE updated_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
@@ -398,7 +397,7 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 	if !ok || l.Token == "" {
 		return fmt.Errorf("redisonce: inbox %q: %w: the claim gave fn no lease (store.LeaseFromContext)", id, store.ErrUnexpectedReply)
 	}
-	fence := strconv.FormatUint(l.Fence, 10)
+	fence := l.Fence
 	var claimed bool
 	err := ib.db.QueryRow(ctx, ib.sqlClaim, id, fence, l.Token).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -456,7 +455,7 @@ const rollbackBudget = 5 * time.Second
 // refused classifies a row this lease may not write: processed already
 // (resultProcessed, nil: fn is skipped and the claim commits) or held by a
 // newer lease (resultStale, ErrStaleOwner).
-func (ib *Inbox) refused(ctx context.Context, id, fence string, r *attempt) error {
+func (ib *Inbox) refused(ctx context.Context, id string, fence uint64, r *attempt) error {
 	var rowFence string
 	var processed bool
 	err := ib.db.QueryRow(ctx, ib.sqlState, id).Scan(&rowFence, &processed)
@@ -475,7 +474,7 @@ func (ib *Inbox) refused(ctx context.Context, id, fence string, r *attempt) erro
 	default:
 		r.result = resultStale
 		ib.stale.Add(1)
-		return fmt.Errorf("redisonce: inbox %q: %w: the inbox row belongs to a newer lease (fence %s, this one %s); nothing was committed", id, store.ErrStaleOwner, rowFence, fence)
+		return fmt.Errorf("redisonce: inbox %q: %w: the inbox row belongs to a newer lease (fence %s, this one %d); nothing was committed", id, store.ErrStaleOwner, rowFence, fence)
 	}
 }
 
