@@ -148,9 +148,11 @@ demo: redis-server
 # bench: the Go benchmarks (for benchstat), then the side-by-side comparison
 # (scripts_test/cmd/benchcmp) on a redis-server of its own, pinned like
 # BENCHMARKS.md says when taskset is there: server on CPU 0, client on CPU 1.
-# The comparison's report is also written to bin/bench.md.
+# The comparison's report is also written to bin/bench.md. Then the Postgres
+# inbox beside a SQL-only inbox (BENCHMARKS.md, "The Postgres inbox").
 BENCHFLAGS ?=
-bench: redis-server
+INBOXBENCHFLAGS ?=
+bench: redis-server postgres-deps
 	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
 	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
 	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
@@ -160,6 +162,10 @@ bench: redis-server
 	  echo "bin/benchcmp -out bin/bench.md $(BENCHFLAGS)  (not pinned: no taskset or one CPU)"; \
 	  bin/benchcmp -out bin/bench.md $(BENCHFLAGS); \
 	fi
+	@# the Postgres inbox beside a plain SQL-only inbox on one PostgreSQL server
+	@# (integrations/postgres/internal/inboxbench; report also in bin/inbox-bench.md)
+	cd integrations/postgres && $(GO) build -o ../../bin/inboxbench ./internal/inboxbench
+	bin/inboxbench -out bin/inbox-bench.md $(INBOXBENCHFLAGS)
 
 sums:
 	cd scripts && sha1sum *.lua > SHA1SUMS
