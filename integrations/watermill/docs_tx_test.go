@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	wmonce "github.com/redisonce/redisonce/integrations/watermill"
 	"github.com/redisonce/redisonce/integrations/postgres"
+	wmonce "github.com/redisonce/redisonce/integrations/watermill"
 	"github.com/redisonce/redisonce/store"
 )
 
