@@ -27,7 +27,7 @@ var inboxDDL string
 // otherwise.
 const DefaultInboxTable = "redisonce_inbox"
 
-// DefaultInboxRetention is how long Prune keeps a row after its last change
+// DefaultInboxRetention is how long Prune keeps a row after its last claim
 // unless WithInboxRetention says otherwise.
 const DefaultInboxRetention = 7 * 24 * time.Hour
 
@@ -95,8 +95,8 @@ func WithInboxTable(parts ...string) InboxOption {
 	}
 }
 
-// WithInboxRetention is how long a row is kept after its last change before
-// Prune deletes it. Keep it longer than the longest time a message can be
+// WithInboxRetention is how long a row is kept after its last claim (the
+// latest lease that reached the database, claimed_at) before Prune deletes it. Keep it longer than the longest time a message can be
 // redelivered after it was processed, and than the longest Do: a delivery
 // that comes after its row was pruned, and finds no processed mark in Redis
 // either (the claims' TTL passed, or Redis lost it), runs fn again. Default:
@@ -171,7 +171,7 @@ func newInbox(claims claimer, db InboxDB, opts ...InboxOption) (*Inbox, error) {
 		}
 	}
 	ib := &Inbox{claims: claims, db: db, table: cfg.table.Sanitize(),
-		index:     pgx.Identifier{cfg.table[len(cfg.table)-1] + "_updated_at_idx"}.Sanitize(),
+		index:     pgx.Identifier{cfg.table[len(cfg.table)-1] + "_claimed_at_idx"}.Sanitize(),
 		retention: cfg.retention, pruneBatch: cfg.pruneBatch, txOptions: cfg.txOptions}
 	t := ib.table
 	// The lease's row: a new row, or the fence and owner of an unprocessed
@@ -179,25 +179,25 @@ func newInbox(claims claimer, db InboxDB, opts ...InboxOption) (*Inbox, error) {
 	// once, so an older owner still at work finds it replaced when it comes
 	// to mark the row processed, and nobody waits for that owner's
 	// transaction to get here.
-	ib.sqlClaim = `INSERT INTO ` + t + ` AS t (id, fence, owner, updated_at) VALUES ($1, $2, $3, now())
-ON CONFLICT (id) DO UPDATE SET fence = excluded.fence, owner = excluded.owner, updated_at = excluded.updated_at
+	ib.sqlClaim = `INSERT INTO ` + t + ` AS t (id, fence, owner, claimed_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (id) DO UPDATE SET fence = excluded.fence, owner = excluded.owner, claimed_at = excluded.claimed_at
 WHERE t.processed_at IS NULL AND t.fence <= excluded.fence
 RETURNING true`
 	ib.sqlState = `SELECT fence::text, processed_at IS NOT NULL FROM ` + t + ` WHERE id = $1`
 	// In fn's transaction, after fn: only the row's current owner marks it
 	// processed. The row lock is taken here, at the end, so a newer owner's
 	// claim statement never waits for an older owner's fn.
-	ib.sqlFinish = `UPDATE ` + t + ` SET processed_at = now(), updated_at = now()
+	ib.sqlFinish = `UPDATE ` + t + ` SET processed_at = now()
 WHERE id = $1 AND fence = $2 AND owner = $3 AND processed_at IS NULL`
 	// One bounded batch; rows locked by a transaction at work are skipped.
 	ib.sqlPrune = `DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + `
-WHERE updated_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
+WHERE claimed_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	ib.ddl = ddlFor(ib.table, ib.index)
 	return ib, nil
 }
 
 var (
-	ddlIndexName = regexp.MustCompile(`\bredisonce_inbox_updated_at_idx\b`)
+	ddlIndexName = regexp.MustCompile(`\bredisonce_inbox_claimed_at_idx\b`)
 	ddlTableName = regexp.MustCompile(`\bredisonce_inbox\b`)
 )
 
@@ -493,7 +493,7 @@ func (ib *Inbox) sqlError(ctx context.Context, id, what string, err error) error
 	return fmt.Errorf("redisonce: inbox %q: %s: %w", id, what, err)
 }
 
-// Prune deletes the rows whose last change is older than the retention
+// Prune deletes the rows whose last claim is older than the retention
 // window, in DELETE statements of at most the prune batch each (rows locked
 // by a transaction at work are left for the next time), until a batch comes
 // back short or ctx is done. It returns how many rows it deleted.

@@ -426,7 +426,7 @@ func TestInboxPrune(t *testing.T) {
 		}
 	}
 	// 30 rows aged past the retention, 10 not.
-	if _, err := e.pool.Exec(e.ctx, `UPDATE redisonce_inbox SET updated_at = now() - interval '2 hours'
+	if _, err := e.pool.Exec(e.ctx, `UPDATE redisonce_inbox SET claimed_at = now() - interval '2 hours'
 		WHERE id IN (SELECT id FROM redisonce_inbox ORDER BY id LIMIT 30)`); err != nil {
 		t.Fatal(err)
 	}
