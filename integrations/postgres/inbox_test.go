@@ -446,3 +446,45 @@ func TestInboxPrune(t *testing.T) {
 		t.Fatalf("second Prune = %d, %v", n, err)
 	}
 }
+
+// TestInboxFenceLowerThanTheRowsIsRefused: a row left by an owner whose
+// lease carried a higher fence (it died before its commit) refuses a lease
+// with a lower one — nothing is written and fn does not run — and a row left
+// by a dead owner with a fence not above the lease's is taken over.
+func TestInboxFenceLowerThanTheRowsIsRefused(t *testing.T) {
+	e := newInboxEnv(t)
+	const maxFence = "18446744073709551615" // every fence is at most a uint64
+	if _, err := e.pool.Exec(e.ctx, `INSERT INTO redisonce_inbox (id, fence, owner) VALUES ('high', $1::numeric, 'dead'), ('low', 0, 'dead')`, maxFence); err != nil {
+		t.Fatal(err)
+	}
+	ran, err := e.inbox.Do(e.ctx, "high", 5*time.Second, func(context.Context, pgx.Tx) error {
+		t.Error("fn ran under a lease whose fence is below the row's")
+		return nil
+	})
+	if ran || !errors.Is(err, store.ErrStaleOwner) {
+		t.Fatalf("lower fence: ran %v, err %v; want false, ErrStaleOwner", ran, err)
+	}
+	var fence, owner string
+	var processed bool
+	if err := e.pool.QueryRow(e.ctx, `SELECT fence::text, owner, processed_at IS NOT NULL FROM redisonce_inbox WHERE id = 'high'`).
+		Scan(&fence, &owner, &processed); err != nil || fence != maxFence || owner != "dead" || processed {
+		t.Fatalf("the refused lease changed the row: fence %s owner %s processed %v (%v)", fence, owner, processed, err)
+	}
+	// The claim was released in Redis: the id is not marked processed.
+	rc := newRedis(t, e.rurl)
+	if v, _ := rc.Do(e.ctx, rc.B().Get().Key("in:high").Build()).ToString(); v == "1" {
+		t.Fatal("the refused id is marked processed in Redis")
+	}
+
+	ran, err = e.inbox.Do(e.ctx, "low", 5*time.Second, pay("low", 3))
+	if !ran || err != nil {
+		t.Fatalf("a dead owner's row with a lower fence: ran %v, err %v; want true, nil", ran, err)
+	}
+	if err := e.pool.QueryRow(e.ctx, `SELECT owner, processed_at IS NOT NULL FROM redisonce_inbox WHERE id = 'low'`).
+		Scan(&owner, &processed); err != nil || owner == "dead" || !processed {
+		t.Fatalf("row low: owner %s processed %v (%v)", owner, processed, err)
+	}
+	if got := e.ledger(t); len(got) != 1 || got["low"] != 1 {
+		t.Fatalf("ledger %v", got)
+	}
+}
