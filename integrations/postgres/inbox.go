@@ -275,11 +275,13 @@ func (ib *Inbox) CreateTable(ctx context.Context) error {
 // nothing. fn must do its effect with tx only, and must not commit or roll
 // it back.
 //
-// ran is true when fn was called and its transaction committed, or fn
-// returned an error (then err is fn's error, the transaction rolled back and
-// the claim released, so a redelivery retries). A statement that fails
-// (including an unknown COMMIT outcome: a connection lost while committing)
-// returns its error, with ran as above: the claim is released, and the
+// ran is true when fn was called and its transaction committed (err nil), or
+// when fn, or a statement after it, failed (err says which; the transaction
+// rolled back and the claim was released, so a redelivery retries). It is
+// false when fn was not called, and when fn's transaction was rolled back
+// because the row turned out processed (err nil) or taken by a newer lease
+// (ErrStaleOwner). A failed COMMIT (a connection lost while committing) has
+// an unknown outcome: Do returns its error and releases the claim, and the
 // redelivery finds the row processed or not, whichever happened.
 //
 // id must be valid UTF-8 without NUL (the row's key is text) and what the
