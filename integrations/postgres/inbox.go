@@ -37,7 +37,9 @@ const DefaultInboxPruneBatch = 1000
 
 // InboxDB is the database an Inbox runs on: a *pgxpool.Pool (the usual
 // choice, safe for concurrent Do calls) or a *pgx.Conn (one Do at a time)
-// satisfy it.
+// satisfy it. A pgx.Tx does not, on purpose: the statement that records a
+// lease must commit on its own, before fn's transaction, for a newer lease
+// to refuse an older one that is still inside its transaction.
 type InboxDB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
