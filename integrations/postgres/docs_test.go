@@ -51,7 +51,10 @@ func docInbox(ctx context.Context, msgID string, amount int64) error {
 
 func docStreamsTx(ctx context.Context, client rueidis.Client, pool *pgxpool.Pool, hostname string) error {
 	// snippet:streamsTx
-	claims := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	claims, err := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	if err != nil {
+		return err
+	}
 	inbox, err := postgres.NewInbox(claims, pool) // pool: a *pgxpool.Pool; inbox.CreateTable(ctx) once
 	if err != nil {
 		return err

@@ -67,7 +67,10 @@ func ExampleWithTx() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	claims := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	claims, err := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	pool, err := pgxpool.New(ctx, "postgres://app@localhost/app")
 	if err != nil {
 		log.Fatal(err)

@@ -63,7 +63,7 @@ func TestWithTxUnderStreams(t *testing.T) {
 	run := func(round int) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
-		c, err := streams.New(rc, store.NewClaims(rc, store.WithPrefix("runner:")), "payments", "ledger", fmt.Sprintf("w%d", round),
+		c, err := streams.New(rc, mustStore(store.NewClaims(rc, store.WithPrefix("runner:"))), "payments", "ledger", fmt.Sprintf("w%d", round),
 			postgres.WithTx(e.inbox, credit),
 			streams.WithIDField("payment_id"), streams.WithLease(5*time.Second))
 		if err != nil {
@@ -125,7 +125,7 @@ func TestApplyOutsideAClaim(t *testing.T) {
 		t.Fatalf("WithTx(nil, nil): %v", err)
 	}
 	// A claim whose id the text key cannot hold.
-	_, err = store.NewMemoryClaims().Do(e.ctx, "a\xffb", time.Second, func(ctx context.Context) error {
+	_, err = mustStore(store.NewMemoryClaims()).Do(e.ctx, "a\xffb", time.Second, func(ctx context.Context) error {
 		return e.inbox.Apply(ctx, pay("a\xffb", 1))
 	})
 	if !errors.Is(err, store.ErrInvalidArgument) || !store.IsPermanent(err) {

@@ -170,7 +170,7 @@ func newProcEnv(t *testing.T) *procEnv {
 	t.Helper()
 	pool, url, _ := newDB(t)
 	e := &procEnv{t: t, pool: pool, pgURL: url + "&pool_max_conns=12", redis: startRedis(t), prefix: "pin:", ctx: context.Background()}
-	ib, err := postgres.NewInbox(store.NewMemoryClaims(), pool)
+	ib, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +743,7 @@ func TestProcessThreeWorkers(t *testing.T) {
 	if total != n || processed != n {
 		t.Fatalf("inbox: %d rows, %d processed; want %d, %d (retention keeps every row)", total, processed, n, n)
 	}
-	ib, err := postgres.NewInbox(store.NewMemoryClaims(), e.pool, postgres.WithInboxRetention(time.Millisecond), postgres.WithInboxPruneBatch(300))
+	ib, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), e.pool, postgres.WithInboxRetention(time.Millisecond), postgres.WithInboxPruneBatch(300))
 	if err != nil {
 		t.Fatal(err)
 	}
