@@ -488,3 +488,83 @@ func TestInboxFenceLowerThanTheRowsIsRefused(t *testing.T) {
 		t.Fatalf("ledger %v", got)
 	}
 }
+
+// TestInboxUniqueKeyBlocking: both owners' fn insert the same unique key.
+// The newer owner's claim statement takes the inbox row at once (the older
+// transaction holds no lock on it); its fn then waits on the older owner's
+// uncommitted insert. The older owner, blind to its lost lease, comes to
+// commit: the row names the newer lease, so it rolls back — which frees the
+// newer owner's insert, and the newer owner commits. One row, the newer
+// owner's.
+func TestInboxUniqueKeyBlocking(t *testing.T) {
+	e := newInboxEnv(t)
+	if _, err := e.pool.Exec(e.ctx, `CREATE TABLE payments (msg_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	rc := newRedis(t, e.rurl)
+	blind, err := postgres.NewInboxWithClaimer(blindClaims{mustStore(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := func(amount int, inside, release chan struct{}) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO payments (msg_id, amount) VALUES ('m1', $1)`, amount); err != nil {
+				return err
+			}
+			if inside != nil {
+				close(inside)
+				<-release
+			}
+			return nil
+		}
+	}
+	type res struct {
+		ran bool
+		err error
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	older, newer := make(chan res, 1), make(chan res, 1)
+	go func() {
+		ran, err := blind.Do(e.ctx, "m1", 5*time.Second, insert(1, inside, release))
+		older <- res{ran, err}
+	}()
+	<-inside
+	var olderOwner string
+	if err := e.pool.QueryRow(e.ctx, `SELECT owner FROM redisonce_inbox WHERE id = 'm1'`).Scan(&olderOwner); err != nil {
+		t.Fatal(err)
+	}
+	e.flush() // the older lease is gone from Redis
+	go func() {
+		ran, err := e.inbox.Do(e.ctx, "m1", 5*time.Second, insert(2, nil, nil))
+		newer <- res{ran, err}
+	}()
+	// The newer owner's claim statement lands while the older transaction is open.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var owner string
+		if err := e.pool.QueryRow(e.ctx, `SELECT owner FROM redisonce_inbox WHERE id = 'm1'`).Scan(&owner); err != nil {
+			t.Fatal(err)
+		}
+		if owner != olderOwner {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the newer owner's claim statement did not land while the older transaction was open")
+		}
+	}
+	select {
+	case r := <-newer:
+		t.Fatalf("the newer owner finished while the older one held the key: %v, %v", r.ran, r.err)
+	case <-time.After(200 * time.Millisecond): // it waits on the older owner's insert
+	}
+	close(release)
+	if r := <-older; r.ran || !errors.Is(r.err, store.ErrStaleOwner) {
+		t.Fatalf("older owner: ran %v, err %v; want false, ErrStaleOwner", r.ran, r.err)
+	}
+	if r := <-newer; !r.ran || r.err != nil {
+		t.Fatalf("newer owner: ran %v, err %v; want true, nil", r.ran, r.err)
+	}
+	var amount int
+	if err := e.pool.QueryRow(e.ctx, `SELECT amount FROM payments WHERE msg_id = 'm1'`).Scan(&amount); err != nil || amount != 2 {
+		t.Fatalf("payment amount %d (%v), want the newer owner's 2", amount, err)
+	}
+}
