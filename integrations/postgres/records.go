@@ -1,0 +1,740 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/redisonce/redisonce/store"
+)
+
+// recordsDDL is records.sql: the table and its index, under the default name.
+//
+//go:embed records.sql
+var recordsDDL string
+
+// DefaultRecordsTable is the table of Records unless WithRecordsTable says
+// otherwise.
+const DefaultRecordsTable = "redisonce_records"
+
+// DefaultRetentionBatch is how many expired rows one DELETE of
+// DeleteExpired removes when its batch is 0.
+const DefaultRetentionBatch = 1000
+
+// finalBudget bounds the statements Do runs after fn returned (the final
+// write, the commit, giving the claim back): they run even when the caller's
+// context ended, as the effect is in the transaction.
+const finalBudget = 5 * time.Second
+
+// DB is what Records runs its statements on: a *pgxpool.Pool (the usual
+// choice), or a *pgx.Conn. Records needs statements that commit on their own
+// (a claim must be visible to other owners while fn runs), so give it a pool
+// or a connection, not a transaction.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// RecordsOption configures NewRecords.
+type RecordsOption func(*recordsConfig)
+
+type recordsConfig struct {
+	table  string
+	ttl    time.Duration
+	ttlSet bool
+	bad    string
+}
+
+// WithRecordsTable names the table (DefaultRecordsTable by default): a name
+// or schema.name of ASCII letters, digits and underscores, not starting with
+// a digit, each part at most 63 bytes. It is quoted as given (case kept).
+func WithRecordsTable(name string) RecordsOption {
+	return func(c *recordsConfig) { c.table = name }
+}
+
+// WithRecordsTTL sets how long a row is kept after its record is created
+// (store.DefaultRecordsTTL by default, as the Redis store's). Do and
+// AcquireWith pass it to the Redis store as AcquireOptions.TTL when theirs is
+// 0, so the record and its row share one retention. 0: rows never expire; the
+// Redis store's records then live as its own WithTTL says (give it
+// store.WithTTL(0) too), and a record that expires there first is found
+// again in the row and replayed.
+func WithRecordsTTL(d time.Duration) RecordsOption {
+	return func(c *recordsConfig) { c.ttl, c.ttlSet = d, true }
+}
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// Records is a store.RecordStore whose outcomes commit with their effect: Do
+// runs fn inside a Postgres transaction (Tx gives it to fn) and writes the
+// record's row — key, fence, fingerprint, status, result — in that same
+// transaction, so the effect and its stored result commit together or not
+// at all. Redis stays the lease and the fast path: a store.RecordStore (a
+// store.Records, or a store.MemoryRecords in tests) gives the in-flight
+// exclusivity, the lease's fence and token, the wait for an in-flight owner,
+// and replays a finished key without touching Postgres; the row is the truth
+// behind it.
+//
+// Do, for a key the Redis store has no finished record of:
+//
+//  1. the Redis store acquires the key (a lease kept alive while fn runs; a
+//     duplicate meanwhile is in flight, a finished key is replayed from
+//     Redis — no SQL);
+//  2. a claim, a statement of its own that commits at once, writes the row
+//     as pending with the lease's fence and token — unless the row is
+//     finished (then it is replayed: fn does not run, and the Redis record
+//     is completed from it), or pending under a higher fence (the caller's
+//     lease is stale: ErrStaleOwner), or holds another fingerprint
+//     (ErrFingerprintMismatch);
+//  3. one transaction: fn runs with it in its context; the row's final
+//     write — status and result, only if the row still holds this lease's
+//     fence and token, or is gone — and the commit;
+//  4. the Redis record's final write. When it fails (Redis down, the process
+//     killed, the record flushed), the row already holds the outcome: the
+//     next Do for the key finds it and replays it.
+//
+// A stale owner — paused past its lease while another took the key over —
+// finds its claim replaced when it comes to its final write: that write
+// matches no row, the transaction rolls back with fn's writes, and Do
+// returns ErrStaleOwner with ErrNotCommitted. An owner paused after its final
+// write and before its commit holds the row's lock: the next owner's claim
+// waits for that commit and replays it.
+//
+// The transaction commits exactly when Do stores an outcome: fn's result,
+// or a store.Permanent error (stored as failed: fn's writes before it commit
+// too, roll them back with a savepoint if they must not), or a result over
+// store.MaxRecordPayloadLen (stored as failed, as the Redis store does). A
+// result that is not stored is rolled back with its effect: fn's other
+// errors, a panic, a lost lease, a final write refused, a commit that
+// failed. The claim is given back (its pending row deleted) and the Redis
+// record released, so a retry runs fn again, on a fresh transaction, with
+// nothing of the first run in the database. Do returns fn's error then, or
+// an error matching store.ErrNotCommitted when fn succeeded but its result
+// did not commit; a commit whose outcome is unknown (the connection broke
+// during COMMIT) is looked up in the row, and if that fails too the error
+// says so: a retry learns the outcome (a replay, or a run).
+//
+// The other methods keep the store.RecordStore contract with the row behind
+// the Redis record: AcquireWith acquires in Redis and, when the key's row is
+// finished (the Redis record was lost: an expiry, FLUSHALL, a failover),
+// completes the Redis record from the row and returns it as the existing
+// record; Get reads Redis, then the row; Update writes the Redis record (the
+// token is checked there) and the row when there is one, or the row alone
+// when Redis has no record; Delete removes both; DeleteFenced removes the
+// Redis record and the row the token wrote. Only Do writes a row's outcome
+// in a transaction with an effect.
+type Records struct {
+	db    DB
+	lease store.RecordStore
+	table string // quoted, schema-qualified as given
+	index string // quoted, unqualified
+	ttl   time.Duration
+	sql   recordsSQL
+}
+
+// NewRecords returns Records on db whose leases and fast path are lease's:
+// give it the Redis store of the records (store.NewRecords with a prefix of
+// its own, say). Close closes lease, not db. The table must exist
+// (CreateTable, or records.sql run by hand).
+func NewRecords(db DB, lease store.RecordStore, opts ...RecordsOption) (*Records, error) {
+	c := recordsConfig{table: DefaultRecordsTable}
+	for _, o := range opts {
+		if o == nil {
+			c.bad = "nil option"
+			continue
+		}
+		o(&c)
+	}
+	switch {
+	case db == nil:
+		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: nil db", store.ErrInvalidArgument)
+	case lease == nil:
+		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: nil lease store", store.ErrInvalidArgument)
+	case c.bad != "":
+		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: %s", store.ErrInvalidArgument, c.bad)
+	case !tableName.MatchString(c.table):
+		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: table name %q: want name or schema.name of letters, digits and _", store.ErrInvalidArgument, c.table)
+	case c.ttl < 0:
+		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: negative TTL %v", store.ErrInvalidArgument, c.ttl)
+	}
+	if !c.ttlSet {
+		c.ttl = store.DefaultRecordsTTL
+	}
+	parts := strings.Split(c.table, ".")
+	s := &Records{
+		db:    db,
+		lease: lease,
+		table: pgx.Identifier(parts).Sanitize(),
+		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize(),
+		ttl:   c.ttl,
+	}
+	s.sql = newRecordsSQL(s.table)
+	return s, nil
+}
+
+// DDL returns records.sql for this store's table: the CREATE TABLE and
+// CREATE INDEX statements CreateTable runs, for a migration tool.
+func (s *Records) DDL() string {
+	ddl := strings.ReplaceAll(recordsDDL, `redisonce_records_expires_at`, s.index)
+	return strings.ReplaceAll(ddl, `redisonce_records`, s.table)
+}
+
+// CreateTable creates the table and its index if they do not exist.
+func (s *Records) CreateTable(ctx context.Context) error {
+	if _, err := s.db.Exec(ctx, s.DDL()); err != nil {
+		return fmt.Errorf("redisonce/postgres: create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Tx returns the transaction of the Records.Do whose fn received ctx (or a
+// context derived from it), and false outside such a fn. Every write fn makes
+// with it commits with the stored result, or not at all. The transaction is
+// Do's to end: its Commit and Rollback return an error (a savepoint from its
+// Begin, or pgx.BeginFunc on it, is fn's to end).
+func Tx(ctx context.Context) (pgx.Tx, bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+type txKey struct{}
+
+// errTxOwned is what Commit and Rollback of the transaction fn gets return.
+var errTxOwned = errors.New("redisonce/postgres: the transaction is Records.Do's: it commits with the stored result, or rolls back")
+
+// doTx is the transaction fn gets: Do's own, less Commit and Rollback.
+type doTx struct{ pgx.Tx }
+
+func (doTx) Commit(context.Context) error   { return errTxOwned }
+func (doTx) Rollback(context.Context) error { return errTxOwned }
+
+// row is one row of the table.
+type row struct {
+	fence       uint64
+	token       string
+	status      store.Status
+	fingerprint string
+	result      []byte
+	created     time.Time
+	updated     time.Time
+	expires     time.Time // zero: never
+	expired     bool      // by the server's clock when read
+}
+
+// record is the row as a store.Record, without its token (no lease: Redis
+// keeps leases).
+func (r row) record(key string) store.Record {
+	rec := store.Record{
+		Key: key, Status: r.status, Fence: r.fence, Fingerprint: r.fingerprint,
+		CreatedAt: ms(r.created), UpdatedAt: ms(r.updated), ExpiresAt: ms(r.expires),
+	}
+	if len(r.result) > 0 {
+		rec.Payload = r.result
+	}
+	return rec
+}
+
+// ms is t at the stores' millisecond precision; the zero time stays zero.
+func ms(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli())
+}
+
+// recordsSQL are the statements on one table.
+type recordsSQL struct {
+	read, claim, final, release, del, delFenced, update, expire, retention string
+}
+
+func newRecordsSQL(t string) recordsSQL {
+	// ttl is a duration in ms ($n::bigint), 0 for none.
+	ttl := func(n int) string { return fmt.Sprintf("$%d::bigint * interval '1 millisecond'", n) }
+	return recordsSQL{
+		read: `SELECT fence::text, token, status, fingerprint, result, created_at, updated_at, expires_at,
+	expires_at IS NOT NULL AND expires_at <= clock_timestamp()
+FROM ` + t + ` WHERE key = $1`,
+
+		// The claim: a new row, or the key taken from a pending row of a
+		// fence no higher than this lease's (a fingerprint that agrees), or
+		// a new incarnation over a finished row past its retention. A
+		// takeover keeps the row's creation and retention, as Redis's does.
+		claim: `WITH now AS (SELECT clock_timestamp() AS t)
+INSERT INTO ` + t + ` AS r (key, fence, token, status, fingerprint, created_at, updated_at, expires_at)
+SELECT $1, $2::numeric, $3, 'pending', $4, now.t, now.t, CASE WHEN $5::bigint > 0 THEN now.t + ` + ttl(5) + ` END FROM now
+ON CONFLICT (key) DO UPDATE SET
+	fence = excluded.fence, token = excluded.token, status = 'pending', result = NULL, updated_at = excluded.updated_at,
+	fingerprint = CASE WHEN r.status = 'pending' AND r.fingerprint <> '' THEN r.fingerprint ELSE excluded.fingerprint END,
+	created_at = CASE WHEN r.status = 'pending' THEN r.created_at ELSE excluded.created_at END,
+	expires_at = CASE WHEN r.status = 'pending' THEN r.expires_at ELSE excluded.expires_at END
+WHERE (r.status <> 'pending' AND r.expires_at <= excluded.updated_at)
+	OR (r.status = 'pending' AND r.fence <= excluded.fence
+		AND (r.fingerprint = '' OR excluded.fingerprint = '' OR r.fingerprint = excluded.fingerprint))
+RETURNING true`,
+
+		// The final write, in fn's transaction: the outcome, if the row is
+		// still this lease's claim, or a new row if it is gone; nothing if
+		// another owner holds it. The retention counts from the row's
+		// creation, or from now if that has passed (as Redis's final write).
+		final: `WITH now AS (SELECT clock_timestamp() AS t)
+INSERT INTO ` + t + ` AS r (key, fence, token, status, fingerprint, result, created_at, updated_at, expires_at)
+SELECT $1, $2::numeric, $3, $4, $5, $6, now.t, now.t, CASE WHEN $7::bigint > 0 THEN now.t + ` + ttl(7) + ` END FROM now
+ON CONFLICT (key) DO UPDATE SET status = excluded.status, result = excluded.result, updated_at = excluded.updated_at,
+	expires_at = CASE WHEN $7::bigint <= 0 THEN NULL
+		WHEN r.created_at + ` + ttl(7) + ` > excluded.updated_at THEN r.created_at + ` + ttl(7) + `
+		ELSE excluded.expires_at END
+WHERE r.token = excluded.token AND r.fence = excluded.fence AND r.status = 'pending'
+RETURNING true`,
+
+		release:   `DELETE FROM ` + t + ` WHERE key = $1 AND fence = $2::numeric AND token = $3 AND status = 'pending'`,
+		del:       `DELETE FROM ` + t + ` WHERE key = $1`,
+		delFenced: `DELETE FROM ` + t + ` WHERE key = $1 AND token = $2`,
+
+		// update: $2 status (NULL: kept), $3 whether to set the result, $4
+		// the result, $5 whether to set the expiry, $6 it (NULL: never),
+		// $7 the token ('' = unfenced). Past rows are not updated.
+		update: `UPDATE ` + t + ` SET status = COALESCE($2::text, status),
+	result = CASE WHEN $3::boolean THEN $4::bytea ELSE result END,
+	expires_at = CASE WHEN $5::boolean THEN $6::timestamptz ELSE expires_at END,
+	updated_at = clock_timestamp()
+WHERE key = $1 AND (expires_at IS NULL OR expires_at > clock_timestamp()) AND ($7::text = '' OR token = $7::text)
+RETURNING true`,
+		expire: `DELETE FROM ` + t + ` WHERE key = $1 AND $2::timestamptz <= clock_timestamp()`,
+
+		retention: `DELETE FROM ` + t + ` WHERE key IN (
+	SELECT key FROM ` + t + ` WHERE expires_at <= clock_timestamp() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)`,
+	}
+}
+
+// errorf builds an error for op and key that wraps sentinel with a detail.
+func errorf(op, key string, sentinel error, format string, args ...any) error {
+	return fmt.Errorf("redisonce/postgres: %s %q: %w: %s", op, key, sentinel, fmt.Sprintf(format, args...))
+}
+
+func wrap(op, key string, err error) error {
+	return fmt.Errorf("redisonce/postgres: %s %q: %w", op, key, err)
+}
+
+// readRow reads key's row; ok false when there is none.
+func (s *Records) readRow(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key string) (row, bool, error) {
+	var (
+		r       row
+		fence   string
+		status  string
+		fp      []byte
+		expires *time.Time
+	)
+	err := q.QueryRow(ctx, s.sql.read, []byte(key)).Scan(&fence, &r.token, &status, &fp, &r.result, &r.created, &r.updated, &expires, &r.expired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row{}, false, nil
+	}
+	if err != nil {
+		return row{}, false, err
+	}
+	if r.fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+		return row{}, false, fmt.Errorf("%w: fence %q", store.ErrUnexpectedReply, fence)
+	}
+	r.status, r.fingerprint = store.Status(status), string(fp)
+	if expires != nil {
+		r.expires = *expires
+	}
+	return r, true, nil
+}
+
+// live reads key's row, treating one past its retention as missing.
+func (s *Records) live(ctx context.Context, key string) (row, bool, error) {
+	r, ok, err := s.readRow(ctx, s.db, key)
+	if err != nil || !ok || r.expired {
+		return row{}, false, err
+	}
+	return r, true, nil
+}
+
+// fingerprintsDiffer is the stores' fingerprint rule: both set and different.
+func fingerprintsDiffer(a, b string) bool { return a != "" && b != "" && a != b }
+
+// ttl is the retention Do and AcquireWith ask for: o's, or the store's.
+func (s *Records) withTTL(o store.AcquireOptions) store.AcquireOptions {
+	if o.TTL == 0 {
+		o.TTL = s.ttl
+	}
+	return o
+}
+
+// Acquire is AcquireWith(ctx, key, store.AcquireOptions{TTL: ttl}).
+func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (store.Record, bool, error) {
+	return s.AcquireWith(ctx, key, store.AcquireOptions{TTL: ttl})
+}
+
+// AcquireWith acquires key in the Redis store. When it acquired the key and
+// the key's row holds a finished outcome (the Redis record was lost while
+// the row lived on), the Redis record is completed from the row and the row
+// is returned as the existing record (false); a row with another
+// fingerprint gives the key back and returns ErrFingerprintMismatch.
+func (s *Records) AcquireWith(ctx context.Context, key string, o store.AcquireOptions) (store.Record, bool, error) {
+	o = s.withTTL(o)
+	rec, acquired, err := s.lease.AcquireWith(ctx, key, o)
+	if err != nil || !acquired {
+		return rec, acquired, err
+	}
+	r, ok, err := s.live(ctx, key)
+	giveBack := func(err error) (store.Record, bool, error) {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalBudget)
+		defer cancel()
+		return store.Record{}, false, errors.Join(err, s.lease.DeleteFenced(bctx, key, rec.Token))
+	}
+	switch {
+	case err != nil:
+		return giveBack(wrap("acquire", key, err))
+	case !ok || r.status == store.StatusPending:
+		return rec, true, nil
+	case fingerprintsDiffer(r.fingerprint, o.Fingerprint):
+		return giveBack(errorf("acquire", key, store.ErrFingerprintMismatch, "the key's row was written with another fingerprint"))
+	}
+	st, p := r.status, r.result
+	if err := s.lease.Update(ctx, key, store.Update{Status: &st, Payload: &p, Token: rec.Token}); err != nil {
+		return store.Record{}, false, err
+	}
+	return r.record(key), false, nil
+}
+
+// Get returns key's Redis record, or else its live row.
+func (s *Records) Get(ctx context.Context, key string) (store.Record, bool, error) {
+	rec, ok, err := s.lease.Get(ctx, key)
+	if err != nil || ok {
+		return rec, ok, err
+	}
+	r, ok, err := s.live(ctx, key)
+	if err != nil {
+		return store.Record{}, false, wrap("get", key, err)
+	}
+	if !ok {
+		return store.Record{}, false, nil
+	}
+	return r.record(key), true, nil
+}
+
+// Update changes key's Redis record as the Redis store does (its token is
+// checked there), then key's row if it has one: status, result and expiry
+// (LeaseUntil lives in Redis only; an expiry at or before now deletes the
+// row). When Redis has no record of the key, the row alone is updated, fenced
+// by u.Token against the token that wrote it: ErrNotFound when there is no
+// live row either.
+func (s *Records) Update(ctx context.Context, key string, u store.Update) error {
+	err := s.lease.Update(ctx, key, u)
+	inRedis := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if u.ExpiresAt != nil && !u.ExpiresAt.IsZero() {
+		tag, err := s.db.Exec(ctx, s.sql.expire, []byte(key), *u.ExpiresAt)
+		if err != nil {
+			return wrap("update", key, err)
+		}
+		if tag.RowsAffected() > 0 {
+			return nil
+		}
+	}
+	var status *string
+	if u.Status != nil {
+		st := string(*u.Status)
+		status = &st
+	}
+	var payload []byte
+	if u.Payload != nil {
+		payload = *u.Payload
+	}
+	var expires *time.Time
+	if u.ExpiresAt != nil && !u.ExpiresAt.IsZero() {
+		expires = u.ExpiresAt
+	}
+	token := u.Token
+	if inRedis {
+		token = "" // the Redis record's token was checked; the row follows it
+	}
+	var ok bool
+	err = s.db.QueryRow(ctx, s.sql.update, []byte(key), status, u.Payload != nil, payload, u.ExpiresAt != nil, expires, token).Scan(&ok)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return wrap("update", key, err)
+	}
+	if ok || inRedis {
+		return nil
+	}
+	if _, live, err := s.live(ctx, key); err != nil {
+		return wrap("update", key, err)
+	} else if live {
+		return errorf("update", key, store.ErrStaleOwner, "the key's row was written by another owner")
+	}
+	return errorf("update", key, store.ErrNotFound, "no record in Redis and no row")
+}
+
+// Delete removes key's Redis record and its row. Once the Redis record is
+// removed the row's DELETE runs even if ctx ends (bounded by 5 s): a Do
+// holding the key is told of its loss by cancelling its context.
+func (s *Records) Delete(ctx context.Context, key string) error {
+	if err := s.lease.Delete(ctx, key); err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalBudget)
+	defer cancel()
+	if _, err := s.db.Exec(dctx, s.sql.del, []byte(key)); err != nil {
+		return wrap("delete", key, err)
+	}
+	return nil
+}
+
+// DeleteFenced removes key's Redis record if token owns it (ErrStaleOwner
+// otherwise), then the row if token wrote it.
+func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
+	if err := s.lease.DeleteFenced(ctx, key, token); err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalBudget)
+	defer cancel()
+	if _, err := s.db.Exec(dctx, s.sql.delFenced, []byte(key), token); err != nil {
+		return wrap("delete", key, err)
+	}
+	return nil
+}
+
+// Close closes the Redis store; the DB is the caller's.
+func (s *Records) Close() error { return s.lease.Close() }
+
+// DeleteExpired deletes the rows past their retention, batch rows per
+// statement (DefaultRetentionBatch when batch <= 0), until a statement finds
+// fewer or ctx ends; it returns how many it deleted. Each statement is short
+// and skips rows another transaction holds, so it can run beside live
+// traffic: call it from a ticker (every few minutes). A row is ignored once
+// expired, so when it is deleted does not change what Do answers.
+func (s *Records) DeleteExpired(ctx context.Context, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultRetentionBatch
+	}
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, s.sql.retention, batch)
+		if err != nil {
+			return total, fmt.Errorf("redisonce/postgres: delete expired rows of %s: %w", s.table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// runState is what one Do's fn (run below) tells Do after the Redis store's
+// Do returned.
+type runState struct {
+	replay    *row   // the key's row was finished: replayed, fn did not run
+	committed bool   // fn's transaction committed with the outcome
+	ran       bool   // fn ran
+	result    []byte // fn's result
+	fnErr     error  // fn's error
+	ret       []byte // what Do returns with retErr once committed
+	retErr    error
+}
+
+// Do runs fn at most once per key, in a transaction that commits with its
+// stored result (see Records); fn gets the transaction from Tx(ctx), and the
+// lease from store.LeaseFromContext(ctx). A duplicate of a finished key is
+// replayed (true) from Redis, or from the row when Redis lost it; one in
+// flight is store.ErrInFlight (or waits, o.Wait). Once the transaction
+// committed, Do reports the outcome even if the Redis record's final write
+// fails: the row answers the next Do.
+func (s *Records) Do(ctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
+	o = s.withTTL(o)
+	var st runState
+	var run func(context.Context) ([]byte, error)
+	if fn != nil { // nil: the Redis store refuses it
+		run = func(lctx context.Context) ([]byte, error) { return s.run(lctx, key, o, fn, &st) }
+	}
+	res, replayed, err := s.lease.Do(ctx, key, o, run)
+	switch {
+	case st.replay != nil:
+		if st.replay.status == store.StatusFailed {
+			return st.replay.result, true, errorf("do", key, store.ErrFailed, "%s", st.replay.result)
+		}
+		return st.replay.result, true, nil
+	case st.committed:
+		return st.ret, false, st.retErr
+	case st.ran && st.fnErr == nil && err != nil:
+		// fn succeeded but its result did not commit: return it with the
+		// error, as the Redis store returns a result it could not store
+		return st.result, false, err
+	}
+	return res, replayed, err
+}
+
+// run is fn's run inside the Redis store's Do, under its lease: claim the
+// row, run fn in a transaction, write the outcome and commit.
+func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error), st *runState) ([]byte, error) {
+	lease, ok := store.LeaseFromContext(lctx)
+	if !ok {
+		return nil, errorf("do", key, store.ErrUnexpectedReply, "the Redis store's Do gave fn no lease")
+	}
+	fence := strconv.FormatUint(lease.Fence, 10)
+	ttlMS := o.TTL.Milliseconds()
+	if o.TTL > 0 && ttlMS == 0 {
+		ttlMS = 1
+	}
+
+	r, err := s.claim(lctx, key, fence, lease.Token, o.Fingerprint, ttlMS)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		st.replay = r
+		if r.status == store.StatusFailed {
+			return nil, store.Permanent(errors.New(string(r.result)))
+		}
+		return r.result, nil
+	}
+
+	// From here the claim is ours: give it back unless the outcome commits.
+	bg := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(lctx), finalBudget)
+	}
+	release := func() {
+		bctx, cancel := bg()
+		defer cancel()
+		_, _ = s.db.Exec(bctx, s.sql.release, []byte(key), fence, lease.Token)
+	}
+	tx, err := s.db.Begin(lctx)
+	if err != nil {
+		release()
+		return nil, wrap("do", key, err)
+	}
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// fn panicked: roll back, give the claim back, let the panic go on.
+		bctx, cancel := bg()
+		defer cancel()
+		_ = tx.Rollback(bctx)
+		release()
+	}()
+	st.ran = true
+	result, fnErr := fn(context.WithValue(lctx, txKey{}, pgx.Tx(doTx{tx})))
+	finished = true
+	st.result, st.fnErr = result, fnErr
+
+	wctx, cancel := bg()
+	defer cancel()
+	rollback := func() {
+		_ = tx.Rollback(wctx)
+		release()
+	}
+	if fnErr != nil && !store.IsPermanent(fnErr) {
+		rollback()
+		return nil, fnErr
+	}
+	// What to store and return, as the Redis store's Do does: fn's result;
+	// a Permanent error's text, cut to the limit; for a result too long to
+	// store, that error's text, returning the result with the error.
+	status, payload, ret, retErr, toRedis := store.StatusCompleted, result, result, error(nil), error(nil)
+	switch {
+	case fnErr != nil:
+		text := []byte(fnErr.Error())
+		if len(text) > store.MaxRecordPayloadLen {
+			text = text[:store.MaxRecordPayloadLen]
+		}
+		status, payload, ret, retErr, toRedis = store.StatusFailed, text, nil, fnErr, fnErr
+	case len(result) > store.MaxRecordPayloadLen:
+		tooLong := errorf("do", key, store.ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), store.MaxRecordPayloadLen)
+		status, payload, retErr, toRedis = store.StatusFailed, []byte(tooLong.Error()), tooLong, store.Permanent(tooLong)
+	}
+	// Redis first: when it says another owner holds the key (a takeover, or
+	// a Delete and a new acquire), the lease is lost and nothing commits.
+	// The check also renews the lease for the commit. A record gone (flushed,
+	// expired) or a Redis that does not answer leaves the decision to the row.
+	until := time.Now().Add(o.Lease)
+	if err := s.lease.Update(wctx, key, store.Update{LeaseUntil: &until, Token: lease.Token}); errors.Is(err, store.ErrStaleOwner) {
+		rollback()
+		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: %w: another owner holds the key's lease; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
+	}
+	var wrote bool
+	err = tx.QueryRow(wctx, s.sql.final, []byte(key), fence, lease.Token, string(status), []byte(o.Fingerprint), payload, ttlMS).Scan(&wrote)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		_ = tx.Rollback(wctx)
+		// The row is another owner's: nothing of this run stays.
+		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: %w: a newer lease claimed the key's row; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
+	case err != nil:
+		rollback()
+		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the final write failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
+	}
+	if commitHook != nil {
+		commitHook(key, "before")
+	}
+	if err := tx.Commit(wctx); err != nil {
+		// Did it commit? The row says: it holds this lease's outcome only if so.
+		r, ok, rerr := s.readRow(wctx, s.db, key)
+		switch {
+		case rerr != nil:
+			return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the commit failed (%w) and the row could not be read (%w): a retry finds out", key, store.ErrNotCommitted, err, rerr)
+		case !ok || r.token != lease.Token || r.fence != lease.Fence || r.status != status:
+			release()
+			return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the commit failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
+		}
+	}
+	st.committed, st.ret, st.retErr = true, ret, retErr
+	if commitHook != nil {
+		commitHook(key, "after")
+	}
+	return payload, toRedis
+}
+
+// commitHook, when set (by tests in this package), is called with the key
+// just before fn's transaction commits ("before") and just after
+// ("after"), before the Redis record's final write.
+var commitHook func(key, when string)
+
+// claim writes key's row as pending under the lease (nil, nil), or returns
+// the finished row to replay; an error when the lease is stale or the
+// fingerprint differs.
+func (s *Records) claim(ctx context.Context, key, fence, token, fingerprint string, ttlMS int64) (*row, error) {
+	for range 3 {
+		var ok bool
+		err := s.db.QueryRow(ctx, s.sql.claim, []byte(key), fence, token, []byte(fingerprint), ttlMS).Scan(&ok)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, wrap("do", key, err)
+		}
+		// The row refused the claim: say why.
+		r, found, err := s.readRow(ctx, s.db, key)
+		switch {
+		case err != nil:
+			return nil, wrap("do", key, err)
+		case !found || (r.expired && r.status != store.StatusPending):
+			continue // deleted or expired meanwhile: claim again
+		case fingerprintsDiffer(r.fingerprint, fingerprint):
+			return nil, errorf("do", key, store.ErrFingerprintMismatch, "the key's row was written with another fingerprint")
+		case r.status != store.StatusPending:
+			return &r, nil
+		default:
+			return nil, errorf("do", key, store.ErrStaleOwner, "the key's row is claimed under fence %d, this lease has %s", r.fence, fence)
+		}
+	}
+	return nil, errorf("do", key, store.ErrStaleOwner, "the key's row kept changing under the claim")
+}
