@@ -3,7 +3,7 @@ module github.com/redisonce/redisonce/integrations/postgres
 go 1.26.0
 
 require (
-	github.com/jackc/pgx/v5 v5.13.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/rueidis v1.0.79
 	github.com/redisonce/redisonce v0.1.0
 )
