@@ -30,12 +30,7 @@ type recServers struct {
 func startRecServers(t *testing.T) *recServers {
 	t.Helper()
 	pg := pgproc.StartT(t, pgproc.Options{})
-	rs, err := redisproc.Start(redisproc.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Stop() })
-	return &recServers{pg: pg, redis: rs}
+	return &recServers{pg: pg, redis: redisproc.StartT(t, redisproc.Options{})}
 }
 
 // recEnv is one test's share of the servers: a pool, a Redis client, a
