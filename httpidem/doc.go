@@ -57,7 +57,9 @@
 //     it on a database the first run did not change; and a response whose
 //     commit failed, or was refused to a handler that lost its lease, is
 //     not sent: the answer is 503 with Retry-After, and the retry gets the
-//     committed response or a new run (store.ErrNotCommitted);
+//     committed response or a new run (store.ErrNotCommitted). The setup,
+//     compiled: ExampleRecords_httpidem in integrations/postgres, shown in
+//     docs/integrations.md;
 //   - every response sent but not stored is logged (WithLogger) and reported
 //     to the WithObserver observer, with the reason (ErrServerError,
 //     ErrPanicked, ErrTooLarge, ErrStreamed, ErrHijacked, ErrNothingWritten);
