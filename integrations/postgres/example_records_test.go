@@ -35,20 +35,14 @@ func ExampleRecords_httpidem() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	records, err := postgres.NewRecords(pool, leases) // the table: redisonce_records
+	records, err := postgres.NewRecords(leases, pool) // the table: redisonce_records
 	if err != nil {
 		log.Fatal(err)
 	}
 	if err := records.CreateTable(ctx); err != nil { // or run records.sql in a migration
 		log.Fatal(err)
 	}
-	go func() { // retention: expired rows deleted in bounded batches
-		for range time.Tick(5 * time.Minute) {
-			if _, err := records.DeleteExpired(ctx, 0); err != nil {
-				log.Print(err)
-			}
-		}
-	}()
+	go records.RunPruner(ctx, 5*time.Minute, func(err error) { log.Print(err) }) // retention, in bounded batches
 
 	charge := func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := postgres.Tx(r.Context()) // the request's transaction
@@ -73,7 +67,7 @@ func ExampleRecords_httpidem() {
 // and Redis, or Redis lost the record.
 func ExampleRecords_Do() {
 	ctx := context.Background()
-	var records *postgres.Records // postgres.NewRecords(pool, leases), as above
+	var records *postgres.Records // postgres.NewRecords(leases, pool), as above
 	if records == nil {
 		return
 	}

@@ -5,10 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,54 +25,84 @@ var recordsDDL string
 // otherwise.
 const DefaultRecordsTable = "redisonce_records"
 
-// DefaultRetentionBatch is how many expired rows one DELETE of
-// DeleteExpired removes when its batch is 0.
-const DefaultRetentionBatch = 1000
+// DefaultRecordsPruneBatch is how many rows one of Prune's DELETE statements
+// removes at most unless WithRecordsPruneBatch says otherwise.
+const DefaultRecordsPruneBatch = 1000
 
 // finalBudget bounds the statements Do runs after fn returned (the final
 // write, the commit, giving the claim back): they run even when the caller's
 // context ended, as the effect is in the transaction.
 const finalBudget = 5 * time.Second
 
-// DB is what Records runs its statements on: a *pgxpool.Pool (the usual
-// choice), or a *pgx.Conn. Records needs statements that commit on their own
-// (a claim must be visible to other owners while fn runs), so give it a pool
-// or a connection, not a transaction.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+// RecordsDB is the database Records runs on: a *pgxpool.Pool (the usual
+// choice) or a *pgx.Conn (one call at a time) satisfy it. Records needs
+// statements that commit on their own (a claim must be visible to other
+// owners while fn runs), so give it a pool or a connection, not a
+// transaction.
+type RecordsDB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// RecordsOption configures NewRecords.
-type RecordsOption func(*recordsConfig)
+// RecordsOption configures Records (NewRecords).
+type RecordsOption func(*recordsConfig) error
 
 type recordsConfig struct {
-	table  string
-	ttl    time.Duration
-	ttlSet bool
-	bad    string
+	table      pgx.Identifier
+	ttl        time.Duration
+	pruneBatch int
 }
 
-// WithRecordsTable names the table (DefaultRecordsTable by default): a name
-// or schema.name of ASCII letters, digits and underscores, not starting with
-// a digit, each part at most 63 bytes. It is quoted as given (case kept).
-func WithRecordsTable(name string) RecordsOption {
-	return func(c *recordsConfig) { c.table = name }
+// WithRecordsTable names the table: a name, or a schema and a name
+// (WithRecordsTable("app", "idempotency")). Each part is 1 to 63 bytes of
+// valid UTF-8 without NUL; it is quoted (pgx.Identifier), so it is used
+// exactly as given, case included. Default: DefaultRecordsTable, in the
+// connection's search_path.
+func WithRecordsTable(parts ...string) RecordsOption {
+	return func(c *recordsConfig) error {
+		if len(parts) < 1 || len(parts) > 2 {
+			return fmt.Errorf("table name: %d parts, want a name or a schema and a name", len(parts))
+		}
+		for _, p := range parts {
+			if p == "" || len(p) > 63 || !utf8.ValidString(p) || strings.ContainsRune(p, 0) {
+				return fmt.Errorf("table name part %q: want 1 to 63 bytes of UTF-8 without NUL", p)
+			}
+		}
+		c.table = pgx.Identifier(append([]string(nil), parts...))
+		return nil
+	}
 }
 
-// WithRecordsTTL sets how long a row is kept after its record is created
-// (store.DefaultRecordsTTL by default, as the Redis store's). Do and
-// AcquireWith pass it to the Redis store as AcquireOptions.TTL when theirs is
-// 0, so the record and its row share one retention. 0: rows never expire; the
-// Redis store's records then live as its own WithTTL says (give it
-// store.WithTTL(0) too), and a record that expires there first is found
-// again in the row and replayed.
+// WithRecordsTTL sets how long a record and its row are kept, counted from
+// the record's creation (or from its final write, when fn outlasted it, as
+// the Redis store counts). Do and AcquireWith pass it to the Redis store as
+// AcquireOptions.TTL when theirs is 0, so the record and its row share one
+// retention. Default: store.DefaultRecordsTTL (24 hours). 0: rows never
+// expire; the Redis store's records then live as its own WithTTL says (give
+// it store.WithTTL(0) too), and a record that expires there first is found
+// again in the row and replayed. Must not be negative.
 func WithRecordsTTL(d time.Duration) RecordsOption {
-	return func(c *recordsConfig) { c.ttl, c.ttlSet = d, true }
+	return func(c *recordsConfig) error {
+		if d < 0 {
+			return fmt.Errorf("TTL %v is negative", d)
+		}
+		c.ttl = d
+		return nil
+	}
 }
 
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+// WithRecordsPruneBatch bounds how many rows each DELETE of Prune removes.
+// Default: DefaultRecordsPruneBatch (1000). Must be 1 to 1,000,000.
+func WithRecordsPruneBatch(n int) RecordsOption {
+	return func(c *recordsConfig) error {
+		if n < 1 || n > 1_000_000 {
+			return fmt.Errorf("prune batch %d: want 1 to 1,000,000", n)
+		}
+		c.pruneBatch = n
+		return nil
+	}
+}
 
 // Records is a store.RecordStore whose outcomes commit with their effect: Do
 // runs fn inside a Postgres transaction (Tx gives it to fn) and writes the
@@ -133,65 +163,67 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Z
 // Redis record and the row the token wrote. Only Do writes a row's outcome
 // in a transaction with an effect.
 type Records struct {
-	db    DB
-	lease store.RecordStore
-	table string // quoted, schema-qualified as given
-	index string // quoted, unqualified
-	ttl   time.Duration
-	sql   recordsSQL
+	db         RecordsDB
+	lease      store.RecordStore
+	table      string // quoted, schema-qualified as given
+	ttl        time.Duration
+	pruneBatch int
+	ddl        string
+	sql        recordsSQL
 }
 
-// NewRecords returns Records on db whose leases and fast path are lease's:
-// give it the Redis store of the records (store.NewRecords with a prefix of
-// its own, say). Close closes lease, not db. The table must exist
-// (CreateTable, or records.sql run by hand).
-func NewRecords(db DB, lease store.RecordStore, opts ...RecordsOption) (*Records, error) {
-	c := recordsConfig{table: DefaultRecordsTable}
+// NewRecords returns Records whose leases and fast path are lease's — the
+// Redis store of the records (store.NewRecords with a prefix of its own),
+// or store.NewMemoryRecords in a test — and whose rows are in db. An
+// invalid option, a nil lease or a nil db is an error wrapping
+// store.ErrInvalidArgument. Close closes lease, not db. NewRecords does not
+// touch the database: create the table with CreateTable, or have a DBA run
+// records.sql.
+func NewRecords(lease store.RecordStore, db RecordsDB, opts ...RecordsOption) (*Records, error) {
+	if lease == nil || db == nil {
+		return nil, fmt.Errorf("redisonce: new records: %w: a nil record store or database", store.ErrInvalidArgument)
+	}
+	c := recordsConfig{table: pgx.Identifier{DefaultRecordsTable}, ttl: store.DefaultRecordsTTL, pruneBatch: DefaultRecordsPruneBatch}
 	for _, o := range opts {
 		if o == nil {
-			c.bad = "nil option"
 			continue
 		}
-		o(&c)
+		if err := o(&c); err != nil {
+			return nil, fmt.Errorf("redisonce: new records: %w: %v", store.ErrInvalidArgument, err)
+		}
 	}
-	switch {
-	case db == nil:
-		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: nil db", store.ErrInvalidArgument)
-	case lease == nil:
-		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: nil lease store", store.ErrInvalidArgument)
-	case c.bad != "":
-		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: %s", store.ErrInvalidArgument, c.bad)
-	case !tableName.MatchString(c.table):
-		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: table name %q: want name or schema.name of letters, digits and _", store.ErrInvalidArgument, c.table)
-	case c.ttl < 0:
-		return nil, fmt.Errorf("redisonce/postgres: NewRecords: %w: negative TTL %v", store.ErrInvalidArgument, c.ttl)
+	s := &Records{db: db, lease: lease, table: c.table.Sanitize(), ttl: c.ttl, pruneBatch: c.pruneBatch}
+	index := pgx.Identifier{c.table[len(c.table)-1] + "_expires_at"}.Sanitize()
+	// records.sql without its comments (a name may hold any character but
+	// NUL, a newline included), the names replaced
+	var ddl strings.Builder
+	for line := range strings.Lines(recordsDDL) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			ddl.WriteString(line)
+		}
 	}
-	if !c.ttlSet {
-		c.ttl = store.DefaultRecordsTTL
-	}
-	parts := strings.Split(c.table, ".")
-	s := &Records{
-		db:    db,
-		lease: lease,
-		table: pgx.Identifier(parts).Sanitize(),
-		index: pgx.Identifier{parts[len(parts)-1] + "_expires_at"}.Sanitize(),
-		ttl:   c.ttl,
-	}
+	s.ddl = strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(ddl.String(), "redisonce_records_expires_at", index), "redisonce_records", s.table))
 	s.sql = newRecordsSQL(s.table)
 	return s, nil
 }
 
-// DDL returns records.sql for this store's table: the CREATE TABLE and
-// CREATE INDEX statements CreateTable runs, for a migration tool.
-func (s *Records) DDL() string {
-	ddl := strings.ReplaceAll(recordsDDL, `redisonce_records_expires_at`, s.index)
-	return strings.ReplaceAll(ddl, `redisonce_records`, s.table)
-}
+// DDL returns the statements CreateTable runs, for a migration tool:
+// records.sql for this store's table, without its comments.
+func (s *Records) DDL() string { return s.ddl }
 
-// CreateTable creates the table and its index if they do not exist.
+// CreateTable creates the table and its index if they do not exist
+// (records.sql). It is safe to call from several processes at once: they
+// take turns on a transaction-scoped advisory lock.
 func (s *Records) CreateTable(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, s.DDL()); err != nil {
-		return fmt.Errorf("redisonce/postgres: create table %s: %w", s.table, err)
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "redisonce records ddl "+s.table); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.ddl)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("redisonce: create records table %s: %w", s.table, err)
 	}
 	return nil
 }
@@ -212,7 +244,7 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 type txKey struct{}
 
 // errTxOwned is what Commit and Rollback of the transaction fn gets return.
-var errTxOwned = errors.New("redisonce/postgres: the transaction is Records.Do's: it commits with the stored result, or rolls back")
+var errTxOwned = errors.New("redisonce: the transaction is Records.Do's: it commits with the stored result, or rolls back")
 
 // doTx is the transaction fn gets: Do's own, less Commit and Rollback.
 type doTx struct{ pgx.Tx }
@@ -320,11 +352,17 @@ RETURNING true`,
 
 // errorf builds an error for op and key that wraps sentinel with a detail.
 func errorf(op, key string, sentinel error, format string, args ...any) error {
-	return fmt.Errorf("redisonce/postgres: %s %q: %w: %s", op, key, sentinel, fmt.Sprintf(format, args...))
+	return fmt.Errorf("redisonce: %s %q: %w: %s", op, key, sentinel, fmt.Sprintf(format, args...))
 }
 
+// wrap wraps a statement's error for op and key; a missing table says how
+// to create it.
 func wrap(op, key string, err error) error {
-	return fmt.Errorf("redisonce/postgres: %s %q: %w", op, key, err)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return fmt.Errorf("redisonce: %s %q: the records table does not exist (Records.CreateTable creates it, or run records.sql): %w", op, key, err)
+	}
+	return fmt.Errorf("redisonce: %s %q: %w", op, key, err)
 }
 
 // readRow reads key's row; ok false when there is none.
@@ -516,25 +554,45 @@ func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
 // Close closes the Redis store; the DB is the caller's.
 func (s *Records) Close() error { return s.lease.Close() }
 
-// DeleteExpired deletes the rows past their retention, batch rows per
-// statement (DefaultRetentionBatch when batch <= 0), until a statement finds
-// fewer or ctx ends; it returns how many it deleted. Each statement is short
-// and skips rows another transaction holds, so it can run beside live
-// traffic: call it from a ticker (every few minutes). A row is ignored once
-// expired, so when it is deleted does not change what Do answers.
-func (s *Records) DeleteExpired(ctx context.Context, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = DefaultRetentionBatch
-	}
+// Prune deletes the rows past their retention, in DELETE statements of at
+// most the prune batch each (rows locked by a transaction at work are left
+// for the next time), until a batch comes back short or ctx is done. It
+// returns how many rows it deleted. A row is ignored from the moment it
+// expires, so when Prune runs does not change what Do answers.
+func (s *Records) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, s.sql.retention, batch)
+		tag, err := s.db.Exec(ctx, s.sql.retention, s.pruneBatch)
 		if err != nil {
-			return total, fmt.Errorf("redisonce/postgres: delete expired rows of %s: %w", s.table, err)
+			return total, fmt.Errorf("redisonce: records prune %s: %w", s.table, err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		if tag.RowsAffected() < int64(s.pruneBatch) {
 			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("redisonce: records prune %s: %w", s.table, err)
+		}
+	}
+}
+
+// RunPruner calls Prune every interval until ctx is done, then returns
+// ctx's error. A failed Prune is passed to onErr when it is not nil, and
+// tried again at the next interval. interval must be > 0.
+func (s *Records) RunPruner(ctx context.Context, interval time.Duration, onErr func(error)) error {
+	if ctx == nil || interval <= 0 {
+		return fmt.Errorf("redisonce: records pruner: %w: nil context, or interval %v <= 0", store.ErrInvalidArgument, interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if _, err := s.Prune(ctx); err != nil && onErr != nil && ctx.Err() == nil {
+				onErr(err)
+			}
 		}
 	}
 }
@@ -616,7 +674,7 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 		defer cancel()
 		_, _ = s.db.Exec(bctx, s.sql.release, []byte(key), fence, lease.Token)
 	}
-	tx, err := s.db.Begin(lctx)
+	tx, err := s.db.BeginTx(lctx, pgx.TxOptions{})
 	if err != nil {
 		release()
 		return nil, wrap("do", key, err)
@@ -662,6 +720,12 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 		tooLong := errorf("do", key, store.ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), store.MaxRecordPayloadLen)
 		status, payload, retErr, toRedis = store.StatusFailed, []byte(tooLong.Error()), tooLong, store.Permanent(tooLong)
 	}
+	// An owner that knows its lease is gone (fn's context ended with the
+	// lease's loss as its cause) commits nothing.
+	if c := context.Cause(lctx); errors.Is(c, store.ErrStaleOwner) || errors.Is(c, store.ErrLeaseLost) {
+		rollback()
+		return nil, fmt.Errorf("redisonce: do %q: %w: fn's writes were rolled back: %w", key, store.ErrNotCommitted, c)
+	}
 	// Redis first: when it says another owner holds the key (a takeover, or
 	// a Delete and a new acquire), the lease is lost and nothing commits.
 	// The check also renews the lease for the commit. A record gone (flushed,
@@ -669,7 +733,7 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 	until := time.Now().Add(o.Lease)
 	if err := s.lease.Update(wctx, key, store.Update{LeaseUntil: &until, Token: lease.Token}); errors.Is(err, store.ErrStaleOwner) {
 		rollback()
-		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: %w: another owner holds the key's lease; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
+		return nil, fmt.Errorf("redisonce: do %q: %w: %w: another owner holds the key's lease; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
 	}
 	var wrote bool
 	err = tx.QueryRow(wctx, s.sql.final, []byte(key), fence, lease.Token, string(status), []byte(o.Fingerprint), payload, ttlMS).Scan(&wrote)
@@ -677,10 +741,10 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 	case errors.Is(err, pgx.ErrNoRows):
 		_ = tx.Rollback(wctx)
 		// The row is another owner's: nothing of this run stays.
-		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: %w: a newer lease claimed the key's row; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
+		return nil, fmt.Errorf("redisonce: do %q: %w: %w: a newer lease claimed the key's row; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
 	case err != nil:
 		rollback()
-		return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the final write failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
+		return nil, fmt.Errorf("redisonce: do %q: %w: the final write failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
 	}
 	if commitHook != nil {
 		commitHook(key, "before")
@@ -690,10 +754,10 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 		r, ok, rerr := s.readRow(wctx, s.db, key)
 		switch {
 		case rerr != nil:
-			return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the commit failed (%w) and the row could not be read (%w): a retry finds out", key, store.ErrNotCommitted, err, rerr)
+			return nil, fmt.Errorf("redisonce: do %q: %w: the commit failed (%w) and the row could not be read (%w): a retry finds out", key, store.ErrNotCommitted, err, rerr)
 		case !ok || r.token != lease.Token || r.fence != lease.Fence || r.status != status:
 			release()
-			return nil, fmt.Errorf("redisonce/postgres: do %q: %w: the commit failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
+			return nil, fmt.Errorf("redisonce: do %q: %w: the commit failed, fn's writes were rolled back: %w", key, store.ErrNotCommitted, err)
 		}
 	}
 	st.committed, st.ret, st.retErr = true, ret, retErr

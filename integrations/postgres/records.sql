@@ -1,9 +1,10 @@
 -- The table of Records (package postgres): one row per idempotency key whose
 -- outcome Records.Do committed in the same transaction as fn's writes.
 --
--- Records.CreateTable runs this file with the table name of WithRecordsTable
--- in place of redisonce_records (the index is named after the table). A DBA
--- may run it by hand instead; every statement is idempotent.
+-- Records.CreateTable runs this file, its comments dropped, with the table
+-- name of WithRecordsTable in place of redisonce_records (the index is named
+-- after the table). A DBA may run it by hand instead; every statement is
+-- idempotent.
 --
 -- Columns:
 --   key          the record key, as bytes (a key may hold any byte).
@@ -18,7 +19,7 @@
 --   created_at   when the row was first claimed.
 --   updated_at   when the row was last written.
 --   expires_at   when the row's retention ends (NULL = never); rows past it
---                are ignored and Records.DeleteExpired removes them in batches.
+--                are ignored and Records.Prune deletes them in bounded batches.
 CREATE TABLE IF NOT EXISTS redisonce_records (
     key         bytea         PRIMARY KEY,
     fence       numeric(20,0) NOT NULL CHECK (fence >= 0),
@@ -31,6 +32,6 @@ CREATE TABLE IF NOT EXISTS redisonce_records (
     expires_at  timestamptz
 );
 
--- DeleteExpired walks this index, a bounded batch at a time.
+-- Prune walks this index, a bounded batch at a time.
 CREATE INDEX IF NOT EXISTS redisonce_records_expires_at
     ON redisonce_records (expires_at) WHERE expires_at IS NOT NULL;

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +49,7 @@ func TestRecordsContract(t *testing.T) {
 					} else {
 						lease = store.NewMemoryRecords(opts...)
 					}
-					s, err := NewRecords(e.pool, lease, append(ropts, WithRecordsTable(e.table))...)
+					s, err := NewRecords(lease, e.pool, append(ropts, WithRecordsTable(e.table))...)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -64,13 +66,13 @@ func TestRecordsContract(t *testing.T) {
 }
 
 // TestRecordsTableOption: a schema-qualified table is created and used; a
-// bad name or a negative TTL is refused at construction.
+// bad option, a nil store or a nil database is refused at construction.
 func TestRecordsTableOption(t *testing.T) {
 	srv := startRecServers(t)
 	e := srv.env(t)
 	ctx := context.Background()
 	e.exec(t, `CREATE SCHEMA app`)
-	s := e.records(t, WithRecordsTable("app.Idem"))
+	s := e.records(t, WithRecordsTable("app", "Idem"))
 	if _, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) { return []byte("r"), nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -84,19 +86,37 @@ func TestRecordsTableOption(t *testing.T) {
 	if err := s.CreateTable(ctx); err != nil {
 		t.Errorf("CreateTable again: %v", err)
 	}
+	// A store on a table nobody created says so.
+	missing, err := NewRecords(store.NewMemoryRecords(), e.pool, WithRecordsTable("nope"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := missing.Do(ctx, "k", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) { return nil, nil }); err == nil || !strings.Contains(err.Error(), "CreateTable") {
+		t.Errorf("Do on a missing table: %v, want an error naming CreateTable", err)
+	}
 	lease := store.NewMemoryRecords()
-	for _, o := range []RecordsOption{
-		WithRecordsTable(""), WithRecordsTable("a;drop table x"), WithRecordsTable(`a"b`), WithRecordsTable("1a"),
-		WithRecordsTable("a.b.c"), WithRecordsTTL(-time.Second), nil,
+	for name, o := range map[string]RecordsOption{
+		"empty name": WithRecordsTable(""), "no parts": WithRecordsTable(), "three parts": WithRecordsTable("a", "b", "c"),
+		"NUL": WithRecordsTable("a\x00b"), "64 bytes": WithRecordsTable(strings.Repeat("t", 64)), "bad UTF-8": WithRecordsTable("\xff"),
+		"negative TTL": WithRecordsTTL(-time.Second), "batch 0": WithRecordsPruneBatch(0), "batch too big": WithRecordsPruneBatch(1_000_001),
 	} {
-		if _, err := NewRecords(e.pool, lease, o); err == nil {
-			t.Errorf("NewRecords with a bad option: no error")
+		if _, err := NewRecords(lease, e.pool, o); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("NewRecords(%s) = %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if _, err := NewRecords(nil, lease); err == nil {
-		t.Error("NewRecords(nil db): no error")
+	if _, err := NewRecords(lease, nil); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("NewRecords(nil db) = %v", err)
 	}
-	if _, err := NewRecords(e.pool, nil); err == nil {
-		t.Error("NewRecords(nil lease): no error")
+	if _, err := NewRecords(nil, e.pool); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("NewRecords(nil lease) = %v", err)
+	}
+	// A table name is quoted, never spliced: this one is created as named.
+	e.exec(t, `CREATE TABLE x (); CREATE TABLE y ()`)
+	odd := e.records(t, WithRecordsTable("odd\"; DROP TABLE x; --\nDROP TABLE y; --"))
+	if _, _, err := odd.Do(ctx, "k", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) { return []byte("r"), nil }); err != nil {
+		t.Errorf("Do on an oddly named table: %v", err)
+	}
+	if n := e.count(t, `SELECT count(*) FROM pg_tables WHERE tablename IN ('x', 'y')`); n != 2 {
+		t.Errorf("%d of tables x and y left after CreateTable on an odd name, want 2", n)
 	}
 }

@@ -176,7 +176,7 @@ func TestRecordsConcurrentDuplicates(t *testing.T) {
 	var apis []string
 	for range 2 {
 		pool := newPool(t, e.pg.URL("postgres"))
-		s, err := NewRecords(pool, store.NewRecords(newRedisClient(t, e.redis.Addr), store.WithPrefix(e.prefix)), WithRecordsTable(e.table))
+		s, err := NewRecords(store.NewRecords(newRedisClient(t, e.redis.Addr), store.WithPrefix(e.prefix)), pool, WithRecordsTable(e.table))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,7 @@ func newRedisClient(t *testing.T, addr string) rueidis.Client {
 // store of its own client.
 func (e *recEnv) records(t *testing.T, opts ...RecordsOption) *Records {
 	t.Helper()
-	s, err := NewRecords(e.pool, store.NewRecords(e.client, store.WithPrefix(e.prefix)), append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
+	s, err := NewRecords(store.NewRecords(e.client, store.WithPrefix(e.prefix)), e.pool, append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

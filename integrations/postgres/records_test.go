@@ -277,11 +277,11 @@ func TestRecordsDoStaleOwnerRolledBack(t *testing.T) {
 }
 
 // TestRecordsRetention: rows past their retention are ignored at once and
-// deleted by DeleteExpired, a bounded batch per statement; live rows stay.
+// deleted by Prune, a bounded batch per statement; live rows stay.
 func TestRecordsRetention(t *testing.T) {
 	srv := startRecServers(t)
 	e := srv.env(t)
-	s := e.records(t)
+	s := e.records(t, WithRecordsPruneBatch(3))
 	ctx := context.Background()
 	ok := func(context.Context) ([]byte, error) { return []byte("r"), nil }
 	for i := range 10 {
@@ -302,15 +302,15 @@ func TestRecordsRetention(t *testing.T) {
 	if _, replayed, err := s.Do(ctx, "short-1", store.AcquireOptions{Lease: time.Second, TTL: time.Hour}, func(context.Context) ([]byte, error) { return []byte("new"), nil }); replayed || err != nil {
 		t.Errorf("Do over an expired row = %v, %v; want a new run", replayed, err)
 	}
-	n, err := s.DeleteExpired(ctx, 3)
+	n, err := s.Prune(ctx)
 	if err != nil || n != 9 {
-		t.Errorf("DeleteExpired = %d, %v; want 9 (3 per statement)", n, err)
+		t.Errorf("Prune = %d, %v; want 9 (3 per statement)", n, err)
 	}
 	if got := e.count(t, `SELECT count(*) FROM `+e.table); got != 4 {
 		t.Errorf("%d rows left, want 4 (3 long, 1 run again)", got)
 	}
-	if n, err := s.DeleteExpired(ctx, 0); n != 0 || err != nil {
-		t.Errorf("DeleteExpired again = %d, %v; want 0", n, err)
+	if n, err := s.Prune(ctx); n != 0 || err != nil {
+		t.Errorf("Prune again = %d, %v; want 0", n, err)
 	}
 	if ddl := s.DDL(); !strings.Contains(ddl, `CREATE TABLE IF NOT EXISTS "`+e.table+`"`) || strings.Contains(ddl, "redisonce_records") {
 		t.Errorf("DDL does not name the table %q:\n%s", e.table, ddl)

@@ -93,7 +93,7 @@ func TestRecordsWorker(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	s, err := NewRecords(pool, store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX"))), WithRecordsTable(os.Getenv("PGREC_TABLE")))
+	s, err := NewRecords(store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX"))), pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
 	if err != nil {
 		fail(err)
 	}
