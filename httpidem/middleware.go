@@ -34,7 +34,7 @@ const (
 // length <= 0, a key length over store.MaxIDLen, a negative TTL or body
 // limit) does not panic: the middleware then answers every request 500 with
 // a problem saying what is wrong, and never runs the handler (fail closed).
-func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Handler {
+func Middleware(rs *store.Records, opts ...Option) func(http.Handler) http.Handler {
 	cfg, bad := newConfig(opts), ""
 	switch {
 	case rs == nil:
@@ -74,7 +74,7 @@ func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 type handler struct {
-	rs   store.RecordStore
+	rs   *store.Records
 	cfg  *config
 	next http.Handler
 }

@@ -20,7 +20,7 @@ import (
 // The suite on the in-memory store; scripts_test runs it on Redis.
 func TestMiddlewareMemory(t *testing.T) {
 	httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-		New: func(t *testing.T) store.RecordStore { return store.NewMemoryRecords() },
+		New: func(t *testing.T) *store.Records { return store.NewMemoryRecords() },
 	})
 }
 

@@ -29,7 +29,7 @@ func claimsHarness(url func(*testing.T) string) func(*testing.T) {
 	return func(t *testing.T) {
 		c := newClient(t, url(t))
 		storetest.TestClaims(t, storetest.ClaimsHarness{
-			New: func(t *testing.T, opts ...store.Option) store.ClaimStore {
+			New: func(t *testing.T, opts ...store.Option) *store.Claims {
 				return store.NewClaims(c, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
 			},
 			Wait: time.Sleep,

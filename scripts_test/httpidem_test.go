@@ -25,7 +25,7 @@ func TestHTTPIdem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-				New: func(t *testing.T) store.RecordStore {
+				New: func(t *testing.T) *store.Records {
 					return store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
 				},
 			})

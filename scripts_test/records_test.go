@@ -23,7 +23,7 @@ func recordsHarness(url func(*testing.T) string) func(*testing.T) {
 	return func(t *testing.T) {
 		c := newClient(t, url(t))
 		storetest.TestRecords(t, storetest.RecordsHarness{
-			New: func(t *testing.T, opts ...store.Option) store.RecordStore {
+			New: func(t *testing.T, opts ...store.Option) *store.Records {
 				return store.NewRecords(c, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
 			},
 			Wait: time.Sleep,

@@ -102,7 +102,7 @@ func ExampleRecords_Do() {
 // The seed contract's example, verbatim but for the constructor: the API
 // acquires a key before it enqueues a job, and the worker stores the job's
 // status when it is done.
-func ExampleMemoryRecords() {
+func ExampleNewMemoryRecords() {
 	store := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
 	ctx := context.Background()
 

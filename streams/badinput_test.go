@@ -109,8 +109,8 @@ func TestObserverKeyRule(t *testing.T) {
 	waitFor(t, 10*time.Second, "both entries reported", func() bool {
 		var failed, invalid bool
 		for _, e := range rec.all() {
-			failed = failed || (e.Op == "handle" && e.Outcome == store.OutcomeFailed)
-			invalid = invalid || (e.Op == "handle" && e.Outcome == store.OutcomeInvalid)
+			failed = failed || (e.Op == "handle" && e.Outcome == store.Outcome("failed"))
+			invalid = invalid || (e.Op == "handle" && e.Outcome == store.Outcome("invalid"))
 		}
 		return failed && invalid
 	})

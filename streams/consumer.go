@@ -98,9 +98,9 @@ type Message struct {
 type Handler func(ctx context.Context, m Message) error
 
 // Outcomes a Consumer reports (store.Event.Outcome, with Store "streams" and
-// Op "handle"), besides store.OutcomeAcked, store.OutcomeDuplicate,
-// store.OutcomeInFlight, store.OutcomeFailed, store.OutcomeReleased,
-// store.OutcomeInvalid and store.OutcomeError.
+// Op "handle"), besides store.Outcome("acked"), store.Outcome("duplicate"),
+// store.Outcome("in_flight"), store.Outcome("failed"), store.Outcome("released"),
+// store.Outcome("invalid") and store.Outcome("error").
 const (
 	// OutcomeDeadLettered: the entry was added to the dead-letter stream
 	// and acked.
@@ -260,7 +260,7 @@ func WithObserver(o store.Observer) Option {
 // group the process serves) with New, and call Run.
 type Consumer struct {
 	client              rueidis.Client
-	claims              store.ClaimStore
+	claims              *store.Claims
 	stream, group, name string
 	handle              Handler
 	cfg                 config
@@ -274,7 +274,7 @@ type Consumer struct {
 // WithDeadLetter, WithRetryDelay, WithBlock, WithReclaimInterval,
 // WithStartID, WithShutdownGrace, WithObserver. Consumer names must be unique
 // within the group (a process's hostname and pid, say).
-func New(client rueidis.Client, claims store.ClaimStore, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
+func New(client rueidis.Client, claims *store.Claims, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
 	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1}
 	for _, o := range opts {
 		if o == nil {

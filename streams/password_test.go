@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/redact"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -30,7 +31,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 	u := url.URL{Scheme: "redis", Host: strings.TrimPrefix(srv.URL(), "redis://"), User: url.UserPassword("edges2app", pw)}
 	opt, err := store.ClientOptions(u.String())
 	if err != nil {
-		t.Fatal(store.RedactURL(err.Error()))
+		t.Fatal(redact.URL(err.Error()))
 	}
 	app, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -49,7 +50,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 	xadd(t, admin, "pw", "k", "v")
 	waitFor(t, 10*time.Second, "the entry handled", func() bool {
 		for _, e := range rec.all() {
-			if e.Op == "handle" && e.Outcome == store.OutcomeAcked {
+			if e.Op == "handle" && e.Outcome == store.Outcome("acked") {
 				return true
 			}
 		}

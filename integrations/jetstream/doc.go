@@ -1,6 +1,6 @@
 // Package jetstream runs a NATS JetStream consumer's handler exactly once per
 // message id, over JetStream's at-least-once delivery, with a redisonce
-// store.ClaimStore (store.Claims on Redis).
+// *store.Claims (store.Claims on Redis).
 //
 // Wrap the handler once and give it to the consumer:
 //

@@ -1,6 +1,6 @@
 // Package kafka is a Kafka consumer-group member, on franz-go
 // (github.com/twmb/franz-go), whose handler runs once per record id over
-// Kafka's at-least-once delivery, with a redisonce store.ClaimStore
+// Kafka's at-least-once delivery, with a redisonce *store.Claims
 // (store.Claims on Redis).
 //
 //	claims := store.NewClaims(redisClient, store.WithTTL(7*24*time.Hour))

@@ -57,7 +57,7 @@ func TestErrorSpanWithoutKey(t *testing.T) {
 	obs, spans, _ := setup(t)
 	err := fmt.Errorf(`redisonce: claim %q: connection refused`, storetest.SecretKey)
 	obs.Observe(context.Background(), store.Event{Store: "claims", Op: "claim", Key: storetest.SecretKey,
-		N: 1, Outcome: store.OutcomeError, Err: err})
+		N: 1, Outcome: store.Outcome("error"), Err: err})
 	s := spans.Ended()[0]
 	if d := s.Status().Description; d != "redisonce: claim: connection refused" {
 		t.Errorf("status description %q, want the error without the key", d)
@@ -82,7 +82,7 @@ func TestBadInputNeverPanics(t *testing.T) {
 		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 	obs, spans, _ := setup(t)
-	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeError, Err: errors.New("x")}) //nolint:staticcheck // a nil context on purpose
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.Outcome("error"), Err: errors.New("x")}) //nolint:staticcheck // a nil context on purpose
 	if len(spans.Ended()) != 1 {
 		t.Errorf("%d spans for an event with a nil context, want 1", len(spans.Ended()))
 	}

@@ -41,7 +41,7 @@ func TestBadInputNeverPanics(t *testing.T) {
 	obs := redisonceprom.New(nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(obs)
-	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeClaimed}) //nolint:staticcheck // a nil context on purpose
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.Outcome("claimed")}) //nolint:staticcheck // a nil context on purpose
 	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
 		t.Errorf("%d metrics after one event, %v", n, err)
 	}
