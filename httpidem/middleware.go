@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -25,6 +26,15 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
+// Store keeps the responses: a *store.Records (Redis, or
+// store.NewMemoryRecords in a test), or a store built over one whose stored
+// responses commit with the handler's writes — *postgres.Records of
+// integrations/postgres, whose handler writes with postgres.Tx(r.Context())
+// in the transaction that stores its response.
+type Store interface {
+	Do(ctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
+}
+
 // Middleware returns middleware that makes a handler idempotent under the
 // Idempotency-Key header, with rs keeping the responses (see the package
 // documentation for the behaviour and the defaults). Give it a store with a
@@ -34,10 +44,10 @@ const (
 // length <= 0, a key length over store.MaxIDLen, a negative TTL or body
 // limit) does not panic: the middleware then answers every request 500 with
 // a problem saying what is wrong, and never runs the handler (fail closed).
-func Middleware(rs *store.Records, opts ...Option) func(http.Handler) http.Handler {
+func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
 	cfg, bad := newConfig(opts), ""
 	switch {
-	case rs == nil:
+	case rs == nil, reflect.ValueOf(rs).Kind() == reflect.Pointer && reflect.ValueOf(rs).IsNil():
 		bad = "httpidem: nil store"
 	case cfg.badOption != "":
 		bad = cfg.badOption
@@ -74,7 +84,7 @@ func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 type handler struct {
-	rs   *store.Records
+	rs   Store
 	cfg  *config
 	next http.Handler
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -104,12 +105,13 @@ func WithRecordsPruneBatch(n int) RecordsOption {
 	}
 }
 
-// Records is a store.RecordStore whose outcomes commit with their effect: Do
+// Records is a record store, with the methods of store.Records, whose
+// outcomes commit with their effect: Do
 // runs fn inside a Postgres transaction (Tx gives it to fn) and writes the
 // record's row — key, fence, fingerprint, status, result — in that same
 // transaction, so the effect and its stored result commit together or not
-// at all. Redis stays the lease and the fast path: a store.RecordStore (a
-// store.Records, or a store.MemoryRecords in tests) gives the in-flight
+// at all. Redis stays the lease and the fast path: a *store.Records (on
+// Redis, or store.NewMemoryRecords in tests) gives the in-flight
 // exclusivity, the lease's fence and token, the wait for an in-flight owner,
 // and replays a finished key without touching Postgres; the row is the truth
 // behind it.
@@ -153,7 +155,7 @@ func WithRecordsPruneBatch(n int) RecordsOption {
 // during COMMIT) is looked up in the row, and if that fails too the error
 // says so: a retry learns the outcome (a replay, or a run).
 //
-// The other methods keep the store.RecordStore contract with the row behind
+// The other methods keep store.Records' contract with the row behind
 // the Redis record: AcquireWith acquires in Redis and, when the key's row is
 // finished (the Redis record was lost: an expiry, FLUSHALL, a failover),
 // completes the Redis record from the row and returns it as the existing
@@ -164,7 +166,7 @@ func WithRecordsPruneBatch(n int) RecordsOption {
 // in a transaction with an effect.
 type Records struct {
 	db         RecordsDB
-	lease      store.RecordStore
+	lease      *store.Records
 	table      string // quoted, schema-qualified as given
 	ttl        time.Duration
 	pruneBatch int
@@ -179,8 +181,8 @@ type Records struct {
 // store.ErrInvalidArgument. Close closes lease, not db. NewRecords does not
 // touch the database: create the table with CreateTable, or have a DBA run
 // records.sql.
-func NewRecords(lease store.RecordStore, db RecordsDB, opts ...RecordsOption) (*Records, error) {
-	if lease == nil || db == nil {
+func NewRecords(lease *store.Records, db RecordsDB, opts ...RecordsOption) (*Records, error) {
+	if lease == nil || db == nil || reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil() {
 		return nil, fmt.Errorf("redisonce: new records: %w: a nil record store or database", store.ErrInvalidArgument)
 	}
 	c := recordsConfig{table: pgx.Identifier{DefaultRecordsTable}, ttl: store.DefaultRecordsTTL, pruneBatch: DefaultRecordsPruneBatch}

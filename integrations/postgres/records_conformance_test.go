@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
 )
@@ -37,13 +38,13 @@ func TestRecordsContract(t *testing.T) {
 	for _, inner := range []string{"redis", "memory"} {
 		t.Run(inner, func(t *testing.T) {
 			storetest.TestRecords(t, storetest.RecordsHarness{
-				New: func(t *testing.T, opts ...store.Option) store.RecordStore {
+				NewStore: func(t *testing.T, opts ...store.Option) storetest.RecordStore {
 					e := srv.env(t)
 					var ropts []RecordsOption
 					if ttl, ok := storeTTL(opts); ok {
 						ropts = append(ropts, WithRecordsTTL(ttl))
 					}
-					var lease store.RecordStore
+					var lease *store.Records
 					if inner == "redis" {
 						lease = store.NewRecords(e.client, append([]store.Option{store.WithPrefix(e.prefix)}, opts...)...)
 					} else {
@@ -106,6 +107,9 @@ func TestRecordsTableOption(t *testing.T) {
 	}
 	if _, err := NewRecords(lease, nil); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("NewRecords(nil db) = %v", err)
+	}
+	if _, err := NewRecords(lease, (*pgxpool.Pool)(nil)); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("NewRecords(nil *pgxpool.Pool) = %v", err)
 	}
 	if _, err := NewRecords(nil, e.pool); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("NewRecords(nil lease) = %v", err)

@@ -61,7 +61,7 @@ func chargeHandler(charges string, after func(id int64)) http.Handler {
 }
 
 // paymentsServer serves chargeHandler through httpidem over s.
-func paymentsServer(t *testing.T, s store.RecordStore, charges string, lease, wait time.Duration, after func(int64)) *httptest.Server {
+func paymentsServer(t *testing.T, s httpidem.Store, charges string, lease, wait time.Duration, after func(int64)) *httptest.Server {
 	opts := []httpidem.Option{httpidem.WithSharedKeys(), httpidem.WithLease(lease)}
 	if wait > 0 {
 		opts = append(opts, httpidem.WithWait(wait))

@@ -293,7 +293,7 @@ var recordsScripts = map[string]string{
 	"acquire": "acquire", "get": "get", "update": "update", "delete": "delete", "extend": "renew",
 }
 
-func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) *store.Records, h RecordsHarness) {
+func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) RecordStore, h RecordsHarness) {
 	ctx := context.Background()
 	check := func(t *testing.T, l *eventLog, want ...event) {
 		t.Helper()
