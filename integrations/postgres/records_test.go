@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -315,4 +318,68 @@ func TestRecordsRetention(t *testing.T) {
 	if ddl := s.DDL(); !strings.Contains(ddl, `CREATE TABLE IF NOT EXISTS "`+e.table+`"`) || strings.Contains(ddl, "redisonce_records") {
 		t.Errorf("DDL does not name the table %q:\n%s", e.table, ddl)
 	}
+}
+
+// stmtCounter counts the statements sent on a pool (a pgx.QueryTracer).
+type stmtCounter struct{ n atomic.Int64 }
+
+func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestRecordsDuplicatesNeverTouchPostgres: a duplicate of a finished key is
+// replayed from Redis, and one in flight answered ErrInFlight, with no SQL
+// statement sent (counted on the pool); the first run sends the claim, the
+// transaction's statements and the final write.
+func TestRecordsDuplicatesNeverTouchPostgres(t *testing.T) {
+	srv := startRecServers(t)
+	e := srv.env(t)
+	e.records(t) // the table
+	cfg, err := pgxpool.ParseConfig(e.pg.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &stmtCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := NewRecords(store.NewRecords(e.client, store.WithPrefix(e.prefix)), pool, WithRecordsTable(e.table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	o := store.AcquireOptions{Lease: 5 * time.Second}
+	_, _, err = s.Do(ctx, "k", o, func(ctx context.Context) ([]byte, error) {
+		before := counter.n.Load()
+		_, _, err := s.Do(ctx, "k", o, func(context.Context) ([]byte, error) { return nil, errors.New("ran in flight") })
+		if !errors.Is(err, store.ErrInFlight) {
+			t.Errorf("in-flight duplicate: %v", err)
+		}
+		if n := counter.n.Load() - before; n != 0 {
+			t.Errorf("an in-flight duplicate sent %d statements, want 0", n)
+		}
+		return []byte("r"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := counter.n.Load()
+	if first < 3 {
+		t.Errorf("the first run sent %d statements, want the claim, the final write and the commit at least", first)
+	}
+	for range 100 {
+		if res, replayed, err := s.Do(ctx, "k", o, func(context.Context) ([]byte, error) { return nil, errors.New("ran again") }); err != nil || !replayed || string(res) != "r" {
+			t.Fatalf("duplicate = %q, %v, %v", res, replayed, err)
+		}
+	}
+	if n := counter.n.Load() - first; n != 0 {
+		t.Errorf("100 duplicates sent %d statements, want 0", n)
+	}
+	t.Logf("first run: %d statements; 100 duplicates: 0", first)
 }
