@@ -80,6 +80,10 @@ func TestRecordsKilledBeforeCommit(t *testing.T) {
 		t.Fatalf("the killed worker answered %d %q", r.status, r.body)
 	}
 	w.killedBySIGKILL(t)
+	claim, ok, err := s.readRow(context.Background(), s.db, "pay-1")
+	if err != nil || !ok || claim.status != store.StatusPending {
+		t.Fatalf("row after the kill = %+v, %v, %v; want the dead worker's pending claim", claim, ok, err)
+	}
 	api := paymentsServer(t, s, charges, lease, 10*time.Second, nil)
 	r := post(api.URL, "pay-1", 100)
 	ids := e.charges(t, charges, "pay-1")
@@ -89,8 +93,8 @@ func TestRecordsKilledBeforeCommit(t *testing.T) {
 	if r.err != nil || r.status != http.StatusCreated || r.replayed || r.body != chargeBody(ids[0], 100) {
 		t.Errorf("retry = %d replayed=%v %q %v; want a first 201 for charge %d", r.status, r.replayed, r.body, r.err, ids[0])
 	}
-	if rec, _, err := s.Get(context.Background(), "pay-1"); err != nil || rec.Fence < 2 || rec.Status != store.StatusCompleted {
-		t.Errorf("record = %+v, %v; want completed by the takeover (fence >= 2)", rec, err)
+	if row, _, err := s.readRow(context.Background(), s.db, "pay-1"); err != nil || row.fence <= claim.fence || row.status != store.StatusCompleted {
+		t.Errorf("row = %+v, %v; want completed by the takeover (a fence above the dead claim's %d)", row, err, claim.fence)
 	}
 }
 

@@ -60,9 +60,13 @@ func TestRecordsDoCommitsWithTheEffect(t *testing.T) {
 		t.Fatalf("row = %q %q, %v; want completed with the result", status, result, err)
 	}
 
+	inRedis, _, err := s.lease.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.flushRedis(t)
 	got, ok, err := s.Get(ctx, "k")
-	if err != nil || !ok || got.Status != store.StatusCompleted || string(got.Payload) != string(res) || got.Fence != 1 || got.Fingerprint != "fp-A" || got.Token != "" {
+	if err != nil || !ok || got.Status != store.StatusCompleted || string(got.Payload) != string(res) || got.Fence != inRedis.Fence || got.Fingerprint != "fp-A" || got.Token != "" {
 		t.Errorf("Get after FLUSHALL = %+v, %v, %v; want the row's completed record", got, ok, err)
 	}
 	if got.ExpiresAt.Sub(got.CreatedAt) != store.DefaultRecordsTTL {
@@ -382,4 +386,66 @@ func TestRecordsDuplicatesNeverTouchPostgres(t *testing.T) {
 		t.Errorf("100 duplicates sent %d statements, want 0", n)
 	}
 	t.Logf("first run: %d statements; 100 duplicates: 0", first)
+}
+
+// TestRecordsUpdateAndDeleteReachTheRow: with the Redis record gone, Update
+// writes the row alone (fenced by the token that wrote it) and an expiry in
+// the past deletes it; DeleteFenced removes the row its token wrote; with
+// the Redis record there, Update writes both.
+func TestRecordsUpdateAndDeleteReachTheRow(t *testing.T) {
+	srv := startRecServers(t)
+	e := srv.env(t)
+	s := e.records(t)
+	ctx := context.Background()
+	o := store.AcquireOptions{Lease: 5 * time.Second}
+	var token string
+	for _, key := range []string{"a", "b", "c"} {
+		if _, _, err := s.Do(ctx, key, o, func(ctx context.Context) ([]byte, error) {
+			l, _ := store.LeaseFromContext(ctx)
+			token = l.Token
+			return []byte("r-" + key), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.flushRedis(t)
+	custom := store.Status("refunded")
+	p := []byte("p")
+	if err := s.Update(ctx, "a", store.Update{Status: &custom, Payload: &p, Token: "not-the-owner"}); !errors.Is(err, store.ErrStaleOwner) {
+		t.Errorf("Update with another token: %v, want ErrStaleOwner", err)
+	}
+	if err := s.Update(ctx, "a", store.Update{Status: &custom, Payload: &p}); err != nil {
+		t.Errorf("unfenced Update of the row: %v", err)
+	}
+	if rec, ok, err := s.Get(ctx, "a"); err != nil || !ok || rec.Status != custom || string(rec.Payload) != "p" {
+		t.Errorf("Get after Update = %+v, %v, %v; want the row refunded, p", rec, ok, err)
+	}
+	if err := s.Update(ctx, "missing", store.Update{Status: &custom}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Update of a key with no record and no row: %v, want ErrNotFound", err)
+	}
+	past := time.Now().Add(-time.Second)
+	if err := s.Update(ctx, "b", store.Update{ExpiresAt: &past}); err != nil {
+		t.Errorf("Update(ExpiresAt in the past): %v", err)
+	}
+	if _, ok, _ := s.Get(ctx, "b"); ok {
+		t.Error("the row outlived an expiry in the past")
+	}
+	if err := s.DeleteFenced(ctx, "c", token); err != nil {
+		t.Errorf("DeleteFenced with the token that wrote the row: %v", err)
+	}
+	if _, ok, _ := s.Get(ctx, "c"); ok {
+		t.Error("DeleteFenced left the row")
+	}
+	// With a Redis record (completed from the row by a replay), both change.
+	if _, replayed, err := s.Do(ctx, "a", o, func(context.Context) ([]byte, error) { return nil, errors.New("ran") }); err != nil || !replayed {
+		t.Fatalf("replay of a = %v, %v", replayed, err)
+	}
+	done := store.StatusCompleted
+	if err := s.Update(ctx, "a", store.Update{Status: &done}); err != nil {
+		t.Fatal(err)
+	}
+	e.flushRedis(t)
+	if rec, ok, err := s.Get(ctx, "a"); err != nil || !ok || rec.Status != store.StatusCompleted {
+		t.Errorf("the row after an Update through Redis = %+v, %v, %v; want completed", rec, ok, err)
+	}
 }
