@@ -141,15 +141,16 @@ func WithRecordsPruneBatch(n int) RecordsOption {
 // write and before its commit holds the row's lock: the next owner's claim
 // waits for that commit and replays it.
 //
-// The transaction commits exactly when Do stores an outcome: fn's result,
-// or a store.Permanent error (stored as failed: fn's writes before it commit
-// too, roll them back with a savepoint if they must not), or a result over
-// store.MaxRecordPayloadLen (stored as failed, as the Redis store does). A
-// result that is not stored is rolled back with its effect: fn's other
-// errors, a panic, a lost lease, a final write refused, a commit that
-// failed. The claim is given back (its pending row deleted) and the Redis
-// record released, so a retry runs fn again, on a fresh transaction, with
-// nothing of the first run in the database. Do returns fn's error then, or
+// The transaction commits exactly when fn succeeded and Do stores its
+// result (or, for a result over store.MaxRecordPayloadLen, stores the
+// failure that says so, as the Redis store does). fn's error rolls its
+// writes back, as with pgx.BeginFunc: an error marked store.Permanent is
+// still the key's outcome, its failed row written on its own and replayed
+// with store.ErrFailed; any other error, a panic, a lost lease, a final
+// write refused or a commit that failed leave nothing: the claim is given
+// back (its pending row deleted) and the Redis record released, so a retry
+// runs fn again, on a fresh transaction, with nothing of the first run in
+// the database. Do returns fn's error then, or
 // an error matching store.ErrNotCommitted when fn succeeded but its result
 // did not commit; a commit whose outcome is unknown (the connection broke
 // during COMMIT) is looked up in the row, and if that fails too the error
@@ -737,8 +738,18 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 		rollback()
 		return nil, fmt.Errorf("redisonce: do %q: %w: %w: another owner holds the key's lease; fn's writes were rolled back", key, store.ErrStaleOwner, store.ErrNotCommitted)
 	}
+	// The final write: in fn's transaction; or, for fn's Permanent error,
+	// on its own once fn's writes are rolled back (an error rolls back what
+	// fn wrote, and the failure is still the key's outcome).
+	q := interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}(tx)
+	if fnErr != nil {
+		_ = tx.Rollback(wctx)
+		q = s.db
+	}
 	var wrote bool
-	err = tx.QueryRow(wctx, s.sql.final, []byte(key), fence, lease.Token, string(status), []byte(o.Fingerprint), payload, ttlMS).Scan(&wrote)
+	err = q.QueryRow(wctx, s.sql.final, []byte(key), fence, lease.Token, string(status), []byte(o.Fingerprint), payload, ttlMS).Scan(&wrote)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		_ = tx.Rollback(wctx)
@@ -751,7 +762,9 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 	if commitHook != nil {
 		commitHook(key, "before")
 	}
-	if err := tx.Commit(wctx); err != nil {
+	if fnErr != nil {
+		// stored on its own: nothing to commit
+	} else if err := tx.Commit(wctx); err != nil {
 		// Did it commit? The row says: it holds this lease's outcome only if so.
 		r, ok, rerr := s.readRow(wctx, s.db, key)
 		switch {

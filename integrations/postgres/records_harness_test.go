@@ -55,6 +55,15 @@ func (srv *recServers) env(t *testing.T) *recEnv {
 		table:  fmt.Sprintf("records_%d", n),
 		prefix: fmt.Sprintf("pgrec%d:", n),
 	}
+	// Connected before the test starts: the suite compares the times in
+	// records with its own clock, within half a tick.
+	ctx := context.Background()
+	if err := e.pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.Do(ctx, e.client.B().Ping().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 

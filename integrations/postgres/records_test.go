@@ -120,8 +120,9 @@ func TestRecordsDoCommitsWithTheEffect(t *testing.T) {
 }
 
 // TestRecordsDoRollsBackWhatIsNotStored: an error rolls fn's writes back
-// and gives the key back; a Permanent error commits them with the failed
-// row, replayed (from the row too) without running fn; a panic rolls back.
+// and gives the key back; a Permanent error rolls them back too, its failed
+// row stored on its own and replayed (from the row too) without running fn;
+// a panic rolls back.
 func TestRecordsDoRollsBackWhatIsNotStored(t *testing.T) {
 	srv := startRecServers(t)
 	e := srv.env(t)
@@ -152,8 +153,12 @@ func TestRecordsDoRollsBackWhatIsNotStored(t *testing.T) {
 	if _, _, err := s.Do(ctx, "perm", o, insertFn(t, charges, "perm", &runs, declined)); !errors.Is(err, declined) {
 		t.Fatalf("Do = %v, want the permanent error", err)
 	}
-	if ids := e.charges(t, charges, "perm"); len(ids) != 1 {
-		t.Errorf("charges after a Permanent error: %v, want the one written before it (committed with the failed row)", ids)
+	if ids := e.charges(t, charges, "perm"); len(ids) != 0 {
+		t.Errorf("charges after a Permanent error: %v, want none (rolled back; the failure is stored on its own)", ids)
+	}
+	var status string
+	if err := e.pool.QueryRow(ctx, `SELECT status FROM `+e.table+` WHERE key = 'perm'`).Scan(&status); err != nil || status != "failed" {
+		t.Errorf("row after a Permanent error: %q, %v; want failed", status, err)
 	}
 	e.flushRedis(t)
 	before := runs.Load()
