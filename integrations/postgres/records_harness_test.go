@@ -27,7 +27,7 @@ type recServers struct {
 // startRecServers starts a PostgreSQL server (pgproc.StartT: a missing
 // PostgreSQL skips the test outside CI and fails it under CI=true) and a
 // Redis server for t, both stopped when t ends.
-func startRecServers(t *testing.T) *recServers {
+func startRecServers(t testing.TB) *recServers {
 	t.Helper()
 	pg := pgproc.StartT(t, pgproc.Options{})
 	return &recServers{pg: pg, redis: redisproc.StartT(t, redisproc.Options{})}
@@ -44,7 +44,7 @@ type recEnv struct {
 	prefix string // the Redis key prefix
 }
 
-func (srv *recServers) env(t *testing.T) *recEnv {
+func (srv *recServers) env(t testing.TB) *recEnv {
 	t.Helper()
 	pg, rs := srv.pg, srv.redis
 	n := recSeq.Add(1)
@@ -67,7 +67,7 @@ func (srv *recServers) env(t *testing.T) *recEnv {
 	return e
 }
 
-func newPool(t *testing.T, url string) *pgxpool.Pool {
+func newPool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
@@ -77,7 +77,7 @@ func newPool(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
-func newRedisClient(t *testing.T, addr string) rueidis.Client {
+func newRedisClient(t testing.TB, addr string) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
