@@ -105,66 +105,75 @@ func WithRecordsPruneBatch(n int) RecordsOption {
 	}
 }
 
-// Records is a record store, with the methods of store.Records, whose
-// outcomes commit with their effect: Do
-// runs fn inside a Postgres transaction (Tx gives it to fn) and writes the
-// record's row — key, fence, fingerprint, status, result — in that same
-// transaction, so the effect and its stored result commit together or not
-// at all. Redis stays the lease and the fast path: a *store.Records (on
-// Redis, or store.NewMemoryRecords in tests) gives the in-flight
-// exclusivity, the lease's fence and token, the wait for an in-flight owner,
-// and replays a finished key without touching Postgres; the row is the truth
-// behind it.
+// Records is a record store with the methods of store.Records whose stored
+// results commit with their effect: Do runs fn inside one Postgres
+// transaction, which fn gets from Tx(ctx), and writes the key's row — fence,
+// token, fingerprint, status, result — in that same transaction, so the
+// effect and its stored result commit together or not at all. Redis stays
+// the lease and the fast path: a *store.Records (on Redis, or
+// store.NewMemoryRecords in a test) grants the lease with its fence and
+// token, answers a retry in flight (or makes it wait, AcquireOptions.Wait),
+// and replays a finished key without a single SQL statement. The row is the
+// truth behind it.
 //
 // Do, for a key the Redis store has no finished record of:
 //
-//  1. the Redis store acquires the key (a lease kept alive while fn runs; a
-//     duplicate meanwhile is in flight, a finished key is replayed from
-//     Redis — no SQL);
-//  2. a claim, a statement of its own that commits at once, writes the row
-//     as pending with the lease's fence and token — unless the row is
-//     finished (then it is replayed: fn does not run, and the Redis record
-//     is completed from it), or pending under a higher fence (the caller's
-//     lease is stale: ErrStaleOwner), or holds another fingerprint
-//     (ErrFingerprintMismatch);
-//  3. one transaction: fn runs with it in its context; the row's final
-//     write — status and result, only if the row still holds this lease's
-//     fence and token, or is gone — and the commit;
-//  4. the Redis record's final write. When it fails (Redis down, the process
-//     killed, the record flushed), the row already holds the outcome: the
-//     next Do for the key finds it and replays it.
+//  1. the Redis store acquires the key, its lease renewed while fn runs;
+//  2. a claim, one statement that commits on its own, writes the row as
+//     pending under the lease's fence and token — unless the row is finished
+//     (it is replayed: fn does not run, and the Redis record is completed
+//     from it), held under a higher fence (this lease is stale:
+//     store.ErrStaleOwner), or holds another fingerprint
+//     (store.ErrFingerprintMismatch);
+//  3. one transaction: fn, then the row's final write — status and result,
+//     only if the row still holds this lease's fence and token (or is gone)
+//     — and the commit;
+//  4. the Redis record's final write. When it does not happen (Redis down,
+//     the process killed, the record flushed), the row holds the outcome and
+//     the next Do for the key replays it; Do itself reports the committed
+//     outcome.
 //
-// A stale owner — paused past its lease while another took the key over —
-// finds its claim replaced when it comes to its final write: that write
-// matches no row, the transaction rolls back with fn's writes, and Do
-// returns ErrStaleOwner with ErrNotCommitted. An owner paused after its final
-// write and before its commit holds the row's lock: the next owner's claim
-// waits for that commit and replays it.
+// A stale owner cannot commit. One paused past its lease while another took
+// the key over finds, when it comes to its final write, Redis naming another
+// owner (Do renews the lease there just before the final write, and an owner
+// whose context was ended by the loss of its lease stops there too), or the
+// row claimed under the new lease's fence when Redis no longer knows (its
+// record flushed): its transaction rolls back with fn's writes, and Do
+// returns an error matching store.ErrStaleOwner and store.ErrNotCommitted.
+// An owner paused between its final write and its commit holds the row's
+// lock: the next owner's claim waits for that commit, then replays it. The
+// fences must not go back for this (a fence lower than the row's is refused
+// until the row is gone).
 //
 // The transaction commits exactly when fn succeeded and Do stores its
-// result (or, for a result over store.MaxRecordPayloadLen, stores the
-// failure that says so, as the Redis store does). fn's error rolls its
-// writes back, as with pgx.BeginFunc: an error marked store.Permanent is
-// still the key's outcome, its failed row written on its own and replayed
-// with store.ErrFailed; any other error, a panic, a lost lease, a final
-// write refused or a commit that failed leave nothing: the claim is given
-// back (its pending row deleted) and the Redis record released, so a retry
-// runs fn again, on a fresh transaction, with nothing of the first run in
-// the database. Do returns fn's error then, or
-// an error matching store.ErrNotCommitted when fn succeeded but its result
-// did not commit; a commit whose outcome is unknown (the connection broke
-// during COMMIT) is looked up in the row, and if that fails too the error
-// says so: a retry learns the outcome (a replay, or a run).
+// result (or, for a result over store.MaxRecordPayloadLen, the failure that
+// says so, as the Redis store does). fn's error rolls its writes back, as
+// pgx.BeginFunc does: an error marked store.Permanent is still the key's
+// outcome, its failed row written on its own and replayed with
+// store.ErrFailed; any other error, a panic, a lost lease, a refused final
+// write or a failed commit leave nothing behind: the claim is given back (its
+// pending row deleted) and the Redis record released, so a retry runs fn
+// again on a fresh transaction and a database the first run did not change.
+// Do returns fn's error, or, when fn succeeded and its result did not
+// commit, an error matching store.ErrNotCommitted (a caller must not report
+// such a result as done; httpidem answers 503). A COMMIT whose outcome is
+// unknown (the connection broke during it) is looked up in the row; if that
+// fails too, the retry learns the outcome: a replay, or a run. fn must not
+// commit or roll back the transaction (Commit and Rollback return an error);
+// a savepoint (its Begin) is fn's.
 //
-// The other methods keep store.Records' contract with the row behind
-// the Redis record: AcquireWith acquires in Redis and, when the key's row is
+// The other methods keep store.Records' contract with the row behind the
+// Redis record: AcquireWith acquires in Redis and, when the key's row is
 // finished (the Redis record was lost: an expiry, FLUSHALL, a failover),
 // completes the Redis record from the row and returns it as the existing
 // record; Get reads Redis, then the row; Update writes the Redis record (the
-// token is checked there) and the row when there is one, or the row alone
-// when Redis has no record; Delete removes both; DeleteFenced removes the
-// Redis record and the row the token wrote. Only Do writes a row's outcome
-// in a transaction with an effect.
+// token is checked there) and the row when there is one, or the row alone,
+// fenced by the token that wrote it, when Redis has no record; Delete
+// removes both; DeleteFenced removes the Redis record and the row the token
+// wrote. Only Do writes an outcome in a transaction with an effect.
+//
+// Records is safe for concurrent use when its RecordsDB is (a
+// *pgxpool.Pool is).
 type Records struct {
 	db         RecordsDB
 	lease      *store.Records
