@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: no panic on bad input. A nil store, a nil option, an invalid
+// No panic on bad input. A nil store, a nil option, an invalid
 // option or a nil handler gives middleware that answers every request 500
 // (fail closed: the handler never runs unguarded) saying what is wrong.
 func TestBadInputNeverPanics(t *testing.T) {

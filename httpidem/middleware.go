@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strings"
 	"time"
 
@@ -26,11 +25,11 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// Store keeps the responses: a *store.Records (Redis, or
-// store.NewMemoryRecords in a test), or a store built over one whose stored
-// responses commit with the handler's writes — *postgres.Records of
-// integrations/postgres, whose handler writes with postgres.Tx(r.Context())
-// in the transaction that stores its response.
+// Store keeps the middleware's records: a *store.Records (on Redis, or its
+// memory twin), or a store of another module with the same Do, such as
+// integrations/postgres' Records, which commits the stored response in the
+// transaction that makes the handler's writes. Do runs fn at most once per
+// key across every caller and replays its result, as store.Records.Do does.
 type Store interface {
 	Do(ctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
 }
@@ -46,8 +45,11 @@ type Store interface {
 // a problem saying what is wrong, and never runs the handler (fail closed).
 func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
 	cfg, bad := newConfig(opts), ""
+	if r, ok := rs.(*store.Records); ok && r == nil {
+		rs = nil // a typed nil is refused like a nil store
+	}
 	switch {
-	case rs == nil, reflect.ValueOf(rs).Kind() == reflect.Pointer && reflect.ValueOf(rs).IsNil():
+	case rs == nil:
 		bad = "httpidem: nil store"
 	case cfg.badOption != "":
 		bad = cfg.badOption

@@ -51,7 +51,7 @@ func TestClaimsClusterClientMode(t *testing.T) {
 }
 
 // TestClaimsSeedLayout: Claim writes exactly `SET bq:idemp:<id> 1 PX ttl`, and a
-// key the seed store wrote counts as processed.
+// key a `SET NX` deduper wrote counts as processed.
 func TestClaimsSeedLayout(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))

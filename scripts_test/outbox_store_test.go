@@ -502,8 +502,8 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 	}
 }
 
-// TestOutboxEpochAfterSnapshotRestore is the reproduction of (epoch,
-// seq) reuse, for Append and AppendMany: appends acknowledged after the last
+// TestOutboxEpochAfterSnapshotRestore: no (epoch, seq) reuse, for Append and
+// AppendMany: appends acknowledged after the last
 // snapshot are lost when the server comes back from it (a restart, like a
 // failover, gives the server a new replication ID), and the appends that
 // follow take their seqs again, so they must carry a new epoch: no (epoch,

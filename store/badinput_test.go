@@ -20,7 +20,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: no panic on bad input anywhere in the public API. A nil context,
+// No panic on bad input anywhere in the public API. A nil context,
 // a nil client, a nil option or a nil fn gives ErrInvalidArgument, and
 // nothing reaches Redis. The walk calls EVERY exported method of every store
 // (by reflection, so a method added later is walked too).

@@ -58,8 +58,8 @@ type Appended struct {
 	// just before may be lost and their seqs would come again. So an (Epoch, Seq) pair never names
 	// two messages, with or without WithWaitReplicas; a client that sees the
 	// Epoch change replays the tail as new (messages it already has come
-	// again under the new Epoch: duplicates, never losses). See docs/failover.md
-	// ("No (Epoch, Seq) reuse").
+	// again under the new Epoch: duplicates, never losses). See the paragraph
+	// "No (Epoch, Seq) reuse" of docs/failover.md.
 	Epoch uint64
 	// Created is true when this call appended the message, false when the id was
 	// already in the tail (the stored payload is kept, nothing is written).
@@ -185,7 +185,7 @@ func (s *Outbox) Close() error {
 // characters from crypto/rand) and returns the id and its seq. The seq comes
 // from the server (_seq + 1 in append.lua), so it is monotonic across every
 // process and restart for as long as the connection's hash exists. Append is the
-// seed contract; AppendWithID gives the epoch too and makes retries safe.
+// outbox contract; AppendWithID gives the epoch too and makes retries safe.
 func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID string, seq uint64, err error) {
 	if s == nil {
 		return "", 0, nilStore("append", conn, "Outbox")

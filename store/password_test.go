@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: no error of Open*, ClientOptions or RedactURL shows a Redis
+// No error of Open*, ClientOptions or RedactURL shows a Redis
 // password, for any URL a user can write, parsable or not. Each password is
 // three distinctive fragments joined by one special character; an error (or
 // any error it wraps) that holds one fragment shows part of the password.

@@ -17,8 +17,14 @@
 //	  or failed with store.Permanent(err)
 //	cancelled by a shutdown              left pending, reclaimable      released
 //	                                       at once by another consumer
-//	a store or Redis error               left pending (reclaimed after  error
-//	                                       the min idle time)
+//	a store or Redis error before the    left pending (reclaimed after  error
+//	  handler ran                          the min idle time)
+//
+// A panic in the handler is recovered: it is the handler's error (the
+// panic's value in its text), the claim is released, and the consumer goes
+// on. A handler that returned nil whose commit failed (the lease lost, the
+// store unreachable) is acked and reported acked with the commit's error:
+// its effect happened, and a redelivery would run it again.
 //
 // Streams has no negative acknowledgement: an entry that is not acked stays
 // in the group's pending list, and a Consumer reclaims pending entries with
@@ -71,6 +77,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -104,7 +111,7 @@ type Handler func(ctx context.Context, m Message) error
 const (
 	// OutcomeDeadLettered: the entry was added to the dead-letter stream
 	// and acked.
-	OutcomeDeadLettered store.Outcome = "dead_lettered"
+	OutcomeDeadLettered store.Outcome = delivery.NameDeadLettered
 )
 
 // Option configures a Consumer.

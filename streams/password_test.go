@@ -15,7 +15,7 @@ import (
 	"github.com/redisonce/redisonce/streams"
 )
 
-// Issue 21 point 1 for the streams runner: it takes a client, not a URL, and
+// The streams runner takes a client, not a URL, and
 // nothing it returns or reports holds the client's password. The client's
 // password (holding / # ? @ : %) stops working while the runner reads: its
 // reconnections are refused (WRONGPASS), every read fails and is reported,

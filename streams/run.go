@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/internal/inflight"
 	"github.com/redisonce/redisonce/store"
 )
@@ -346,37 +347,39 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
 	}
 	end := r.begin(m.ClaimID)
-	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("redisonce: streams %q: handler panicked: %v", m.ClaimID, p)
-			}
-		}()
-		return c.handle(ctx, *m)
-	})
+	res := delivery.Do(r.hctx, c.claims, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
 	end()
-	switch {
-	case err == nil:
+	err := res.Err
+	if p := (*delivery.PanicError)(nil); errors.As(err, &p) {
+		// The claim id quoted the way store errors quote it, so that
+		// Event.ErrorText(false) leaves it out.
+		err = fmt.Errorf("redisonce: streams %q: %w", m.ClaimID, err)
+	}
+	switch res.Row {
+	case delivery.Done, delivery.CommitFailed:
+		// CommitFailed: the handler's effect happened, so the entry is done;
+		// a redelivery would run it again. err says why the commit failed.
 		r.acks <- m.ID
-		if ran {
-			return store.Outcome("acked"), nil
-		}
+		return store.Outcome("acked"), err
+	case delivery.Duplicate:
+		r.acks <- m.ID
 		return store.Outcome("duplicate"), nil
-	case errors.Is(err, store.ErrInFlight):
-		r.park(m.ID, inflight.Delay(err, c.minIdle))
+	case delivery.InFlight:
+		r.park(m.ID, res.RedeliverAfter)
 		return store.Outcome("in_flight"), err
-	case !ran:
-		// A store error before fn ran: the entry stays pending, reclaimed
-		// after the min idle time.
-		return store.Outcome("error"), err
-	case r.shuttingDown.Load() && r.hctx.Err() != nil:
+	case delivery.Shutdown:
 		r.park(m.ID, 0)
 		return store.Outcome("released"), err
-	case c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || store.IsPermanent(err)):
-		return r.deadLetter(m, err.Error())
-	default:
+	case delivery.Failed, delivery.Permanent:
+		if c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || res.Row == delivery.Permanent) {
+			return r.deadLetter(m, err.Error())
+		}
 		r.park(m.ID, c.cfg.retryDelay)
 		return store.Outcome("failed"), err
+	default:
+		// A store error before the handler ran: the entry stays pending,
+		// reclaimed after the min idle time.
+		return store.Outcome("error"), err
 	}
 }
 

@@ -262,9 +262,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // isWrongType: the key holds a value the reader did not write — go-job's
 // JSON string read by redisonce (store.ErrUnexpectedReply), or a redisonce
-// record read by go-job's Redis store: a layout-1 string (binary, starting
-// "ro1 ") fails its JSON decoding, a layout-0 hash answers Redis's WRONGTYPE
-// (whatever its client). A legacy JSON string that does not decode is thus
+// record read by go-job's Redis store: a record string (binary, starting
+// "ro1 ") fails its JSON decoding, and a key of another type answers Redis's
+// WRONGTYPE (whatever its client). A legacy JSON string that does not decode is thus
 // read by redisonce too, which refuses it (ErrUnexpectedReply): an error
 // either way, nothing overwritten.
 func isWrongType(err error) bool {

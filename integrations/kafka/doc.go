@@ -18,6 +18,8 @@
 // in flight elsewhere is tried again when the holder's lease can have run
 // out; a failed one after the failure policy's backoff (DefaultFailure:
 // exponential, without end; dead letter for an error marked store.Permanent).
+// A panic in fn is a failure: recovered, the claim released, the record
+// tried again; the consumer goes on.
 //
 // Rebalances: a revoked (or lost) partition's handler sees its context
 // cancelled; the rebalance waits for it (WithRevokeTimeout), then commits what

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// Issue 21: the key, and error texts that quote it, only with WithKey —
+// The key, and error texts that quote it, only with WithKey —
 // read back from every span (name, attributes, status, events and their
 // attributes) and every metric data point's attributes.
 func TestKeyOnlyWithKeyOption(t *testing.T) {
@@ -76,7 +76,7 @@ func TestErrorSpanWithoutKey(t *testing.T) {
 	}
 }
 
-// Issue 21: a nil option is refused, a nil context is not a panic.
+// A nil option is refused, a nil context is not a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	if _, err := redisonceotel.New(nil); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)

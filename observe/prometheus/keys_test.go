@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store/storetest"
 )
 
-// Issue 21: no key in any metric (it has no key option: keys are unbounded
+// No key in any metric (it has no key option: keys are unbounded
 // in cardinality), read back from the registry's exposition text.
 func TestNoKeyInMetrics(t *testing.T) {
 	storetest.TestObserverKeys(t, false, func(bool) (store.Observer, func() string) {
@@ -36,7 +36,7 @@ func TestNoKeyInMetrics(t *testing.T) {
 	})
 }
 
-// Issue 21: a nil option is ignored, a nil context is not a panic.
+// A nil option is ignored, a nil context is not a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	obs := redisonceprom.New(nil)
 	reg := prometheus.NewRegistry()

@@ -390,7 +390,7 @@ func TestClaims(t *testing.T, h ClaimsHarness) {
 
 	t.Run("DoContextDeadline", func(t *testing.T) {
 		// fn's context reports the local lease deadline: after the claim was
-		// sent, at most a lease after it (issue 20).
+		// sent, at most a lease after it.
 		s := newStore(t)
 		lease := 10 * h.Tick
 		before := time.Now()

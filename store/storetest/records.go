@@ -787,7 +787,7 @@ func TestRecords(t *testing.T, h RecordsHarness) {
 
 	t.Run("DoContextDeadline", func(t *testing.T) {
 		// fn's context reports the local lease deadline: after the acquire
-		// was sent, at most a lease after it (issue 20).
+		// was sent, at most a lease after it.
 		s := newStore(t)
 		lease := 10 * h.Tick
 		before := time.Now()
