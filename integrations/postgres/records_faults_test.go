@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/faultnet"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -285,3 +288,70 @@ type discard struct {
 func (d *discard) Header() http.Header         { return d.header }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(code int)        { d.status = code }
+
+// TestRecordsConnectionLostAtCommit: the connection to Postgres is reset
+// while COMMIT is on its way (a proxy delays it, then resets every
+// connection). Reset before COMMIT reached the server: the transaction is
+// rolled back, Do says ErrNotCommitted and a retry runs fn. Reset after it
+// reached the server, with its answer on the way back: Do cannot tell from
+// the broken connection, reads the row on a new one, finds its own outcome
+// and reports it committed; a retry replays it.
+func TestRecordsConnectionLostAtCommit(t *testing.T) {
+	srv := startRecServers(t)
+	for _, tc := range []struct {
+		name      string
+		resetAt   time.Duration // after COMMIT is sent; each way takes `delay`
+		committed bool
+	}{
+		{"before the server", 500 * time.Millisecond, false},
+		{"after the server", 1500 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const delay = time.Second
+			e := srv.env(t)
+			e.records(t) // the table
+			charges := e.chargesTable(t)
+			proxy, err := faultnet.Listen(fmt.Sprintf("127.0.0.1:%d", e.pg.Port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proxy.Close()
+			pool := newPool(t, strings.Replace(e.pg.URL("postgres"), fmt.Sprintf(":%d/", e.pg.Port), ":"+strings.Split(proxy.Addr(), ":")[1]+"/", 1))
+			s, err := NewRecords(store.NewRecords(e.client, store.WithPrefix(e.prefix)), pool, WithRecordsTable(e.table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			commitHook = func(_, when string) {
+				if when != "before" {
+					return
+				}
+				proxy.SetLatency(delay)
+				go func() {
+					time.Sleep(tc.resetAt)
+					proxy.Reset()
+					proxy.SetLatency(0)
+				}()
+			}
+			defer func() { commitHook = nil }()
+			ctx := context.Background()
+			o := store.AcquireOptions{Lease: 10 * time.Second}
+			var runs atomic.Int32
+			res, _, err := s.Do(ctx, "k", o, insertFn(t, charges, "k", &runs, nil))
+			commitHook = nil
+			time.Sleep(tc.resetAt) // the reset has happened
+			ids := e.charges(t, charges, "k")
+			if tc.committed {
+				if err != nil || len(ids) != 1 || string(res) != fmt.Sprintf("charge %d", ids[0]) {
+					t.Fatalf("Do = %q, %v with charges %v; want the committed result, no error", res, err, ids)
+				}
+			} else if !errors.Is(err, store.ErrNotCommitted) || len(ids) != 0 {
+				t.Fatalf("Do = %q, %v with charges %v; want ErrNotCommitted and no charge", res, err, ids)
+			}
+			again, replayed, err := s.Do(ctx, "k", o, insertFn(t, charges, "k", &runs, nil))
+			ids = e.charges(t, charges, "k")
+			if err != nil || len(ids) != 1 || replayed != tc.committed || string(again) != fmt.Sprintf("charge %d", ids[0]) {
+				t.Errorf("retry = %q, %v, %v with charges %v; want one charge, replayed=%v", again, replayed, err, ids, tc.committed)
+			}
+		})
+	}
+}
