@@ -771,9 +771,8 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 	if commitHook != nil {
 		commitHook(key, "before")
 	}
-	if fnErr != nil {
-		// stored on its own: nothing to commit
-	} else if err := tx.Commit(wctx); err != nil {
+	// A failure was written on its own; fn's result commits with its writes.
+	if err := commit(wctx, tx, fnErr == nil); err != nil {
 		// Did it commit? The row says: it holds this lease's outcome only if so.
 		r, ok, rerr := s.readRow(wctx, s.db, key)
 		switch {
@@ -789,6 +788,14 @@ func (s *Records) run(lctx context.Context, key string, o store.AcquireOptions, 
 		commitHook(key, "after")
 	}
 	return payload, toRedis
+}
+
+// commit commits tx when it holds the outcome.
+func commit(ctx context.Context, tx pgx.Tx, holds bool) error {
+	if !holds {
+		return nil
+	}
+	return tx.Commit(ctx)
 }
 
 // commitHook, when set (by tests in this package), is called with the key
