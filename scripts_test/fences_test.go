@@ -379,8 +379,8 @@ func TestFenceAcrossFlushAll(t *testing.T) {
 	// replica): the next lease's fence is above the one before the flush.
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	claims := store.NewClaims(c, store.WithPrefix("f:c:"))
-	records := store.NewRecords(c, store.WithPrefix("f:r:"))
+	claims := mustStore(store.NewClaims(c, store.WithPrefix("f:c:")))
+	records := mustStore(store.NewRecords(c, store.WithPrefix("f:r:")))
 	lastC, lastR := fenceOfClaimsDo(t, claims, "m"), fenceOfRecordsDo(t, records, "k")
 	for i := 0; i < 20; i++ {
 		do(t, c, "FLUSHALL")
