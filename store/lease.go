@@ -446,3 +446,48 @@ func transient(ctx context.Context, err error) bool {
 	}
 	return true
 }
+
+// heldFor returns a context for a Do's final write after fn returned, the
+// heartbeat still beating: it ends once both finalWriteBudget has passed and
+// the heartbeat's local lease deadline has (the deadline moves with every
+// renewal, so a write retried through an outage goes on for as long as the
+// lease is held, and at least finalWriteBudget). Past the deadline another
+// caller may take the record over; a fenced write then fails with
+// ErrStaleOwner, so trying up to it costs nothing but time.
+func heldFor(parent context.Context, h *heartbeat) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	floor := time.Now().Add(finalWriteBudget)
+	var mu sync.Mutex
+	var t *time.Timer
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		h.mu.Lock()
+		until := h.deadline
+		if h.lost {
+			until = time.Time{}
+		}
+		h.mu.Unlock()
+		if floor.After(until) {
+			until = floor
+		}
+		if d := time.Until(until); d > 0 {
+			t = time.AfterFunc(d, check)
+			return
+		}
+		cancel()
+	}
+	check()
+	return ctx, func() {
+		cancel()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+	}
+}

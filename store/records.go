@@ -3,7 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
@@ -30,6 +34,12 @@ const (
 	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
 	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
 	MaxTokenLen = 256
+	// MaxSmallPayloadLen is the largest payload Do's final write stores when
+	// Redis is out of memory (maxmemory under noeviction): that write
+	// (complete.lua) runs anyway, so an effect that happened is recorded, and
+	// grows memory by at most this much. A larger result is then not stored:
+	// the record is marked failed with a note saying so.
+	MaxSmallPayloadLen = 1024
 )
 
 // MaxFence is the largest fence a record holds: 9999999999999999999, the
@@ -191,6 +201,10 @@ type recordOps interface {
 	// sent, when not nil, receives the time the command that ran was sent.
 	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
+	// complete is complete.lua: the fenced final write of a small outcome
+	// (payload at most MaxSmallPayloadLen), which Redis runs even when
+	// memory is full.
+	complete(ctx context.Context, op, key, token string, status Status, payload []byte) error
 	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
 	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
 	renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error)
@@ -367,21 +381,27 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	}()
 	result, fnErr := fn(hb)
 	finished = true
-	hb.stop()
 
 	// The effect has happened: record it even if ctx was cancelled meanwhile,
 	// and again on a transport failure under the write (retryLost): the
 	// fenced write is idempotent. A retried update that succeeds is sound
 	// whatever the first attempt did: it applied because the record still
 	// holds this Do's token, and a takeover would have replaced the token.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	// The heartbeat goes on meanwhile, so the record stays this owner's
+	// through an outage as long as the lease lasts, and the write is retried
+	// for as long as the lease is held (see heldFor).
+	wctx, cancel := heldFor(context.WithoutCancel(ctx), hb)
 	defer cancel()
+	defer hb.stop()
 	// final stores status and payload, fenced by the token; a record found
 	// gone is created again (acquire), unless another caller got there first.
 	final := func(status Status, payload []byte) error {
 		err := retryLost(wctx, func(ctx context.Context) error {
 			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
 		})
+		if isOOM(err) {
+			return completeSmall(wctx, s, key, token, status, payload, err)
+		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -448,6 +468,20 @@ func (o AcquireOptions) check(op, key string) error {
 	return nil
 }
 
+// checkSmall checks complete.lua's arguments.
+func checkSmall(op, key, token string, status Status, payload []byte) error {
+	if err := checkToken(op, key, token); err != nil {
+		return err
+	}
+	switch {
+	case status == "" || len(status) > MaxStatusLen || status == StatusPending:
+		return errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, not pending", MaxStatusLen)
+	case len(payload) > MaxSmallPayloadLen:
+		return errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxSmallPayloadLen)
+	}
+	return nil
+}
+
 func checkToken(op, key, token string) error {
 	if token == "" || len(token) > MaxTokenLen {
 		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", MaxTokenLen, len(token))
@@ -510,4 +544,32 @@ func (c config) recordsTTL() time.Duration {
 		return c.ttl
 	}
 	return DefaultRecordsTTL
+}
+
+// isOOM reports whether err is Redis's refusal of a write script when
+// maxmemory is reached under noeviction (an "OOM ..." error reply).
+func isOOM(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+}
+
+// completeSmall is Do's final write when Redis refused the full one for
+// memory (oom): complete.lua, which runs anyway, stores the outcome if it
+// fits in MaxSmallPayloadLen, else marks the record failed with a note that
+// the result was not stored, so that no later Do runs fn again (it gets
+// ErrFailed with the note) and the caller gets an error wrapping oom.
+func completeSmall(ctx context.Context, s recordOps, key, token string, status Status, payload []byte, oom error) error {
+	write := func(status Status, payload []byte) error {
+		return retryLost(ctx, func(ctx context.Context) error {
+			return s.complete(ctx, "do", key, token, status, payload)
+		})
+	}
+	if len(payload) <= MaxSmallPayloadLen {
+		return write(status, payload)
+	}
+	note := fmt.Sprintf("the result (%d bytes) was not stored: Redis was out of memory (maxmemory) at the final write", len(payload))
+	if err := write(StatusFailed, []byte(note)); err != nil {
+		return errors.Join(oom, err)
+	}
+	return fmt.Errorf("redisonce: do %q: %s; the record is failed with that note, so the key does not run again: %w", key, note, oom)
 }

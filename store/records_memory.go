@@ -329,6 +329,18 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 	return true, nil
 }
 
+// complete is complete.lua: a fenced update of status and a small payload
+// (memory is never full here).
+func (s *MemoryRecords) complete(ctx context.Context, op, key, token string, status Status, payload []byte) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	if err := checkSmall(op, key, token, status, payload); err != nil {
+		return err
+	}
+	return s.update(ctx, op, key, Update{Status: &status, Payload: &payload, Token: token})
+}
+
 // renew is renew.lua.
 // clock is recordOps.clock: the store's clock (WithClock).
 func (s *MemoryRecords) clock() time.Time { return s.now() }

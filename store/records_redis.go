@@ -9,11 +9,12 @@ import (
 )
 
 var (
-	scriptAcquire = mustScript("acquire")
-	scriptGet     = mustScript("get")
-	scriptUpdate  = mustScript("update")
-	scriptDelete  = mustScript("delete")
-	scriptRenew   = mustScript("renew")
+	scriptAcquire  = mustScript("acquire")
+	scriptGet      = mustScript("get")
+	scriptUpdate   = mustScript("update")
+	scriptDelete   = mustScript("delete")
+	scriptRenew    = mustScript("renew")
+	scriptComplete = mustScript("complete")
 )
 
 // Records keeps idempotency records in Redis: one string per key, prefix+key
@@ -274,6 +275,21 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 // is the server's (TIME), so the time left an *InFlightError reports is off
 // by the skew between the two clocks.
 func (*Records) clock() time.Time { return time.Now() }
+
+// complete is recordOps.complete: complete.lua.
+func (s *Records) complete(ctx context.Context, op, key, token string, status Status, payload []byte) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	if err := checkSmall(op, key, token, status, payload); err != nil {
+		return err
+	}
+	n, err := replyInt(op, key, s.exec(ctx, scriptComplete, s.key(key), token, string(status), rueidis.BinaryString(payload)))
+	if err == nil && n != 1 {
+		err = errorf(op, key, ErrUnexpectedReply, "want 1, got %d", n)
+	}
+	return err
+}
 
 func (s *Records) renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error) {
 	return replyInt("renew", key, s.execSent(ctx, scriptRenew, s.key(key), sent, token, s.leaseMS.ms(lease)))
