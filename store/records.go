@@ -201,6 +201,7 @@ type recordOps interface {
 	// sent, when not nil, receives the time the command that ran was sent.
 	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error)
 	update(ctx context.Context, op, key string, u Update) error
+	get(ctx context.Context, key string) (Record, bool, error)
 	// complete is complete.lua: the fenced final write of a small outcome
 	// (payload at most MaxSmallPayloadLen), which Redis runs even when
 	// memory is full.
@@ -330,6 +331,17 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		return err
 	}
 	err = try()
+	if isOOM(err) {
+		// Memory is full (maxmemory, noeviction): Redis refuses acquire.lua,
+		// which may create a record, up front. A record already there is
+		// still answered from a read: replayed, ErrFailed or ErrInFlight.
+		if r, ok, gerr := s.get(ctx, key); gerr == nil && ok {
+			rec, err = r, nil
+			if o.Fingerprint != "" && r.Fingerprint != "" && o.Fingerprint != r.Fingerprint {
+				err = errorf("do", key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
+			}
+		}
+	}
 	if err == nil && !acquired && rec.Status == StatusPending && o.Wait > 0 {
 		// In flight: wait for the owner's final write, then look again
 		// (each look a fresh acquire, with a heartbeat of its own if it
