@@ -199,11 +199,11 @@ func WithRetry5xx() Option {
 // request's values) ends only when the key's lease is lost or the
 // WithShutdown context ends, so an effect is never cut in half because a
 // client timed out or hung up, and the response it writes is stored for the
-// retry. The cost of cancelling: a handler that stops half-way leaves an
-// effect done but unanswered — if it then writes nothing or a 5xx, nothing is
-// stored and the retry runs the handler again (a second charge unless the
-// downstream call is idempotent itself); a status it did write is still
-// stored, whether or not the client is there.
+// retry. The cost of cancelling: a handler that stops half-way may leave an
+// effect done but unanswered. Whatever it then writes (nothing: an empty 200;
+// a 5xx) is stored and replayed like any answer, whether or not the client is
+// there; a handler that knows it stopped before its effect calls NotDone, so
+// that the retry runs it again.
 func WithCancelOnDisconnect() Option {
 	return func(c *config) { c.detach = false }
 }
@@ -229,8 +229,8 @@ func WithRetryAfter(d time.Duration) Option {
 
 // WithWait makes a retry that arrives while the first request with its key
 // runs wait up to d for it to finish, and get its stored response (replayed)
-// instead of a 409; when d passes first, or the first's response is not
-// stored (a 5xx, say) and the retry then runs the handler itself, it is
+// instead of a 409; when d passes first, or the first gives the key back
+// (NotDone, WithRetry5xx) and the retry then runs the handler itself, it is
 // answered as without the wait. The wait is pushed: the store's Do waits
 // (store.AcquireOptions.Wait), notified by the first request's final write
 // (on Redis a shard-channel message, no polling; a waiter re-reads the record
@@ -286,9 +286,12 @@ func WithKeepHeader(keep func(name string) bool) Option {
 // WithLease sets how long a request owns its key while the handler runs;
 // the store's Do renews it every lease/4 while the handler runs (on stores
 // that do), so it bounds how long a crashed server blocks the key, not how
-// long a handler may take. A retry meanwhile is answered 409 (with the
-// WithRetryAfter hint, not the lease), or waits (WithWait). Default
-// DefaultLease (30 s); d must be > 0.
+// long a handler may take: a retry meanwhile is answered 409 with
+// Retry-After the lease time left (WithRetryAfter), or waits (WithWait). The
+// lease is also renewed while the handler's response is being stored, which
+// the store retries through an outage for as long as it holds the lease
+// (store.Records.Do): a Redis away for less than the lease loses no outcome.
+// Default DefaultLease (30 s); d must be > 0.
 func WithLease(d time.Duration) Option {
 	return func(c *config) { c.lease = d }
 }
@@ -319,8 +322,9 @@ func WithMaxBody(n int64) Option {
 
 // WithLogger sets where the middleware logs what it cannot tell the client:
 // a store error after the handler ran (the response was sent but may not be
-// stored), at Error; a response sent but not stored on purpose (a 5xx, a
-// panic, too large, streamed, nothing written), at Warn. Default
+// stored), at Error; a response sent but not stored (ErrNotStored's reasons:
+// NotDone, a 5xx under WithRetry5xx, too large, streamed past the limit,
+// hijacked, a panic), at Warn. Default
 // slog.Default(). Keys can carry user data: a line names neither the key
 // nor an error text quoting it (store.Event.ErrorText(false)) unless
 // WithLogKey.
