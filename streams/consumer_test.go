@@ -245,9 +245,9 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	waitFor(t, 10*handler, "the entry acked", func() bool { return ev1.get(store.OutcomeAcked)+ev2.get(store.OutcomeAcked) == 1 })
 	elapsed := time.Since(start)
 	inFlight := ev1.get(store.OutcomeInFlight) + ev2.get(store.OutcomeInFlight)
-	// Each in-flight redelivery parks the entry for the lease time left (2/3
-	// of the lease or more: the holder extends every lease/3; lease/2 leaves
-	// lease/6 for an extension delayed by a loaded machine), and the first
+	// Each in-flight redelivery parks the entry for the lease time left (3/4
+	// of the lease or more: the holder extends every lease/4; lease/2 leaves
+	// lease/4 for an extension delayed by a loaded machine), and the first
 	// one comes a lease after the delivery: at most elapsed/(lease/2) of
 	// them. A reclaim every 20 ms without the pacing would make ~elapsed/20ms.
 	bound := int(elapsed/(lease/2)) + 1

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -85,8 +86,16 @@ func (e *InFlightError) RetryAfter() time.Duration { return e.After }
 //
 //   - first run: the handler runs under a lease that is kept alive while it
 //     runs; on success the id is committed and the task completes;
-//   - the handler fails (or panics): the id is released and the handler's
-//     error returned, so asynq retries the task (a failure, counted);
+//   - the handler fails: the id is released and the handler's error
+//     returned, so asynq retries the task (a failure, counted);
+//   - the handler panics: the panic is recovered as its error (the panic's
+//     value in its text), and it goes as a failure;
+//   - the handler fails with an error marked store.Permanent: the id is
+//     released and the error returned wrapping asynq.SkipRetry, so the task
+//     is archived (asynq's dead letter) without a retry;
+//   - the server shuts down while the handler runs (its context cancelled):
+//     the id is released and the context's error returned; asynq puts the
+//     task back for another worker;
 //   - a task whose id was processed: the handler does not run; nil, the task
 //     completes;
 //   - a task another worker is running (a retry racing a worker that is slow
@@ -139,19 +148,19 @@ func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			handled := false
-			ran, err := claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
-				herr := h.ProcessTask(ctx, t)
-				handled = herr == nil
-				return herr
-			})
-			switch {
-			case err == nil, handled:
+			r := delivery.Do(ctx, claims, id, c.lease, func(ctx context.Context) error { return h.ProcessTask(ctx, t) })
+			switch r.Row {
+			case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
+				// CommitFailed: the effect happened; a retry would run it
+				// again.
 				return nil
-			case !ran && errors.Is(err, store.ErrInFlight):
-				return &InFlightError{ID: id, After: inFlightDelay(err, c.lease), Err: err}
+			case delivery.InFlight:
+				return &InFlightError{ID: id, After: inFlightDelay(r.Err, c.lease), Err: r.Err}
+			case delivery.Permanent:
+				// asynq's dead letter: archived, never retried.
+				return errors.Join(r.Err, asynq.SkipRetry)
 			default:
-				return err
+				return r.Err
 			}
 		})
 	}

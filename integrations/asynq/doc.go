@@ -41,7 +41,7 @@
 // the handler again.
 //
 // While the handler runs, its lease (WithLease, default 30s) is extended every
-// third of it, so a slow handler keeps its task however long it takes; the
+// quarter of it, so a slow handler keeps its task however long it takes; the
 // handler's context is cancelled if the lease is lost, and carries the
 // store.Lease (store.LeaseFromContext). Keep asynq's task Timeout or Deadline
 // for how long a run may take; the lease only says how long a dead worker's

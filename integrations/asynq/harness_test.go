@@ -89,6 +89,13 @@ var quietLogger = asynq.ErrorLevel
 // ErrorHandler).
 func startServer(t *testing.T, queue string, claims store.ClaimStore, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) {
 	t.Helper()
+	srv := newServer(t, queue, claims, lease, h, onErr)
+	t.Cleanup(srv.Shutdown)
+}
+
+// newServer is startServer's server, started; the caller shuts it down.
+func newServer(t *testing.T, queue string, claims store.ClaimStore, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) *asynq.Server {
+	t.Helper()
 	var eh asynq.ErrorHandler
 	if onErr != nil {
 		eh = asynq.ErrorHandlerFunc(func(_ context.Context, _ *asynq.Task, err error) { onErr(err) })
@@ -110,7 +117,7 @@ func startServer(t *testing.T, queue string, claims store.ClaimStore, lease time
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
+	return srv
 }
 
 func enqueue(t *testing.T, queue, id string, opts ...asynq.Option) {

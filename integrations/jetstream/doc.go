@@ -21,7 +21,7 @@
 //	store error, lost lease     NakWithDelay(lease)
 //	context cancelled           Nak (another consumer takes it at once)
 //
-// While fn runs, the claim's lease is extended every lease/3 and each
+// While fn runs, the claim's lease is extended every lease/4 and each
 // extension sends InProgress, so a handler slower than the consumer's AckWait
 // is not redelivered while it lives; keep the lease at most the AckWait. A
 // consumer that dies stops extending: JetStream redelivers after AckWait, the
