@@ -230,7 +230,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", h.logAttrs(id, err)...)
-		h.problem(w, http.StatusInternalServerError, "the request with this Idempotency-Key was processed, but its response could not be stored: it is not replayed, and the request does not run again", HeaderKey, 0)
+		h.send(w, notReplayable(h.cfg.problemType, err))
 	case err == nil:
 		// Do neither ran fn nor replayed: a broken store.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", h.logAttrs(id, nil)...)
@@ -318,6 +318,11 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 		h.problem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
 		return
 	}
+	h.send(w, resp)
+}
+
+// send writes a stored response, marked Idempotent-Replayed: true.
+func (h *handler) send(w http.ResponseWriter, resp response) {
 	hd := w.Header()
 	maps.Copy(hd, resp.header)
 	hd.Set(HeaderReplayed, "true")

@@ -1,16 +1,22 @@
 // Package httpidemtest checks httpidem's middleware over a
 // store.RecordStore, on a real net/http server: the same suite runs on the
-// in-memory store (package httpidem's tests) and on Redis (scripts_test), and
-// a user can run it on a RecordStore of their own, as store/storetest does
-// for the store. It covers replays (status, headers, body), 422 for another
-// request under a key (query string included), 409 with a short Retry-After,
-// WithWait (duplicates answered by the push, the handler run once), a client
-// that times out or hangs up (its response kept and replayed, one run),
-// WithCancelOnDisconnect and WithShutdown, callers who share a key value
-// under WithScope and under the default credential scope (no cross replay,
-// no 422), responses not stored (5xx, panic, too large, streamed,
-// nothing written) and their events, keys quoted or bare, and problem types.
-// A store's Do must honour store.AcquireOptions.Wait for the WithWait tests.
+// in-memory store (package httpidem's tests) and on Redis, standalone and
+// cluster (scripts_test), and a user can run it on a RecordStore of their
+// own, as store/storetest does for the store. It covers replays (status,
+// headers, body), 422 for another request under a key (query string
+// included), 409 with Retry-After the holder's lease left (a dead holder
+// waited out in one or two retries), WithWait (duplicates answered by the
+// push, the handler run once), a client that times out or hangs up (its
+// response kept and replayed, one run), WithCancelOnDisconnect and
+// WithShutdown, the key spaces (WithScope, WithCredentialScope,
+// WithSharedKeys: forged keys that spell every space's prefix reach no other
+// space; an account scope replays across cookie sessions and rotated tokens),
+// every row of the package doc's outcome table that a store without faults
+// shows (5xx, nothing written, streamed, too large, streamed past the limit,
+// panics before and after a write, NotDone, WithRetry5xx, a failed record)
+// and their events, keys quoted or bare, and problem types. A store's Do
+// must honour store.AcquireOptions.Wait for the WithWait tests. The rows
+// that need a fault (an outage, a full Redis) are in scripts_test.
 package httpidemtest
 
 import (
@@ -1238,6 +1244,23 @@ func TestMiddleware(t *testing.T, h Harness) {
 			t.Errorf("%d retries obeying Retry-After before the key was free, want 1 or 2", retries)
 		}
 		s.wantRuns(1)
+	})
+
+	t.Run("FailedRecordNotReplayable", func(t *testing.T) {
+		// A record the store marked failed (a response it could not keep:
+		// Redis out of memory at the final write) is the not-replayable
+		// answer; the handler does not run.
+		s := newServer(t, h, created)
+		ctx := context.Background()
+		if _, _, err := s.rs.AcquireWith(ctx, sharedID("k"), store.AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		failed, note := store.StatusFailed, []byte("the result (2000 bytes) was not stored")
+		if err := s.rs.Update(ctx, sharedID("k"), store.Update{Status: &failed, Payload: &note}); err != nil {
+			t.Fatal(err)
+		}
+		wantNotReplayable(t, s.do("POST", "/orders", "k", ""))
+		s.wantRuns(0)
 	})
 
 	t.Run("CorruptStoredResponse500", func(t *testing.T) {
