@@ -351,13 +351,24 @@ func (s *Records) renew(ctx context.Context, key, token string, lease time.Durat
 // that fails on the way (a lost connection, a failed redial) is retried: it
 // is idempotent, and a retry that applies proves the record still holds this
 // owner's token, so nobody took it over. The final write runs even when ctx is
-// cancelled, bounded by 5 seconds.
+// cancelled, with the lease still renewed while it does: it is retried
+// through an outage for as long as the lease is held (the local lease
+// deadline, which every renewal moves; at least 5 seconds), so a Redis
+// paused or restarted for less than the lease leaves the outcome stored, not
+// a pending record the next Do would run again.
 //
 // A caller that crashes stops renewing, and the next Do takes the record
 // over once o.Lease passes: pick a lease of a few seconds, not the length of
-// fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
-// the payload, is refused; Do returns that error and the next Do runs fn again
-// after the lease.
+// fn. Under a full Redis (maxmemory, noeviction) Redis refuses update.lua,
+// and the final write goes through complete.lua, which runs anyway
+// (allow-oom): it stores a result of at most MaxSmallPayloadLen (1 KiB) as
+// usual; a larger one is not stored, the record is marked failed with a note
+// saying so (every later Do returns ErrFailed with it, fn does not run
+// again), and Do returns the result with an error wrapping Redis's OOM.
+// Meanwhile Redis refuses acquire.lua (it may create a record): Do then
+// answers a key that holds a record from a read — the stored result
+// replayed, ErrFailed, or ErrInFlight — and only a new key gets the OOM
+// error.
 func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	if s == nil {
 		return nil, false, nilStore("do", key, "Records")

@@ -620,6 +620,26 @@ func TestMiddleware(t *testing.T, h Harness) {
 		s.wantRuns(1)
 	})
 
+	t.Run("HijackNotReplayable", func(t *testing.T) {
+		// A handler that takes the connection answers on it itself; what it
+		// sends is never seen, so the retry gets the not-replayable 500.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			buf.Flush()
+		})
+		if r := s.do("POST", "/raw", "k", ""); r.status != http.StatusOK || r.body != "ok" {
+			t.Errorf("hijacked answer %s", r)
+		}
+		wantNotReplayable(t, s.do("POST", "/raw", "k", ""))
+		s.wantRuns(1)
+	})
+
 	t.Run("PanicNotReplayable", func(t *testing.T) {
 		// A panic, before or after a write, goes on (to net/http or an
 		// outer recovery); the retry gets the not-replayable 500 problem,
@@ -1244,6 +1264,14 @@ func TestMiddleware(t *testing.T, h Harness) {
 			t.Errorf("%d retries obeying Retry-After before the key was free, want 1 or 2", retries)
 		}
 		s.wantRuns(1)
+		// WithRetryAfter caps it.
+		capped := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {}, httpidem.WithLease(lease), httpidem.WithRetryAfter(time.Second))
+		if _, _, err := capped.rs.AcquireWith(context.Background(), sharedID("k"), store.AcquireOptions{Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if r := capped.do("POST", "/pay", "k", "x"); r.header.Get("Retry-After") != "1" {
+			t.Errorf("WithRetryAfter(1s) under a minute's lease left: Retry-After %q, want 1", r.header.Get("Retry-After"))
+		}
 	})
 
 	t.Run("FailedRecordNotReplayable", func(t *testing.T) {
