@@ -81,6 +81,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.over && r.body.Len()+len(p) > r.budget {
 		r.over = true
 		r.pass()
+		r.body = bytes.Buffer{} // nothing of it is stored any more
 	}
 	if r.passed {
 		if !r.over {
@@ -128,9 +129,6 @@ func (r *recorder) pass() {
 	r.w.WriteHeader(r.status)
 	if r.body.Len() > 0 {
 		_, _ = r.w.Write(r.body.Bytes())
-	}
-	if r.over {
-		r.body = bytes.Buffer{}
 	}
 }
 
