@@ -22,15 +22,16 @@ const (
 
 // TestRecordsDoFinalWriteOutlastsOutage: the server stops answering while fn
 // runs and stays away for longer than 5 s — paused (SIGSTOP) or killed and
-// restarted on the same port (append-only file on) — and fn returns
-// meanwhile. Do keeps its lease and retries the final write until the server
-// is back: the outcome is stored, and the next Do replays it without running
-// fn (one run in all).
+// restarted on the same port, with its data (append-only file on) or
+// without (the record is gone) — and fn returns meanwhile. Do keeps its lease
+// and retries the final write until the server is back: the outcome is
+// stored (created again when the restart lost the record), and the next Do
+// replays it without running fn (one run in all).
 func TestRecordsDoFinalWriteOutlastsOutage(t *testing.T) {
-	for _, mode := range []string{"pause", "restart"} {
+	for _, mode := range []string{"pause", "restart", "restart without data"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t, redisproc.Options{AppendOnly: true})
+			srv := newServer(t, redisproc.Options{AppendOnly: mode != "restart without data"})
 			c := newClient(t, srv.URL())
 			rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
 			ctx := context.Background()
@@ -52,9 +53,11 @@ func TestRecordsDoFinalWriteOutlastsOutage(t *testing.T) {
 				done <- result{err, time.Now()}
 			}()
 			<-started
-			// The acquire is on disk before the server goes (appendfsync everysec).
-			do(t, c, "BGREWRITEAOF")
-			time.Sleep(1500 * time.Millisecond)
+			if mode != "restart without data" {
+				// The acquire is on disk before the server goes (appendfsync everysec).
+				do(t, c, "BGREWRITEAOF")
+				time.Sleep(1500 * time.Millisecond)
+			}
 			var err error
 			if mode == "pause" {
 				err = srv.Pause()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -408,6 +409,15 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 // docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
 // ClientOption.DisableRetry, which a rueidis.Client does not expose.
 func retryLost(ctx context.Context, write func(context.Context) error) error {
+	return retryLostPaced(ctx, 250*time.Millisecond, write)
+}
+
+// retryLostPaced is retryLost with the longest pause between attempts:
+// Records.Do's outcome write through an outage retries every 50 ms at most,
+// so that once Redis is back the owner's write lands before a client's
+// retry, paced in seconds, can find the key free (a restart that lost the
+// record).
+func retryLostPaced(ctx context.Context, maxPause time.Duration, write func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := write(ctx)
 		if err == nil || !transient(ctx, err) {
@@ -416,7 +426,7 @@ func retryLost(ctx context.Context, write func(context.Context) error) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(min(time.Duration(attempt)*20*time.Millisecond, 250*time.Millisecond)):
+		case <-time.After(min(time.Duration(attempt)*20*time.Millisecond, maxPause)):
 		}
 	}
 }
@@ -428,7 +438,8 @@ var storeErrors = []error{ErrNotFound, ErrStaleOwner, ErrInFlight, ErrLeaseLost,
 
 // transient reports whether err, returned by a write run under ctx, is a
 // transport failure that a retry may cure: the command may or may not have
-// run. Not: a Redis reply (the command ran and answered), a store sentinel
+// run; or a LOADING, MASTERDOWN, CLUSTERDOWN or TRYAGAIN reply (it did not
+// run). Not: another Redis reply (the command ran and answered), a store sentinel
 // (a reply mapped, or an argument refused before sending), a closed client,
 // or ctx itself ending (the write's budget is spent).
 func transient(ctx context.Context, err error) bool {
@@ -436,7 +447,13 @@ func transient(ctx context.Context, err error) bool {
 		return false
 	}
 	var re *rueidis.RedisError
-	if errors.As(err, &re) || errors.Is(err, rueidis.ErrClosing) {
+	if errors.As(err, &re) {
+		// A server that is loading its data after a restart, or a cluster
+		// or replica not serving yet, ran nothing: try again.
+		code, _, _ := strings.Cut(re.Error(), " ")
+		return code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "TRYAGAIN"
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
 		return false
 	}
 	for _, s := range storeErrors {

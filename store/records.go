@@ -408,7 +408,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 	// final stores status and payload, fenced by the token; a record found
 	// gone is created again (acquire), unless another caller got there first.
 	final := func(status Status, payload []byte) error {
-		err := retryLost(wctx, func(ctx context.Context) error {
+		err := retryLostPaced(wctx, outcomePause, func(ctx context.Context) error {
 			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
 		})
 		if isOOM(err) {
@@ -557,6 +557,10 @@ func (c config) recordsTTL() time.Duration {
 	}
 	return DefaultRecordsTTL
 }
+
+// outcomePause is the longest pause between attempts of Do's outcome write
+// (retryLostPaced).
+const outcomePause = 50 * time.Millisecond
 
 // isOOM reports whether err is Redis's refusal of a write script when
 // maxmemory is reached under noeviction (an "OOM ..." error reply).
