@@ -35,10 +35,9 @@ var snippets = []struct {
 	{"u64", []*regexp.Regexp{regexp.MustCompile(`string\.byte\(a, i\)|#a ~= #b|'18446744073709551615'`)}},
 	{"outbox_hash", []*regexp.Regexp{regexp.MustCompile(`9007199254740991`)}},
 	{"claim_value", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('GET'`)}},
-	{"record_hash", []*regexp.Regexp{regexp.MustCompile(`'HMGET', \w+, 'status'`)}},
 	{"record_string", []*regexp.Regexp{regexp.MustCompile(`struct\.unpack\('>c4|'\^\[1-9\]%d\*\$'`)}},
 	{"record_value", []*regexp.Regexp{regexp.MustCompile(`struct\.pack\('>c4`)}},
-	{"load_record", []*regexp.Regexp{regexp.MustCompile(`load_hash\(k\)`)}},
+	{"load_record", []*regexp.Regexp{regexp.MustCompile(`redis\.pcall\('GET', k\)`)}},
 	{"one_key", []*regexp.Regexp{regexp.MustCompile(`#KEYS ~= 1`)}},
 	{"batch_keys", []*regexp.Regexp{regexp.MustCompile(`#KEYS > \d|#KEYS == 0|#KEYS\[i\] [=<>]`)}},
 	// Not a snippet: the wrong-type check is always a pcall whose .err (or

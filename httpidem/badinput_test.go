@@ -40,6 +40,10 @@ func TestBadInputNeverPanics(t *testing.T) {
 	if _, err := httpidem.Middleware(nil, shared); err == nil {
 		t.Error("Middleware(nil store): no error")
 	}
+	var typedNil *store.Records
+	if _, err := httpidem.Middleware(typedNil, shared); err == nil {
+		t.Error("Middleware(typed nil *store.Records): no error")
+	}
 	for _, opt := range []httpidem.Option{shared, httpidem.WithCredentialScope(), httpidem.WithScope(func(*http.Request) string { return "" })} {
 		if _, err := httpidem.Middleware(rs, opt); err != nil {
 			t.Errorf("Middleware with a scope decision: %v", err)

@@ -26,6 +26,15 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
+// Store keeps the middleware's records: a *store.Records (on Redis, or its
+// memory twin), or a store of another module with the same Do, such as
+// integrations/postgres' Records, which commits the stored response in the
+// transaction that makes the handler's writes. Do runs fn at most once per
+// key across every caller and replays its result, as store.Records.Do does.
+type Store interface {
+	Do(ctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
+}
+
 // Middleware returns middleware that makes a handler idempotent under the
 // Idempotency-Key header, with rs keeping the responses (see the package
 // documentation for the behaviour and the defaults). Give it a store with a
@@ -41,8 +50,11 @@ const (
 // store.MaxIDLen, a negative TTL, body limit, wait or Retry-After cap). A nil
 // handler given to the returned function is answered 500 on every request,
 // never run (fail closed).
-func Middleware(rs store.RecordStore, opts ...Option) (func(http.Handler) http.Handler, error) {
+func Middleware(rs Store, opts ...Option) (func(http.Handler) http.Handler, error) {
 	cfg, bad := newConfig(opts), ""
+	if r, ok := rs.(*store.Records); ok && r == nil {
+		rs = nil // a typed nil is refused like a nil store
+	}
 	switch {
 	case rs == nil:
 		bad = "httpidem: nil store"
@@ -86,7 +98,7 @@ func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 type handler struct {
-	rs   store.RecordStore
+	rs   Store
 	cfg  *config
 	next http.Handler
 }

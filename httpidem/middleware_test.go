@@ -20,7 +20,7 @@ import (
 // The suite on the in-memory store; scripts_test runs it on Redis.
 func TestMiddlewareMemory(t *testing.T) {
 	httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-		New: func(t *testing.T) store.RecordStore { return store.NewMemoryRecords() },
+		New: func(t *testing.T) *store.Records { return store.NewMemoryRecords() },
 	})
 }
 
@@ -136,7 +136,7 @@ func TestMiddlewareResponseControllerFlush(t *testing.T) {
 }
 
 // mustMiddleware is httpidem.Middleware, failing the test on an error.
-func mustMiddleware(t *testing.T, rs store.RecordStore, opts ...httpidem.Option) func(http.Handler) http.Handler {
+func mustMiddleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	mw, err := httpidem.Middleware(rs, opts...)
 	if err != nil {

@@ -29,7 +29,7 @@ func claimsHarness(url func(*testing.T) string) func(*testing.T) {
 	return func(t *testing.T) {
 		c := newClient(t, url(t))
 		storetest.TestClaims(t, storetest.ClaimsHarness{
-			New: func(t *testing.T, opts ...store.Option) store.ClaimStore {
+			New: func(t *testing.T, opts ...store.Option) *store.Claims {
 				return store.NewClaims(c, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
 			},
 			Wait: time.Sleep,
@@ -51,7 +51,7 @@ func TestClaimsClusterClientMode(t *testing.T) {
 }
 
 // TestClaimsSeedLayout: Claim writes exactly `SET bq:idemp:<id> 1 PX ttl`, and a
-// key the seed store wrote counts as processed.
+// key a `SET NX` deduper wrote counts as processed.
 func TestClaimsSeedLayout(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))

@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 10, the scripts' edges: raw keys seeded, a script run by EVALSHA, the
+// The scripts' edges: raw keys seeded, a script run by EVALSHA, the
 // reply and the raw key compared; every error case leaves the key unchanged.
 
 // edgeRun seeds key with the raw command seed (nil: absent), runs script on it and

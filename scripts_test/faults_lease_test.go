@@ -26,7 +26,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// The lease faults of issue 20: fn's context never outlives the lease, a
+// The lease faults: fn's context never outlives the lease, a
 // paused owner sees its loss on waking, a retried commit after a takeover is
 // ErrLeaseLost, a final write survives a failure that is not its own, and a
 // slow link at half the lease loses nothing. Every test records times and

@@ -73,7 +73,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultClaimsPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestClaims(t, storetest.ClaimsHarness{
-				New: func(t *testing.T, more ...store.Option) store.ClaimStore {
+				New: func(t *testing.T, more ...store.Option) *store.Claims {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewClaims(c, append(o, more...)...)
 				},
@@ -96,7 +96,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultOutboxPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestOutbox(t, storetest.OutboxHarness{
-				New: func(t *testing.T, more ...store.Option) store.OutboxStore {
+				New: func(t *testing.T, more ...store.Option) *store.Outbox {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewOutbox(c, append(o, more...)...)
 				},
@@ -116,7 +116,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultRecordsPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestRecords(t, storetest.RecordsHarness{
-				New: func(t *testing.T, more ...store.Option) store.RecordStore {
+				New: func(t *testing.T, more ...store.Option) *store.Records {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewRecords(c, append(o, more...)...)
 				},

@@ -75,7 +75,7 @@ var recordsModel = opModel{
 		return o
 	},
 	apply: func(ctx context.Context, s any, o op, env *applyEnv) result {
-		rs := s.(store.RecordStore)
+		rs := s.(*store.Records)
 		token := ""
 		switch {
 		case o.Ref >= 0:
@@ -160,7 +160,7 @@ var recordsModel = opModel{
 	snapshot: func(ctx context.Context, s any, id string, env *applyEnv) string {
 		// The record, and which acquire's token owns it (the hidden token):
 		// the one whose fenced update goes through.
-		rs := s.(store.RecordStore)
+		rs := s.(*store.Records)
 		rec, found, err := rs.Get(ctx, id)
 		owner := -1
 		if found {

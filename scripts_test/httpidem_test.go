@@ -25,7 +25,7 @@ func TestHTTPIdem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-				New: func(t *testing.T) store.RecordStore {
+				New: func(t *testing.T) *store.Records {
 					return store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
 				},
 			})
@@ -78,7 +78,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 }
 
 // mustMiddleware is httpidem.Middleware, failing the test on an error.
-func mustMiddleware(t *testing.T, rs store.RecordStore, opts ...httpidem.Option) func(http.Handler) http.Handler {
+func mustMiddleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	mw, err := httpidem.Middleware(rs, opts...)
 	if err != nil {

@@ -155,7 +155,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 			t.Errorf("%s with the default thresholds: encoding %s, want %s", k, got, want)
 		}
 	}
-	// Issue 23's goal: a completed record takes no more memory than go-job's
+	// The goal: a completed record takes no more memory than go-job's
 	// JSON string of the same result.
 	for _, size := range []string{"48", "256"} {
 		if r, g := defaults["rec-"+size], defaults["gojob-"+size]; r.bytes > g.bytes {

@@ -35,7 +35,7 @@ func TestOutboxStore(t *testing.T) {
 		t.Run(topo.name, func(t *testing.T) {
 			c := newClient(t, topo.url(t))
 			storetest.TestOutbox(t, storetest.OutboxHarness{
-				New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
+				New: func(t *testing.T, opts ...store.Option) *store.Outbox {
 					return store.NewOutbox(c, append([]store.Option{store.WithPrefix(outboxPrefix(t))}, opts...)...)
 				},
 				Wait: time.Sleep,
@@ -307,13 +307,13 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 	ctx := context.Background()
 	type op struct {
 		name string
-		call func(store.OutboxStore) error
+		call func(*store.Outbox) error
 	}
-	appendOp := op{"append", func(s store.OutboxStore) error { _, err := s.AppendWithID(ctx, "c", "m", nil); return err }}
-	tailOp := op{"unacked", func(s store.OutboxStore) error { _, err := s.Tail(ctx, "c"); return err }}
-	ackOp := op{"ack", func(s store.OutboxStore) error { _, err := s.AckMany(ctx, "c", []string{"a", "b"}, 1); return err }}
-	advanceOp := op{"advance", func(s store.OutboxStore) error { return s.AdvanceGeneration(ctx, "c", 1) }}
-	dropOp := op{"drop", func(s store.OutboxStore) error { return s.DropConn(ctx, "c") }}
+	appendOp := op{"append", func(s *store.Outbox) error { _, err := s.AppendWithID(ctx, "c", "m", nil); return err }}
+	tailOp := op{"unacked", func(s *store.Outbox) error { _, err := s.Tail(ctx, "c"); return err }}
+	ackOp := op{"ack", func(s *store.Outbox) error { _, err := s.AckMany(ctx, "c", []string{"a", "b"}, 1); return err }}
+	advanceOp := op{"advance", func(s *store.Outbox) error { return s.AdvanceGeneration(ctx, "c", 1) }}
+	dropOp := op{"drop", func(s *store.Outbox) error { return s.DropConn(ctx, "c") }}
 	for _, tc := range []struct {
 		reply string // Lua returning the impostor reply
 		ops   []op
@@ -502,8 +502,8 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 	}
 }
 
-// TestOutboxEpochAfterSnapshotRestore is the reproduction of (epoch,
-// seq) reuse, for Append and AppendMany: appends acknowledged after the last
+// TestOutboxEpochAfterSnapshotRestore: no (epoch, seq) reuse, for Append and
+// AppendMany: appends acknowledged after the last
 // snapshot are lost when the server comes back from it (a restart, like a
 // failover, gives the server a new replication ID), and the appends that
 // follow take their seqs again, so they must carry a new epoch: no (epoch,

@@ -23,7 +23,7 @@ func recordsHarness(url func(*testing.T) string) func(*testing.T) {
 	return func(t *testing.T) {
 		c := newClient(t, url(t))
 		storetest.TestRecords(t, storetest.RecordsHarness{
-			New: func(t *testing.T, opts ...store.Option) store.RecordStore {
+			New: func(t *testing.T, opts ...store.Option) *store.Records {
 				return store.NewRecords(c, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
 			},
 			Wait: time.Sleep,
@@ -79,7 +79,7 @@ func TestRecordsLayout(t *testing.T) {
 			p := []byte("result")
 			recNoErr(t, s.Update(ctx, id, store.Update{Status: &st, Payload: &p, ExpiresAt: &at, Token: rec.Token}))
 			r = recReadRaw(t, c, key)
-			// update.lua takes a duration from the server's TIME (issue 10): Go
+			// update.lua takes a duration from the server's TIME: Go
 			// sends time.Until(at) rounded up, so the expiry is at or after at
 			// (to the ms: TIME is read in whole ms) by the time the call took.
 			if r.ExpireAt < created+90_000 || r.ExpireAt > created+91_000 || r.Hash["expires_ms"] != fmt.Sprint(r.ExpireAt) || r.Hash["lease_ms"] != "0" ||
@@ -282,7 +282,7 @@ func TestRecordsBadInputSendsNothing(t *testing.T) {
 }
 
 // TestRecordsForeignValue: a key holding something other than a record hash
-// (the seed store's JSON string, say) is reported as ErrUnexpectedReply and
+// (a JSON string, say) is reported as ErrUnexpectedReply and
 // left alone; Delete removes it.
 func TestRecordsForeignValue(t *testing.T) {
 	ctx := context.Background()

@@ -576,7 +576,7 @@ func TestWaitReplicasObserved(t *testing.T) {
 			continue
 		}
 		e := got[0]
-		if e.Op != tc.want.op || e.N != tc.want.n || e.Outcome != store.OutcomeError || !errors.Is(e.Err, store.ErrNotReplicated) {
+		if e.Op != tc.want.op || e.N != tc.want.n || e.Outcome != store.Outcome("error") || !errors.Is(e.Err, store.ErrNotReplicated) {
 			t.Errorf("%s: event op %q n %d outcome %q err %v; want op %q n %d, outcome error with ErrNotReplicated",
 				tc.name, e.Op, e.N, e.Outcome, e.Err, tc.want.op, tc.want.n)
 		}
@@ -585,7 +585,7 @@ func TestWaitReplicasObserved(t *testing.T) {
 	if _, err := claims.SeenMany(ctx, []string{"o1", "o2"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := take(); len(got) != 1 || got[0].Outcome != store.OutcomeSeen || got[0].N != 2 || got[0].Err != nil {
+	if got := take(); len(got) != 1 || got[0].Outcome != store.Outcome("seen") || got[0].N != 2 || got[0].Err != nil {
 		t.Errorf("SeenMany's events %+v, want seen N=2", got)
 	}
 }

@@ -185,10 +185,10 @@ func TestClaimManyRepeatsObserved(t *testing.T) {
 		s := store.NewClaims(c, store.WithObserver(obs))
 		ids := []string{"a", "b", "a", "c", "a"}
 		var err error
-		want := map[store.Outcome]int{store.OutcomeClaimed: 3, store.OutcomeDuplicate: 2}
+		want := map[store.Outcome]int{store.Outcome("claimed"): 3, store.Outcome("duplicate"): 2}
 		if seen {
 			_, err = s.SeenMany(ctx, ids)
-			want = map[store.Outcome]int{store.OutcomeSeen: 5}
+			want = map[store.Outcome]int{store.Outcome("seen"): 5}
 		} else {
 			_, err = s.ClaimMany(ctx, ids)
 		}

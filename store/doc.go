@@ -5,7 +5,7 @@
 //     once across N concurrent consumers, keeps its lease alive while the
 //     effect runs, and lets a crashed consumer's lease expire so the message
 //     is retried. Claim alone is a dedupe mark taken before the effect. A
-//     duplicate of an id in flight gets an *InFlightError: RetryAfter says
+//     duplicate of an id in flight gets ErrInFlight, and RetryAfter(err) says
 //     when the holder's lease can have ended. Package
 //     github.com/redisonce/redisonce/streams runs a Redis Streams consumer
 //     group around Claims.Do.

@@ -52,22 +52,3 @@ func ExampleClaims_ClaimMany() {
 	// [true true false] <nil>
 	// [false true] <nil>
 }
-
-func ExampleWrap() {
-	type Message struct{ ID, Body string }
-	claims := store.NewMemoryClaims()
-	handle := store.Wrap(claims, time.Minute,
-		func(m Message) string { return m.ID },
-		func(ctx context.Context, m Message) error {
-			fmt.Println("handling", m.Body)
-			return nil
-		})
-	for _, m := range []Message{{"1", "hello"}, {"1", "hello (redelivered)"}, {"2", "world"}} {
-		if err := handle(context.Background(), m); err != nil {
-			fmt.Println("nack:", err)
-		}
-	}
-	// Output:
-	// handling hello
-	// handling world
-}

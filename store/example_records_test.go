@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce/store"
-	// The seed's example below reads as it did against the seed's package.
+	// The example below imports the package under the name idempotency, as
+	// an application may.
 	idempotency "github.com/redisonce/redisonce/store"
 )
 
@@ -99,10 +100,10 @@ func ExampleRecords_Do() {
 	// 402 false card declined
 }
 
-// The seed contract's example, verbatim but for the constructor: the API
+// The contract's example: the API
 // acquires a key before it enqueues a job, and the worker stores the job's
 // status when it is done.
-func ExampleMemoryRecords() {
+func ExampleNewMemoryRecords() {
 	store := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
 	ctx := context.Background()
 

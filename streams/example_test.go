@@ -87,7 +87,7 @@ func Example() {
 	}
 	stop() // graceful: stops reading, lets running handlers finish
 	fmt.Println("Run:", <-done)
-	fmt.Println("acked:", count[store.OutcomeAcked], "duplicates:", count[store.OutcomeDuplicate])
+	fmt.Println("acked:", count[store.Outcome("acked")], "duplicates:", count[store.Outcome("duplicate")])
 	fmt.Println("ledger:", ledger(ctx, client))
 	// Output:
 	// Run: <nil>

@@ -12,7 +12,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: a nil store or a nil context is ErrInvalidArgument, never a panic.
+// A nil store or a nil context is ErrInvalidArgument, never a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	status := idempotency.Status("completed")
 	for name, s := range map[string]*gojob.Store{

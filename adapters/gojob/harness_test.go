@@ -85,6 +85,6 @@ func (c *manualClock) Advance(d time.Duration) {
 }
 
 // gojobStore is the adapter over rs on clock c.
-func gojobStore(rs store.RecordStore, c clock) *gojob.Store {
+func gojobStore(rs *store.Records, c clock) *gojob.Store {
 	return gojob.NewStore(rs, gojob.WithClock(c.Now))
 }

@@ -1,7 +1,7 @@
 // Package httpidemtest checks httpidem's middleware over a
-// store.RecordStore, on a real net/http server: the same suite runs on the
+// *store.Records, on a real net/http server: the same suite runs on the
 // in-memory store (package httpidem's tests) and on Redis, standalone and
-// cluster (scripts_test), and a user can run it on a RecordStore of their
+// cluster (scripts_test), and a user can run it on a store of their
 // own, as store/storetest does for the store. It covers replays (status,
 // headers, body), 422 for another request under a key (query string
 // included), 409 with Retry-After the holder's lease left (a dead holder
@@ -46,7 +46,7 @@ import (
 type Harness struct {
 	// New returns an empty store, isolated from every other store New
 	// returns (a fresh prefix, say). The suite closes it.
-	New func(t *testing.T) store.RecordStore
+	New func(t *testing.T) *store.Records
 }
 
 // reply is one response as a client saw it.
@@ -65,7 +65,7 @@ type server struct {
 	t    *testing.T
 	url  string
 	runs atomic.Int64
-	rs   store.RecordStore
+	rs   *store.Records
 }
 
 // sharedID is the record key of Idempotency-Key key under WithSharedKeys:
@@ -73,7 +73,7 @@ type server struct {
 func sharedID(key string) string { return "k:" + key }
 
 // middleware is httpidem.Middleware, failing the test on an error.
-func middleware(t *testing.T, rs store.RecordStore, opts ...httpidem.Option) func(http.Handler) http.Handler {
+func middleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) func(http.Handler) http.Handler {
 	t.Helper()
 	mw, err := httpidem.Middleware(rs, opts...)
 	if err != nil {

@@ -47,8 +47,9 @@
 // for how long a run may take; the lease only says how long a dead worker's
 // task stays locked.
 //
-// A task the middleware finds in flight returns an *InFlightError
-// (errors.Is(err, store.ErrInFlight)). IsFailure does not count it, so it
+// A task the middleware finds in flight returns the store's error
+// (errors.Is(err, store.ErrInFlight); store.RetryAfter(err) is the holder's
+// lease time left). IsFailure does not count it, so it
 // neither uses up one of the task's retries nor counts in the queue's failure
 // stats; RetryDelay retries it once the holder's lease may have run out. asynq
 // stores retry times in whole seconds and moves due retries every

@@ -21,7 +21,7 @@ func TestOutcomeTable(t *testing.T) {
 	const lease = time.Second
 	for _, tc := range []struct {
 		name    string
-		setup   func(t *testing.T, claims store.ClaimStore)
+		setup   func(t *testing.T, claims *store.Claims)
 		h       func(ctx context.Context, n int) error // run n, from 1
 		state   asynq.TaskState
 		retried int
@@ -30,12 +30,12 @@ func TestOutcomeTable(t *testing.T) {
 	}{
 		{name: "success", h: func(context.Context, int) error { return nil },
 			state: asynq.TaskStateCompleted, runs: 1, key: "1"},
-		{name: "duplicate", setup: func(t *testing.T, c store.ClaimStore) {
+		{name: "duplicate", setup: func(t *testing.T, c *store.Claims) {
 			if err := c.Remember(context.Background(), "t1"); err != nil {
 				t.Fatal(err)
 			}
 		}, h: func(context.Context, int) error { return nil }, state: asynq.TaskStateCompleted, key: "1"},
-		{name: "in flight", setup: func(t *testing.T, c store.ClaimStore) {
+		{name: "in flight", setup: func(t *testing.T, c *store.Claims) {
 			holding := make(chan struct{})
 			go func() {
 				_, _ = c.Do(context.Background(), "t1", lease, func(context.Context) error {

@@ -16,7 +16,7 @@ import (
 // a nil context before using it.
 type untouchedMsg struct{ natsjs.Msg }
 
-// Issue 21 point 4 for the jetstream module: a nil option, a nil context, a
+// Bad input in the jetstream module: a nil option, a nil context, a
 // nil message and a nil Handler give store.ErrInvalidArgument, never a
 // panic, and fn never runs.
 func TestBadInputNeverPanics(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package jetstream runs a NATS JetStream consumer's handler exactly once per
 // message id, over JetStream's at-least-once delivery, with a redisonce
-// store.ClaimStore (store.Claims on Redis).
+// *store.Claims (store.Claims on Redis).
 //
 // Wrap the handler once and give it to the consumer:
 //
@@ -15,10 +15,12 @@
 //	fn succeeded                DoubleAck
 //	id already processed        DoubleAck, fn not run
 //	id in flight elsewhere      NakWithDelay(time left on the holder's lease)
-//	fn failed                   the failure policy (DefaultFailure: Term for an
+//	fn failed or panicked       the failure policy (DefaultFailure: Term for an
 //	                            error marked store.Permanent, else NakWithDelay
-//	                            with an exponential backoff)
-//	store error, lost lease     NakWithDelay(lease)
+//	                            with an exponential backoff); a panic is
+//	                            recovered, never a crashed consumer
+//	fn succeeded, commit failed DoubleAck (fn's effect happened)
+//	store error before fn ran   NakWithDelay(lease)
 //	context cancelled           Nak (another consumer takes it at once)
 //
 // While fn runs, the claim's lease is extended every lease/4 and each

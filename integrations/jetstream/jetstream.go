@@ -147,7 +147,7 @@ func WithReport(r func(msg jetstream.Msg, o Outcome, err error)) Option {
 func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTimeout = d } }
 
 // Handler runs fn at most once per message id over JetStream's at-least-once
-// delivery, through a store.ClaimStore's Do. Its Handle method is a
+// delivery, through a *store.Claims's Do. Its Handle method is a
 // jetstream.MessageHandler.
 //
 // Per delivery:
@@ -177,7 +177,7 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 // between two writes of fn leaves the first one done, and the redelivery runs
 // fn again.
 type Handler struct {
-	claims     store.ClaimStore
+	claims     *store.Claims
 	fn         func(context.Context, jetstream.Msg) error
 	lease      time.Duration
 	id         func(jetstream.Msg) (string, error)
@@ -190,7 +190,7 @@ type Handler struct {
 // New returns a Handler that runs fn once per message id through claims. It
 // returns store.ErrInvalidArgument for a nil claims or fn, a lease or ack
 // timeout <= 0, a nil id function, policy, context or option.
-func New(claims store.ClaimStore, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
+func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
 	h := &Handler{claims: claims, fn: fn, lease: DefaultLease, id: MsgID, failure: DefaultFailure,
 		ctx: context.Background(), ackTimeout: 5 * time.Second}
 	for _, o := range opts {

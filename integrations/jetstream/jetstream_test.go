@@ -52,7 +52,7 @@ func pendingAcks(t *testing.T, c natsjs.Consumer) int {
 	return info.NumAckPending
 }
 
-func newHandler(t *testing.T, claims store.ClaimStore, fn func(context.Context, natsjs.Msg) error, opts ...jetstream.Option) *jetstream.Handler {
+func newHandler(t *testing.T, claims *store.Claims, fn func(context.Context, natsjs.Msg) error, opts ...jetstream.Option) *jetstream.Handler {
 	t.Helper()
 	h, err := jetstream.New(claims, fn, opts...)
 	if err != nil {
@@ -366,7 +366,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 	claims := store.NewMemoryClaims()
 	fn := func(context.Context, natsjs.Msg) error { return nil }
 	for name, c := range map[string]struct {
-		claims store.ClaimStore
+		claims *store.Claims
 		fn     func(context.Context, natsjs.Msg) error
 		opts   []jetstream.Option
 	}{

@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21 point 4 for the kafka module: a nil option, a nil context and a
+// Bad input in the kafka module: a nil option, a nil context and a
 // nil Consumer give store.ErrInvalidArgument, never a panic; a Run refused
 // for a nil context leaves the Consumer usable.
 func TestBadInputNeverPanics(t *testing.T) {

@@ -149,7 +149,7 @@ func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = 
 func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.revokeTimeout = d } }
 
 // Consumer is a Kafka consumer-group member (a franz-go client) that runs fn
-// once per record id through a store.ClaimStore's Do, and commits a
+// once per record id through a *store.Claims's Do, and commits a
 // partition's offset only past records that are done.
 //
 // Each assigned partition has one goroutine that handles its records one at
@@ -188,7 +188,7 @@ func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.re
 // reader runs fn again.
 type Consumer struct {
 	cl            *kgo.Client
-	claims        store.ClaimStore
+	claims        *store.Claims
 	fn            func(context.Context, *kgo.Record) error
 	lease         time.Duration
 	id            func(*kgo.Record) (string, error)
@@ -217,7 +217,7 @@ type topicPartition struct {
 //
 // It returns store.ErrInvalidArgument for a nil claims or fn, a lease,
 // buffer or revoke timeout <= 0, a nil id function, policy or option.
-func New(claims store.ClaimStore, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
+func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
 		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
 	for _, o := range options {

@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21 point 4 for the watermill module: nil claims, a nil option, a
+// Bad input in the watermill module: nil claims, a nil option, a
 // nil handler, a nil message and a nil context give store.ErrInvalidArgument,
 // never a panic, and the handler never runs.
 func TestBadInputNeverPanics(t *testing.T) {

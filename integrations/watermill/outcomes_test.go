@@ -22,7 +22,7 @@ func TestOutcomeTable(t *testing.T) {
 	const lease = 2 * time.Second
 	for _, tc := range []struct {
 		name    string
-		setup   func(t *testing.T, claims store.ClaimStore)
+		setup   func(t *testing.T, claims *store.Claims)
 		cancel  bool // the message's context is cancelled while the handler runs
 		h       func(msg *message.Message) error
 		wantErr func(error) bool // nil: want no error (acked)
@@ -30,12 +30,12 @@ func TestOutcomeTable(t *testing.T) {
 		key     string // "" absent, "1" processed
 	}{
 		{name: "success", h: func(*message.Message) error { return nil }, runs: 1, key: "1"},
-		{name: "duplicate", setup: func(t *testing.T, c store.ClaimStore) {
+		{name: "duplicate", setup: func(t *testing.T, c *store.Claims) {
 			if err := c.Remember(context.Background(), "m1"); err != nil {
 				t.Fatal(err)
 			}
 		}, h: func(*message.Message) error { return nil }, key: "1"},
-		{name: "in flight", setup: func(t *testing.T, c store.ClaimStore) {
+		{name: "in flight", setup: func(t *testing.T, c *store.Claims) {
 			holding := make(chan struct{})
 			go func() {
 				_, _ = c.Do(context.Background(), "m1", 500*time.Millisecond, func(context.Context) error {

@@ -29,7 +29,7 @@ const DefaultLease = 30 * time.Second
 // that then fails, or a process that dies in it, loses the message, since its
 // redelivery is dropped as a duplicate. For effects, use Middleware.
 type ExpiringKeyRepository struct {
-	claims store.ClaimStore
+	claims *store.Claims
 }
 
 var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
@@ -37,13 +37,13 @@ var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
 // NewExpiringKeyRepository returns a repository over claims (store.Claims on
 // Redis, or store.MemoryClaims in a test). On nil claims every IsDuplicate
 // gives store.ErrInvalidArgument.
-func NewExpiringKeyRepository(claims store.ClaimStore) *ExpiringKeyRepository {
+func NewExpiringKeyRepository(claims *store.Claims) *ExpiringKeyRepository {
 	return &ExpiringKeyRepository{claims: claims}
 }
 
 // IsDuplicate reports whether key was seen before (within the store's TTL),
 // and marks it seen: the first caller of a key gets false, every other true
-// (store.ClaimStore's Claim).
+// (*store.Claims's Claim).
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	if r == nil || r.claims == nil {
 		return false, fmt.Errorf("redisonce/watermill: IsDuplicate on a repository without claims: %w", store.ErrInvalidArgument)
@@ -139,7 +139,7 @@ func WithID(f func(*message.Message) (string, error)) Option {
 // An invalid option, a nil option or nil claims makes every message fail
 // with store.ErrInvalidArgument (and a nil handler or message too), before
 // anything is claimed.
-func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddleware {
+func Middleware(claims *store.Claims, opts ...Option) message.HandlerMiddleware {
 	c := config{lease: DefaultLease, id: func(msg *message.Message) (string, error) { return msg.UUID, nil }}
 	for _, o := range opts {
 		if o == nil {

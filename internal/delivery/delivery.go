@@ -19,8 +19,14 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/inflight"
 	"github.com/redisonce/redisonce/store"
 )
+
+// Claimer is the one method of *store.Claims a delivery is settled through.
+type Claimer interface {
+	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, error)
+}
 
 // Row is one row of the outcome table.
 type Row int
@@ -81,7 +87,7 @@ type Result struct {
 	// panic), else Do's error (nil for Done and Duplicate).
 	Err error
 	// RedeliverAfter is, for InFlight, how long to hold the delivery back:
-	// the holder's lease time left plus a margin (store.RedeliverAfter), or
+	// the holder's lease time left plus a margin (internal/inflight.Delay), or
 	// the lease when the store does not say.
 	RedeliverAfter time.Duration
 }
@@ -89,7 +95,7 @@ type Result struct {
 // Do runs fn once per id through claims.Do under lease, with fn's panic
 // recovered as its error, and classifies the result. ctx is Do's context:
 // when it is cancelled before the delivery is done, the row is Shutdown.
-func Do(ctx context.Context, claims store.ClaimStore, id string, lease time.Duration, fn func(context.Context) error) Result {
+func Do(ctx context.Context, claims Claimer, id string, lease time.Duration, fn func(context.Context) error) Result {
 	var fnErr error
 	fnRan := false
 	ran, err := claims.Do(ctx, id, lease, func(ctx context.Context) (err error) {
@@ -124,7 +130,7 @@ func classify(ctx context.Context, ran, fnRan bool, fnErr, err error, lease time
 	case ctx.Err() != nil:
 		return Result{Row: Shutdown, Err: err}
 	case errors.Is(err, store.ErrInFlight):
-		return Result{Row: InFlight, Err: err, RedeliverAfter: store.RedeliverAfter(err, lease)}
+		return Result{Row: InFlight, Err: err, RedeliverAfter: inflight.Delay(err, lease)}
 	default:
 		return Result{Row: StoreError, Err: err}
 	}

@@ -16,8 +16,8 @@ func TestRows(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name    string
-		setup   func(c store.ClaimStore) // state before the delivery
-		cancel  bool                     // the delivery's context is cancelled while fn runs
+		setup   func(c *store.Claims) // state before the delivery
+		cancel  bool                  // the delivery's context is cancelled while fn runs
 		fn      func(ctx context.Context) error
 		want    Row
 		wantErr func(error) bool
@@ -26,7 +26,7 @@ func TestRows(t *testing.T) {
 		free bool
 	}{
 		{name: "success", fn: func(context.Context) error { return nil }, want: Done},
-		{name: "duplicate", setup: func(c store.ClaimStore) { _ = c.Remember(context.Background(), "m") },
+		{name: "duplicate", setup: func(c *store.Claims) { _ = c.Remember(context.Background(), "m") },
 			fn: func(context.Context) error { t.Error("fn ran on a duplicate"); return nil }, want: Duplicate},
 		{name: "failure", fn: func(context.Context) error { return boom }, want: Failed,
 			wantErr: func(err error) bool { return errors.Is(err, boom) }, free: true},
@@ -98,7 +98,7 @@ func TestRows(t *testing.T) {
 
 // unreachable is a claim store whose Do fails before fn runs, as Claims.Do
 // does when Redis does not answer the claim.
-type unreachable struct{ store.ClaimStore }
+type unreachable struct{ *store.Claims }
 
 func (unreachable) Do(context.Context, string, time.Duration, func(context.Context) error) (bool, error) {
 	return false, errors.New("dial tcp: connection refused")

@@ -210,7 +210,7 @@ func (o *Observer) Observe(ctx context.Context, e store.Event) {
 		trace.WithTimestamp(start),
 		trace.WithSpanKind(kind),
 		trace.WithAttributes(attrs...))
-	if e.Outcome == store.OutcomeError {
+	if e.Outcome == store.Outcome("error") {
 		if e.Err != nil {
 			// The error's text without the key unless WithKey: store errors
 			// quote the id (store.Event.ErrorText). The exception event is

@@ -23,7 +23,7 @@ import (
 type OutboxHarness struct {
 	// New returns an empty store with opts applied, isolated from every other
 	// store New returns (a fresh prefix or database). The suite closes it.
-	New func(t *testing.T, opts ...store.Option) store.OutboxStore
+	New func(t *testing.T, opts ...store.Option) *store.Outbox
 	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
 	// real clock, Clock.Advance for a fake one.
 	Wait func(d time.Duration)
@@ -37,7 +37,7 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 	if h.Tick <= 0 {
 		h.Tick = 100 * time.Millisecond
 	}
-	newStore := func(t *testing.T, opts ...store.Option) store.OutboxStore {
+	newStore := func(t *testing.T, opts ...store.Option) *store.Outbox {
 		t.Helper()
 		s := h.New(t, opts...)
 		t.Cleanup(func() { s.Close() })
@@ -49,7 +49,7 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 
 	// appendAll appends payloads to conn under the ids "m1", "m2"... and checks
 	// each was created.
-	appendAll := func(t *testing.T, s store.OutboxStore, conn string, payloads ...string) []store.Appended {
+	appendAll := func(t *testing.T, s *store.Outbox, conn string, payloads ...string) []store.Appended {
 		t.Helper()
 		out := make([]store.Appended, len(payloads))
 		for i, p := range payloads {
@@ -62,14 +62,14 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 		}
 		return out
 	}
-	tail := func(t *testing.T, s store.OutboxStore, conn string) store.Tail {
+	tail := func(t *testing.T, s *store.Outbox, conn string) store.Tail {
 		t.Helper()
 		tl, err := s.Tail(ctx, conn)
 		noErr(t, err)
 		return tl
 	}
 	// wantTail compares conn's unacked messages with want, "id=payload@seq".
-	wantTail := func(t *testing.T, s store.OutboxStore, conn string, want ...string) {
+	wantTail := func(t *testing.T, s *store.Outbox, conn string, want ...string) {
 		t.Helper()
 		msgs, err := s.Unacked(ctx, conn)
 		noErr(t, err)
@@ -818,12 +818,12 @@ func TestOutbox(t *testing.T, h OutboxHarness) {
 }
 
 // checkAllRefused calls every operation on conn and wants target from each.
-func checkAllRefused(t *testing.T, s store.OutboxStore, conn string, target error) {
+func checkAllRefused(t *testing.T, s *store.Outbox, conn string, target error) {
 	t.Helper()
 	checkAllRefusedCtx(t, context.Background(), s, conn, target)
 }
 
-func checkAllRefusedCtx(t *testing.T, ctx context.Context, s store.OutboxStore, conn string, target error) {
+func checkAllRefusedCtx(t *testing.T, ctx context.Context, s *store.Outbox, conn string, target error) {
 	t.Helper()
 	_, _, err := s.Append(ctx, conn, []byte("p"))
 	wantErr(t, err, target)
