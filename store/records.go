@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -565,8 +566,18 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		start = time.Now()
 	}
 	token := newToken()
+	// finishing: fn has returned and the heartbeat goes on through the
+	// give-back or the final write (runLease's hold). A renewal that finds
+	// the record no longer pending or gone then meets that write's own
+	// doing (or a restart that lost the record, which the final write
+	// creates again): not a loss to report; a takeover shows in the fenced
+	// write's ErrStaleOwner.
+	var finishing atomic.Bool
 	renew := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
 		n, err := s.b.renew(ctx, key, token, o.Lease, sent)
+		if err == nil && n != 1 && finishing.Load() {
+			return true, nil
+		}
 		return n == 1, err
 	})
 	if s.ev.obs != nil {
@@ -641,6 +652,7 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 	out, err = runLease(ctx, hb, Lease{ID: key, Token: token, Fence: rec.Fence}, sent, true,
 		func(ctx context.Context) (err error) {
 			result, err = fn(ctx)
+			finishing.Store(true)
 			return err
 		}, giveBack, storeFailure,
 		func(ctx context.Context, fnErr error, _ time.Time, _ bool) (out Outcome, err error) {
