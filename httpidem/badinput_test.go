@@ -16,7 +16,7 @@ import (
 // handler gives a handler that answers every request 500 (fail closed: the
 // handler never runs unguarded) saying what is wrong.
 func TestBadInputNeverPanics(t *testing.T) {
-	rs := store.NewMemoryRecords()
+	rs := mustStore(store.NewMemoryRecords())
 	shared := httpidem.WithSharedKeys()
 	for name, opts := range map[string][]httpidem.Option{
 		"no scope":          nil,

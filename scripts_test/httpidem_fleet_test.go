@@ -102,7 +102,7 @@ func TestHTTPIdemFleet(t *testing.T) {
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newAPI := func(c rueidis.Client) string {
-		rs := store.NewRecords(c, store.WithPrefix(prefix))
+		rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
 		api := httptest.NewUnstartedServer(mustMiddleware(t, rs, httpidem.WithScope(account), httpidem.WithLease(lease), httpidem.WithLogger(quiet))(mux))
 		api.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic probe's stack
 		api.Start()

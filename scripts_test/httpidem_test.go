@@ -26,7 +26,7 @@ func TestHTTPIdem(t *testing.T) {
 			c := newClient(t, url(t))
 			httpidemtest.TestMiddleware(t, httpidemtest.Harness{
 				New: func(t *testing.T) *store.Records {
-					return store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+					return mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 				},
 			})
 		})
@@ -42,7 +42,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	rs := store.NewRecords(c, store.WithPrefix(prefix))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
 	h := mustMiddleware(t, rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/notdone":
@@ -96,7 +96,7 @@ func mustMiddleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) fu
 func TestHTTPIdemClientsGiveUp(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
-	rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	var mu sync.Mutex
 	charges := map[string]int{}
 	byFirstTry := map[string]bool{} // the key's charge came from the try that gave up

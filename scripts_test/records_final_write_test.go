@@ -33,7 +33,7 @@ func TestRecordsDoFinalWriteOutlastsOutage(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{AppendOnly: mode != "restart without data"})
 			c := newClient(t, srv.URL())
-			rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+			rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 			ctx := context.Background()
 			var runs atomic.Int64
 			started, release := make(chan struct{}), make(chan struct{})
@@ -107,7 +107,7 @@ func TestRecordsDoFinalWriteUnderFullMemory(t *testing.T) {
 	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
 	c := newClient(t, srv.URL())
 	loadScripts(t, c) // SCRIPT LOAD is refused under OOM too
-	rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	ctx := context.Background()
 	small := []byte(strings.Repeat("s", store.MaxSmallPayloadLen))
 	large := []byte(strings.Repeat("L", store.MaxSmallPayloadLen+1))

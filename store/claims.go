@@ -31,9 +31,10 @@ type Claims struct {
 type claimsBackend interface {
 	// claim is claim.lua: value ("1", or "~<token>" for Do's lease) under
 	// id for ttl (0: no expiry); 1 created, 0 processed, -(ms left on the
-	// holder's lease) in flight. sent, when not nil, receives the time the
-	// command that ran was sent. op names the operation in errors.
-	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, error)
+	// holder's lease) in flight, and, for a lease created, its fence (above
+	// every fence granted for id before). sent, when not nil, receives the
+	// time the command that ran was sent. op names the operation in errors.
+	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (n int64, fence uint64, err error)
 	// seen is seen.lua: 1 claimed, processed or in flight, else 0.
 	seen(ctx context.Context, id string) (int64, error)
 	// forget is forget.lua: 1 removed, 0 absent.
@@ -57,16 +58,19 @@ type claimsBackend interface {
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
 // processed id is remembered forever, and its key is never freed; set a TTL a
 // little longer than the longest time a message may be redelivered),
-// WithWaitReplicas, WithObserver. An invalid option is returned by every
-// call (OpenClaims fails with it instead).
+// WithWaitReplicas, WithObserver. An invalid option, one that does not
+// apply (Option), or a nil client fails here.
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
 // the store never uses client-side caching.
-func NewClaims(c rueidis.Client, opts ...Option) *Claims {
-	cfg := newConfig(DefaultClaimsPrefix, opts)
-	b := &redisClaims{redisStore: newRedisStore(c, &cfg)}
-	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}
+func NewClaims(c rueidis.Client, opts ...Option) (*Claims, error) {
+	cfg, err := redisConfig("claims", DefaultClaimsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, false)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://, or a Sentinel
@@ -75,21 +79,25 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 // closes it. An invalid option fails here, before connecting; errors show the
 // URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
-	s := NewClaims(nil, opts...)
-	if err := s.b.(*redisClaims).open(url, &s.core); err != nil {
+	cfg, c, err := openRedis("claims", DefaultClaimsPrefix, url, opts)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, true)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
 }
 
 // NewMemoryClaims returns an empty claims store in this process's memory,
 // with the same behaviour as a Redis one (the storetest suite checks both):
 // for tests and single-process programs. Options: WithTTL (default 0: never
 // expire), WithClock (default time.Now), WithObserver.
-func NewMemoryClaims(opts ...Option) *Claims {
-	cfg := newConfig(DefaultClaimsPrefix, opts)
+func NewMemoryClaims(opts ...Option) (*Claims, error) {
+	cfg, err := memoryConfig("claims", DefaultClaimsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
 	b := &memClaims{m: map[string]memClaim{}, now: cfg.now}
-	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}
+	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}, nil
 }
 
 // Close closes the client if the store opened it (OpenClaims); for a store
@@ -128,7 +136,7 @@ func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
 	err := s.observe(ctx, op, "claim", id, func() (Outcome, error) {
 		err := s.check(ctx, "claim", id)
 		if err == nil {
-			n, err = s.b.claim(ctx, "claim", id, "1", s.ttl, nil)
+			n, _, err = s.b.claim(ctx, "claim", id, "1", s.ttl, nil)
 		}
 		return claimOutcome(n), err
 	})
@@ -250,10 +258,13 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	if s.ev.obs != nil {
 		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
 	}
-	var n int64
+	var (
+		n     int64
+		fence uint64
+	)
 	hb, sent, err := takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
 		var err error
-		n, err = s.b.claim(ctx, "do", id, value, lease, sent)
+		n, fence, err = s.b.claim(ctx, "do", id, value, lease, sent)
 		return n == 1, err
 	})
 	if err != nil {
@@ -267,7 +278,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
-	out, err := runLease(ctx, hb, Lease{ID: id, Token: token}, sent, false, fn, release, nil,
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, false, fn, release, nil,
 		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
 			return s.commit(ctx, id, token, deadline, lost)
 		})

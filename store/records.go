@@ -253,7 +253,8 @@ type recordsBackend interface {
 	// o.TTL already resolved; held says a Do in this process will renew the
 	// lease. sent, when not nil, receives the time the command that ran
 	// was sent.
-	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error)
+	// It answers acquiredNot, acquiredNew or acquiredTakeover.
+	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error)
 	// get is get.lua: the record without its token, or false.
 	get(ctx context.Context, key string) (Record, bool, error)
 	// update is update.lua with u, checked as f.
@@ -280,27 +281,31 @@ type recordsBackend interface {
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
 // DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
-// expire), WithWaitReplicas, WithObserver. An invalid option is returned by every call (OpenRecords fails
-// with it instead).
+// expire), WithWaitReplicas, WithObserver. An invalid option, one that does
+// not apply (Option), or a nil client fails here.
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
 // the store never uses client-side caching.
-func NewRecords(c rueidis.Client, opts ...Option) *Records {
-	cfg := newConfig(DefaultRecordsPrefix, opts)
-	b := &redisRecords{redisStore: newRedisStore(c, &cfg)}
-	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}
+func NewRecords(c rueidis.Client, opts ...Option) (*Records, error) {
+	cfg, err := redisConfig("records", DefaultRecordsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, false)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://, or a Sentinel
 // deployment with ?addr=...&master_set=NAME) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
-	s := NewRecords(nil, opts...)
-	if err := s.b.(*redisRecords).open(url, &s.core); err != nil {
+	cfg, c, err := openRedis("records", DefaultRecordsPrefix, url, opts)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, true)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // NewMemoryRecords returns an empty records store in this process's memory,
@@ -309,10 +314,13 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // single-process programs. Expired records are dropped when they are next
 // touched. Options: WithTTL (default DefaultRecordsTTL, 24 hours; 0: never
 // expire), WithClock (default time.Now), WithObserver.
-func NewMemoryRecords(opts ...Option) *Records {
-	cfg := newConfig(DefaultRecordsPrefix, opts)
+func NewMemoryRecords(opts ...Option) (*Records, error) {
+	cfg, err := memoryConfig("records", DefaultRecordsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
 	b := &memRecords{m: map[string]*memRecord{}, now: cfg.now}
-	return &Records{core: newCore("records", cfg, false), b: b, ttl: cfg.recordsTTL()}
+	return &Records{core: newCore("records", cfg, false), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // Close closes the client if the store opened it (OpenRecords); for a store
@@ -353,23 +361,23 @@ func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions)
 		return Record{}, false, nilStore("acquire", key, "Records")
 	}
 	var rec Record
-	var ok bool
+	var got int64
 	err := s.observe(ctx, "acquire", "acquire", key, func() (Outcome, error) {
 		var err error
-		rec, ok, err = s.acquire(ctx, "acquire", key, o, newToken(), false, nil)
-		return acquireOutcome(ok, rec.Fence), err
+		rec, got, err = s.acquire(ctx, "acquire", key, o, newToken(), false, nil)
+		return acquireOutcome(got), err
 	})
-	return rec, ok, err
+	return rec, got != acquiredNot, err
 }
 
 // acquire is AcquireWith with token the new owner token (minted by the caller:
 // Do's heartbeat starts before the acquire is sent).
-func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error) {
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if err := o.check(op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if o.TTL == 0 {
 		o.TTL = s.ttl
@@ -588,13 +596,15 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		sent     time.Time
 		rec      Record
 		acquired bool
+		got      int64 // acquire's answer: acquiredNot, acquiredNew or acquiredTakeover
 	)
 	// try acquires the key with a lease (takeLease: its heartbeat started
 	// before the acquire is sent, and stopped again unless it won).
 	try := func() (err error) {
 		hb, sent, err = takeLease(ctx, o.Lease, ErrStaleOwner, renew, func(sent *time.Time) (bool, error) {
 			var err error
-			rec, acquired, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			rec, got, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			acquired = got != acquiredNot
 			return acquired, err
 		})
 		return err
@@ -630,7 +640,7 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 	if err != nil {
 		return nil, false, outcome(err, outError), err
 	}
-	if s.ev.obs != nil && acquired && rec.Fence > 1 {
+	if s.ev.obs != nil && got == acquiredTakeover {
 		// a takeover is worth an alert of its own: report it apart
 		s.ev.report(ctx, "acquire", "acquire", key, 1, outTakenOver, start, nil)
 	}
@@ -684,11 +694,11 @@ func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token
 		// The record is gone (expired or deleted) and nobody holds the key:
 		// writing the outcome again records the only effect that completed
 		// (a caller that acquired the key meanwhile and failed deleted it).
-		again, ok, err := s.acquire(ctx, "do", key, o, newToken(), false, nil)
+		again, got, err := s.acquire(ctx, "do", key, o, newToken(), false, nil)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if got == acquiredNot {
 			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
 		}
 		return retryLost(ctx, func(ctx context.Context) error {

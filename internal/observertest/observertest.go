@@ -1,4 +1,6 @@
-package storetest
+// Package observertest checks the observers of this repository (store's
+// SlogObserver, observe/otel, observe/prometheus) against the key rule.
+package observertest
 
 import (
 	"context"
@@ -11,7 +13,7 @@ import (
 )
 
 // The key rule every observer follows (store.SlogObserver, the OpenTelemetry
-// and Prometheus adapters, and yours): the key, and any error text that
+// and Prometheus adapters): the key, and any error text that
 // quotes it, appear in what it records only with the option that says so.
 // Store errors quote the id (`redisonce: ack "c1": stale owner`):
 // store.Event.ErrorText(false) is the text without it.
@@ -30,9 +32,18 @@ func FailingOps(t *testing.T, obs store.Observer) int {
 	ctx := context.Background()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	claims := store.NewMemoryClaims(store.WithObserver(obs))
-	records := store.NewMemoryRecords(store.WithObserver(obs))
-	outbox := store.NewMemoryOutbox(store.WithObserver(obs))
+	claims, err := store.NewMemoryClaims(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := store.NewMemoryRecords(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox, err := store.NewMemoryOutbox(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	mustFail := func(what string, err error) {
 		t.Helper()
@@ -41,7 +52,7 @@ func FailingOps(t *testing.T, obs store.Observer) int {
 			t.Fatalf("%s did not fail", what)
 		}
 	}
-	_, err := claims.Claim(cancelled, SecretKey)
+	_, err = claims.Claim(cancelled, SecretKey)
 	mustFail("Claim on a cancelled context", err)
 	_, err = claims.Claim(ctx, SecretKey+strings.Repeat("x", store.MaxIDLen))
 	mustFail("Claim of an oversize id", err)
