@@ -29,4 +29,10 @@
 // streams runner, the jetstream, kafka, watermill and asynq integrations)
 // calls Inbox.Apply in the handler, or wraps it with WithTx. The guarantee
 // and its limits are in docs/guarantees.md ("The effect in Postgres").
+//
+// Records is a record store (store.Records' methods, over a store.Records)
+// whose stored results commit with their effect: its Do runs fn inside one
+// transaction (Tx gives it to fn, so an httpidem handler writes with
+// Tx(r.Context())) and writes the record's row in that same transaction,
+// fenced by the Redis lease; Redis stays the lease and the fast path.
 package postgres
