@@ -557,7 +557,7 @@ def flow_decode(url, scripts, p):
     raise Fail("decode_responses=True decoded a binary payload: the README's warning is stale")
 
 
-# ---- Issue 21: the KEYS rule, the order of checks, and edge statements --
+# ---- The KEYS rule, the order of checks, and edge statements --
 
 
 # The README's Functions flags: allow-oom on these nine, no-writes on the
