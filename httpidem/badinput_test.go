@@ -17,7 +17,7 @@ import (
 func TestBadInputNeverPanics(t *testing.T) {
 	ran := 0
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ })
-	rs := store.NewMemoryRecords()
+	rs := mustStore(store.NewMemoryRecords())
 	for name, mw := range map[string]func() http.Handler{
 		"nil store":       func() http.Handler { return httpidem.Middleware(nil)(next) },
 		"nil option":      func() http.Handler { return httpidem.Middleware(rs, nil)(next) },

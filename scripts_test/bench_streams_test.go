@@ -88,9 +88,9 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 				acked.Add(1)
 			}
 		})
-		var claims *store.Claims = store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour))
+		var claims *store.Claims = mustStore(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour)))
 		if kind == "runner-memclaims" {
-			claims = store.NewMemoryClaims()
+			claims = mustStore(store.NewMemoryClaims())
 		}
 		cons, err := streams.New(c, claims, stream, group, "c1", handler, streams.WithConcurrency(concurrency), streams.WithObserver(obs))
 		if err != nil {

@@ -27,9 +27,9 @@ var (
 
 var outboxModel = opModel{
 	name:      "outbox",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryOutbox(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryOutbox(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(r *opReader) []store.Option {
 		return []store.Option{store.WithMaxUnacked(int(r.byte() % 4))}

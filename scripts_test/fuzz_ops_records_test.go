@@ -35,9 +35,9 @@ var errRetryLater = errors.New("retry later")
 
 var recordsModel = opModel{
 	name:      "records",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryRecords(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryRecords(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewRecords(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewRecords(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {

@@ -205,9 +205,9 @@ var opModels = []opModel{claimsModel, outboxModel, recordsModel}
 
 var claimsModel = opModel{
 	name:      "claims",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryClaims(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryClaims(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewClaims(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewClaims(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {

@@ -50,9 +50,9 @@ func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
 		ctx:    context.Background(),
 		raw:    c,
 		prefix: prefix,
-		claims: store.NewClaims(c, store.WithPrefix(prefix)),
-		outbox: store.NewOutbox(c, store.WithPrefix(prefix)),
-		recs:   store.NewRecords(c, store.WithPrefix(prefix)),
+		claims: mustStore(store.NewClaims(c, store.WithPrefix(prefix))),
+		outbox: mustStore(store.NewOutbox(c, store.WithPrefix(prefix))),
+		recs:   mustStore(store.NewRecords(c, store.WithPrefix(prefix))),
 	}
 }
 

@@ -56,7 +56,10 @@ func TestRecordsHashIsCorrupt(t *testing.T) {
 	}
 
 	prefix := uniquePrefix(t)
-	s := store.NewRecords(c, store.WithPrefix(prefix))
+	s, err := store.NewRecords(c, store.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	seed(prefix + "h")
 	if _, _, err := s.Get(ctx, "h"); !errors.Is(err, store.ErrUnexpectedReply) {
 		t.Errorf("Get of a hash: %v, want ErrUnexpectedReply", err)

@@ -57,16 +57,19 @@ type claimsBackend interface {
 // close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
 // processed id is remembered forever, and its key is never freed; set a TTL a
 // little longer than the longest time a message may be redelivered),
-// WithWaitReplicas, WithObserver. An invalid option is returned by every
-// call (OpenClaims fails with it instead).
+// WithWaitReplicas, WithObserver. An invalid option, one that does not
+// apply (Option), or a nil client fails here.
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
 // the store never uses client-side caching.
-func NewClaims(c rueidis.Client, opts ...Option) *Claims {
-	cfg := newConfig(DefaultClaimsPrefix, opts)
-	b := &redisClaims{redisStore: newRedisStore(c, &cfg)}
-	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}
+func NewClaims(c rueidis.Client, opts ...Option) (*Claims, error) {
+	cfg, err := redisConfig("claims", DefaultClaimsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, false)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://, or a Sentinel
@@ -75,21 +78,25 @@ func NewClaims(c rueidis.Client, opts ...Option) *Claims {
 // closes it. An invalid option fails here, before connecting; errors show the
 // URL without its password.
 func OpenClaims(url string, opts ...Option) (*Claims, error) {
-	s := NewClaims(nil, opts...)
-	if err := s.b.(*redisClaims).open(url, &s.core); err != nil {
+	cfg, c, err := openRedis("claims", DefaultClaimsPrefix, url, opts)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, true)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
 }
 
 // NewMemoryClaims returns an empty claims store in this process's memory,
 // with the same behaviour as a Redis one (the storetest suite checks both):
 // for tests and single-process programs. Options: WithTTL (default 0: never
 // expire), WithClock (default time.Now), WithObserver.
-func NewMemoryClaims(opts ...Option) *Claims {
-	cfg := newConfig(DefaultClaimsPrefix, opts)
+func NewMemoryClaims(opts ...Option) (*Claims, error) {
+	cfg, err := memoryConfig("claims", DefaultClaimsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
 	b := &memClaims{m: map[string]memClaim{}, now: cfg.now}
-	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}
+	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}, nil
 }
 
 // Close closes the client if the store opened it (OpenClaims); for a store

@@ -5,36 +5,35 @@ import (
 	"time"
 )
 
-// core is what every store keeps beside its backend: the events it reports
-// and the first invalid option, which every call returns. Validation and
-// events live here and in the public types, once; a backend (Redis or
-// memory) only runs the operation.
+// core is what every store keeps beside its backend: the events it reports.
+// Validation and events live here and in the public types, once; a backend
+// (Redis or memory) only runs the operation.
 type core struct {
-	ev  events
-	err error
+	ev events
 }
 
 func newCore(store string, cfg config, scripts bool) core {
 	ev := newEvents(store, cfg)
 	ev.scripts = scripts
-	return core{ev: ev, err: cfg.err}
+	return core{ev: ev}
 }
 
-// check validates the options, the context and the id before anything is sent.
+// check validates the context and the id before anything is sent.
 func (c *core) check(ctx context.Context, op, id string) error {
-	if c.err != nil {
-		return c.err
-	}
 	return checkID(ctx, op, id)
 }
 
-// checkBatch validates the options and the context of a batch with no ids,
-// which sends nothing.
+// checkBatch validates the context of a batch with no ids, which sends
+// nothing.
 func (c *core) checkBatch(ctx context.Context, op string) error {
-	if c.err != nil {
-		return c.err
-	}
 	return checkCtx(ctx, op, "")
+}
+
+// memoryConfig is the config of a memory store named store, its options
+// checked.
+func memoryConfig(store, prefix string, opts []Option) (config, error) {
+	cfg := newConfig(prefix, opts)
+	return cfg, cfg.validFor(store, "memory")
 }
 
 // observe runs f and reports one event of op on key: f's outcome, or the

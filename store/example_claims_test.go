@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -15,7 +16,10 @@ import (
 // the memory twin here behaves the same.
 func ExampleClaims_Do() {
 	ctx := context.Background()
-	claims := store.NewMemoryClaims(store.WithTTL(24 * time.Hour))
+	claims, err := store.NewMemoryClaims(store.WithTTL(24 * time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer claims.Close()
 
 	deliveries := []string{"order-1", "order-2", "order-1", "order-3", "order-2"}
@@ -43,7 +47,10 @@ func ExampleClaims_Do() {
 
 func ExampleClaims_ClaimMany() {
 	ctx := context.Background()
-	claims := store.NewMemoryClaims()
+	claims, err := store.NewMemoryClaims()
+	if err != nil {
+		log.Fatal(err)
+	}
 	first, err := claims.ClaimMany(ctx, []string{"a", "b", "a"})
 	fmt.Println(first, err)
 	again, err := claims.ClaimMany(ctx, []string{"b", "c"})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,7 +29,10 @@ import (
 // store.OpenRecords("redis://localhost:6379") (records live 24 hours); the
 // memory twin here behaves the same.
 func ExampleRecords_Do() {
-	records := store.NewMemoryRecords()
+	records, err := store.NewMemoryRecords()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer records.Close()
 	orders := 0
 	errDeclined := errors.New("card declined")
@@ -104,7 +108,10 @@ func ExampleRecords_Do() {
 // acquires a key before it enqueues a job, and the worker stores the job's
 // status when it is done.
 func ExampleNewMemoryRecords() {
-	store := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
+	store, err := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	// API path: acquire before enqueueing.

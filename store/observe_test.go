@@ -127,9 +127,9 @@ func TestObserverAllocs(t *testing.T) {
 		if obs != nil {
 			opts = append(opts, store.WithObserver(obs))
 		}
-		claims := store.NewMemoryClaims(opts...)
-		outbox := store.NewMemoryOutbox(opts...)
-		records := store.NewMemoryRecords(opts...)
+		claims := mustStore(store.NewMemoryClaims(opts...))
+		outbox := mustStore(store.NewMemoryOutbox(opts...))
+		records := mustStore(store.NewMemoryRecords(opts...))
 		if _, err := claims.Claim(ctx, "m"); err != nil {
 			t.Fatal(err)
 		}

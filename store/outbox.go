@@ -132,26 +132,31 @@ type outboxBackend interface {
 // it. Options: WithPrefix (default "gateway:outbox:"), WithTTL (default 0: a
 // connection's hash never expires; with a TTL, every Append, and every
 // AdvanceGeneration that raises the floor, re-arms it), WithMaxUnacked (default
-// 0: unbounded).
+// 0: unbounded), WithWaitReplicas, WithObserver. An invalid option, one that
+// does not apply (Option), or a nil client fails here.
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenOutbox does:
 // the store never uses client-side caching.
-func NewOutbox(c rueidis.Client, opts ...Option) *Outbox {
-	cfg := newConfig(DefaultOutboxPrefix, opts)
-	b := &redisOutbox{redisStore: newRedisStore(c, &cfg), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack)}
-	return &Outbox{core: newCore("outbox", cfg, true), b: b}
+func NewOutbox(c rueidis.Client, opts ...Option) (*Outbox, error) {
+	cfg, err := redisConfig("outbox", DefaultOutboxPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisOutbox{redisStore: newRedisStore(c, cfg, false), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack)}
+	return &Outbox{core: newCore("outbox", cfg, true), b: b}, nil
 }
 
 // OpenOutbox connects to url (redis://, rediss://, unix://, or a Sentinel
 // deployment with ?addr=...&master_set=NAME) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
-	s := NewOutbox(nil, opts...)
-	if err := s.b.(*redisOutbox).open(url, &s.core); err != nil {
+	cfg, c, err := openRedis("outbox", DefaultOutboxPrefix, url, opts)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	b := &redisOutbox{redisStore: newRedisStore(c, cfg, true), ttl: cfg.ttl, max: strconv.Itoa(cfg.maxUnack)}
+	return &Outbox{core: newCore("outbox", cfg, true), b: b}, nil
 }
 
 // NewMemoryOutbox returns an empty outbox in this process's memory, with the
@@ -165,10 +170,13 @@ func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 // (a fake clock that stands still still yields a new epoch after DropConn).
 // It has no replicas and no failover, so it never re-mints an epoch the way
 // a Redis outbox does after one (see Appended.Epoch).
-func NewMemoryOutbox(opts ...Option) *Outbox {
-	cfg := newConfig(DefaultOutboxPrefix, opts)
+func NewMemoryOutbox(opts ...Option) (*Outbox, error) {
+	cfg, err := memoryConfig("outbox", DefaultOutboxPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
 	b := &memOutbox{conns: map[string]*memConn{}, ttl: cfg.ttl, max: cfg.maxUnack, now: cfg.now}
-	return &Outbox{core: newCore("outbox", cfg, false), b: b}
+	return &Outbox{core: newCore("outbox", cfg, false), b: b}, nil
 }
 
 // Close closes the client if the store opened it (OpenOutbox); for a store

@@ -268,27 +268,31 @@ type recordsBackend interface {
 // NewRecords returns a records store on a client the caller keeps: Close does
 // not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
 // DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
-// expire), WithWaitReplicas, WithObserver. An invalid option is returned by every call (OpenRecords fails
-// with it instead).
+// expire), WithWaitReplicas, WithObserver. An invalid option, one that does
+// not apply (Option), or a nil client fails here.
 //
 // For the performance measured in BENCHMARKS.md, build the client from
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
 // the store never uses client-side caching.
-func NewRecords(c rueidis.Client, opts ...Option) *Records {
-	cfg := newConfig(DefaultRecordsPrefix, opts)
-	b := &redisRecords{redisStore: newRedisStore(c, &cfg)}
-	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}
+func NewRecords(c rueidis.Client, opts ...Option) (*Records, error) {
+	cfg, err := redisConfig("records", DefaultRecordsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, false)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // OpenRecords connects to url (redis://, rediss://, unix://, or a Sentinel
 // deployment with ?addr=...&master_set=NAME) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
-	s := NewRecords(nil, opts...)
-	if err := s.b.(*redisRecords).open(url, &s.core); err != nil {
+	cfg, c, err := openRedis("records", DefaultRecordsPrefix, url, opts)
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, true)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // NewMemoryRecords returns an empty records store in this process's memory,
@@ -297,10 +301,13 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // single-process programs. Expired records are dropped when they are next
 // touched. Options: WithTTL (default DefaultRecordsTTL, 24 hours; 0: never
 // expire), WithClock (default time.Now), WithObserver.
-func NewMemoryRecords(opts ...Option) *Records {
-	cfg := newConfig(DefaultRecordsPrefix, opts)
+func NewMemoryRecords(opts ...Option) (*Records, error) {
+	cfg, err := memoryConfig("records", DefaultRecordsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
 	b := &memRecords{m: map[string]*memRecord{}, now: cfg.now}
-	return &Records{core: newCore("records", cfg, false), b: b, ttl: cfg.recordsTTL()}
+	return &Records{core: newCore("records", cfg, false), b: b, ttl: cfg.recordsTTL()}, nil
 }
 
 // Close closes the client if the store opened it (OpenRecords); for a store

@@ -17,32 +17,37 @@ type redisStore struct {
 	prefix string
 }
 
-// errNilClient is every call's error on a store that New* made on a nil
-// client (Open* makes one too, then connects it).
+// errNilClient is the error of a Redis store's constructor given a nil
+// client.
 var errNilClient = fmt.Errorf("redisonce: %w: a nil rueidis.Client", ErrInvalidArgument)
 
-// newRedisStore makes the backend's client part; a nil client is recorded
-// as cfg's error unless an option failed first.
-func newRedisStore(c rueidis.Client, cfg *config) redisStore {
-	if c == nil && cfg.err == nil {
-		cfg.err = errNilClient
+// redisConfig is the config of a Redis store named store on client c, its
+// options checked.
+func redisConfig(store, prefix string, c rueidis.Client, opts []Option) (config, error) {
+	cfg := newConfig(prefix, opts)
+	if err := cfg.validFor(store, "redis"); err != nil {
+		return cfg, err
 	}
-	return redisStore{c: newRedisClient(c, *cfg), prefix: cfg.prefix}
+	if c == nil {
+		return cfg, errNilClient
+	}
+	return cfg, nil
 }
 
-// open connects to url with ClientOptions and takes ownership of the client
-// (close closes it), clearing the nil client's error from co. An invalid
-// option fails here, before connecting.
-func (s *redisStore) open(url string, co *core) error {
-	if co.err != nil && co.err != errNilClient {
-		return co.err
+// openRedis is redisConfig for a store that connects to url itself: an
+// invalid option fails before connecting.
+func openRedis(store, prefix, url string, opts []Option) (config, rueidis.Client, error) {
+	cfg := newConfig(prefix, opts)
+	if err := cfg.validFor(store, "redis"); err != nil {
+		return cfg, nil, err
 	}
 	c, err := openClient(url)
-	if err != nil {
-		return err
-	}
-	s.c.Client, s.owned, co.err = c, true, nil
-	return nil
+	return cfg, c, err
+}
+
+// newRedisStore makes the backend's client part; owned: close closes c.
+func newRedisStore(c rueidis.Client, cfg config, owned bool) redisStore {
+	return redisStore{c: newRedisClient(c, cfg), prefix: cfg.prefix, owned: owned}
 }
 
 // openClient connects to url with ClientOptions, the one place where the

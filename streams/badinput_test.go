@@ -18,7 +18,7 @@ import (
 // nil Consumer give ErrInvalidArgument, never a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	c, err := streams.New(rc, claims, "bad", "g", "c1", h)
 	if err != nil {
@@ -81,7 +81,7 @@ func (r *recorder) all() []store.Event {
 // claim id is there (so the check can fail).
 func TestObserverKeyRule(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("keyrule:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("keyrule:")))
 	var rec recorder
 	var logs, keyed bytes.Buffer
 	var logMu sync.Mutex

@@ -129,7 +129,7 @@ func runConsumer(t *testing.T, c *streams.Consumer) (stop func()) {
 // created on a stream that did not exist.
 func TestConsumerOncePerEntry(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("once:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("once:")))
 	var ev events
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -169,7 +169,7 @@ func TestConsumerOncePerEntry(t *testing.T) {
 // id in a field) gets one effect; both entries are acked.
 func TestConsumerDuplicateXADD(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("dup:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dup:")))
 	var ev events
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
@@ -205,7 +205,7 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 // lease (RetryAfter), not by the reclaim interval.
 func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("slow:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("slow:")))
 	const lease = time.Second
 	const handler = 3 * lease
 	type span struct{ start, end time.Time }
@@ -280,7 +280,7 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 // (XADD to the named stream, then XACK) and never retried again.
 func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("dl:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dl:")))
 	var ev events
 	var mu sync.Mutex
 	tries := map[string][]time.Time{}
@@ -355,7 +355,7 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 // runs it (the released claim lets it).
 func TestConsumerShutdown(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("shut:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("shut:")))
 	var ev1, ev2 events
 	started := make(chan string, 2)
 	var runs2 atomic.Int64
@@ -408,7 +408,7 @@ func TestConsumerShutdown(t *testing.T) {
 
 // TestNewInvalid: bad arguments are refused before anything is sent.
 func TestNewInvalid(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	var rc rueidis.Client // nil: New must refuse before using it
 	for name, err := range map[string]error{
@@ -454,7 +454,7 @@ func TestConsumerCluster(t *testing.T) {
 	if slot("pay") == slot("pay:dead") || slot("pay") == slot("c:pay/1-0") {
 		t.Fatalf("the keys share a slot: %d %d %d", slot("pay"), slot("pay:dead"), slot("c:pay/1-0"))
 	}
-	claims := store.NewClaims(rc, store.WithPrefix("c:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
 	var ev events
 	var runs sync.Map
 	h := func(_ context.Context, m streams.Message) error {
@@ -495,7 +495,7 @@ const workerEnv = "REDISONCE_STREAMS_WORKER"
 // and reported invalid (never dropped).
 func TestConsumerMissingIDField(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("mid:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("mid:")))
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
 	var evDL, evNone events
@@ -532,7 +532,7 @@ func TestConsumerMissingIDField(t *testing.T) {
 // the stopping consumer.
 func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("ra:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("ra:")))
 	release := make(chan struct{})
 	var started atomic.Int64
 	h := func(ctx context.Context, m streams.Message) error {
@@ -585,7 +585,7 @@ func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 // with 2 handlers, a new entry is handled while the slow one runs.
 func TestConsumerOwnReclaim(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("own:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("own:")))
 	const lease = 200 * time.Millisecond
 	var runs atomic.Int64
 	var fastDone atomic.Int64

@@ -95,7 +95,10 @@ func TestOutcomeTable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream, prefix := fmt.Sprintf("ot%d", i), fmt.Sprintf("ot%d:", i)
-			claims := store.NewClaims(rc, store.WithPrefix(prefix))
+			claims, err := store.NewClaims(rc, store.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tc.setup != nil {
 				tc.setup(t, claims)
 			}

@@ -62,7 +62,7 @@ func TestWorkerProcess(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	rc := newClient(t, "redis://"+os.Getenv("REDISONCE_STREAMS_ADDR"))
-	claims := store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour)))
 	h := func(ctx context.Context, m streams.Message) error {
 		id := m.Values["msg_id"]
 		switch {

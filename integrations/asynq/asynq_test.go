@@ -215,7 +215,7 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 // Do holds with a lease of holder.
 func inFlightError(t *testing.T, holder time.Duration) error {
 	t.Helper()
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	var inFlight error
 	_, err := claims.Do(context.Background(), "x", holder, func(ctx context.Context) error {
 		_, inFlight = claims.Do(ctx, "x", time.Second, func(context.Context) error { return nil })

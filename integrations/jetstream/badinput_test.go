@@ -20,7 +20,7 @@ type untouchedMsg struct{ natsjs.Msg }
 // nil message and a nil Handler give store.ErrInvalidArgument, never a
 // panic, and fn never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	ran := 0
 	fn := func(context.Context, natsjs.Msg) error { ran++; return nil }
 	h, err := jetstream.New(claims, fn)

@@ -4,7 +4,7 @@
 //
 // Wrap the handler once and give it to the consumer:
 //
-//	claims := store.NewClaims(redisClient, store.WithTTL(24*time.Hour))
+//	claims, err := store.NewClaims(redisClient, store.WithTTL(24*time.Hour))
 //	h, err := jetstream.New(claims, func(ctx context.Context, msg natsjs.Msg) error {
 //		return applyPayment(ctx, msg.Data()) // all-or-nothing: see below
 //	}, jetstream.WithLease(30*time.Second))

@@ -363,7 +363,7 @@ func TestHandlerSlowerThanAckWait(t *testing.T) {
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	fn := func(context.Context, natsjs.Msg) error { return nil }
 	for name, c := range map[string]struct {
 		claims *store.Claims

@@ -3,7 +3,7 @@
 // Kafka's at-least-once delivery, with a redisonce *store.Claims
 // (store.Claims on Redis).
 //
-//	claims := store.NewClaims(redisClient, store.WithTTL(7*24*time.Hour))
+//	claims, err := store.NewClaims(redisClient, store.WithTTL(7*24*time.Hour))
 //	c, err := kafka.New(claims, func(ctx context.Context, r *kgo.Record) error {
 //		return applyPayment(ctx, r.Value) // all-or-nothing: see below
 //	}, []kgo.Opt{kgo.SeedBrokers("localhost:9092"), kgo.ConsumerGroup("ledger"), kgo.ConsumeTopics("payments")},

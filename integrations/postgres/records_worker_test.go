@@ -93,7 +93,11 @@ func TestRecordsWorker(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	s, err := NewRecords(store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX"))), pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
+	leases, err := store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX")))
+	if err != nil {
+		fail(err)
+	}
+	s, err := NewRecords(leases, pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
 	if err != nil {
 		fail(err)
 	}

@@ -17,7 +17,7 @@ import (
 // an id the first holds.
 func TestDelay(t *testing.T) {
 	const fallback = 30 * time.Second
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	ctx := context.Background()
 	var inFlight error
 	_, err := claims.Do(ctx, "m", 2*time.Second, func(ctx context.Context) error {
