@@ -10,7 +10,9 @@ OBSERVE_MODULES := observe/otel observe/prometheus
 # brokers (nats.go + nats-server in process, franz-go + kfake)
 # and the Postgres inbox (pgx, on a PostgreSQL server the tests start)
 INTEGRATION_MODULES := integrations/watermill integrations/asynq integrations/jetstream integrations/kafka integrations/postgres
-export GOFLAGS ?= -count=1
+# make test runs every test every time (-count=1: a test against a real server
+# is not cached); make check keeps Go's test cache on.
+TESTFLAGS ?= -count=1
 # The modules build from this checkout through the workspace (go.work), whatever
 # GOWORK the caller has; the root module, which requires none of the others,
 # builds from its own go.mod alone (GOWORK=off), as a user's build gets it.
@@ -20,7 +22,7 @@ export GOWORK := $(CURDIR)/go.work
 LOCAL_REPLACES := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => \./\(.*\)$$|-replace=\1@\2=$(CURDIR)/\3|p' go.work)
 LOCAL_DROPS := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => .*$$|-dropreplace=\1@\2|p' go.work)
 
-.PHONY: all test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server postgres-deps luacheck noncgo-deps netns-deps
+.PHONY: all check test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server postgres-deps luacheck noncgo-deps netns-deps
 
 all: test
 
@@ -108,12 +110,37 @@ netns-deps:
 
 test: redis-server postgres-deps noncgo-deps netns-deps
 	GOWORK=off $(GO) vet ./...
-	GOWORK=off $(GO) test -race -timeout 20m ./...
-	cd scripts_test && $(GO) vet ./... && $(GO) test -race -timeout 30m ./...
-	cd adapters/gojob && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
-	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
-	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...) || exit 1; done
+	GOWORK=off $(GO) test $(TESTFLAGS) -race -timeout 20m ./...
+	cd scripts_test && $(GO) vet ./... && $(GO) test $(TESTFLAGS) -race -timeout 30m ./...
+	cd adapters/gojob && $(GO) vet ./... && $(GO) test $(TESTFLAGS) -race -timeout 10m ./...
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test $(TESTFLAGS) -race -timeout 10m ./...) || exit 1; done
+	for m in $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) test $(TESTFLAGS) -race -timeout 10m ./...) || exit 1; done
 	$(MAKE) test-failover
+	$(MODFILES_UNCHANGED)
+
+# check: the quick loop while you work (under a minute once Go's caches are
+# warm): go vet in every module, then the tests that need no redis-server —
+# the unit tests, the memory twins against the conformance suites, the
+# scripts' headers and snippets, the docs' snippets and links — with Go's test
+# cache on, so only what a change touches runs again (-short: the store's
+# conformance suites on Redis skip). make test is the whole.
+CHECK_PKGS := . ./store/... ./httpidem/... ./internal/delivery ./internal/inflight ./internal/recordlayout \
+	./cmd/redisonce/internal/inspect ./cmd/redisonce/internal/server
+check:
+	GOWORK=off $(GO) vet ./...
+	for m in scripts_test adapters/gojob $(OBSERVE_MODULES) $(INTEGRATION_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	GOWORK=off $(GO) test -short -timeout 5m $(CHECK_PKGS)
+	for m in $(OBSERVE_MODULES); do (cd $$m && $(GO) test -timeout 5m ./...) || exit 1; done
+	$(MODFILES_UNCHANGED)
+
+# MODFILES_UNCHANGED ends make test and make check: running the tests changed
+# no go.mod, go.sum, go.work or go.work.sum (their git diff is what it was when
+# make started). go.work.sum holds the go.mod checksums of the workspace's
+# whole module graph, so no go command in workspace mode needs to add one.
+MODFILES := go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum'
+MODFILES_AT_START := $(shell git diff -- $(MODFILES) 2>/dev/null | sha1sum)
+MODFILES_UNCHANGED = @if [ "$$(git diff -- $(MODFILES) 2>/dev/null | sha1sum)" != "$(MODFILES_AT_START)" ]; then \
+	  echo "make: running the tests changed module files:"; git diff --stat -- $(MODFILES); exit 1; fi
 
 # test-failover: real failovers (scripts_test/failover_test.go, ~25 s): a
 # primary, a replica and three sentinels, the primary SIGKILLed mid-load three
@@ -148,9 +175,11 @@ demo: redis-server
 # bench: the Go benchmarks (for benchstat), then the side-by-side comparison
 # (scripts_test/cmd/benchcmp) on a redis-server of its own, pinned like
 # BENCHMARKS.md says when taskset is there: server on CPU 0, client on CPU 1.
-# The comparison's report is also written to bin/bench.md.
+# The comparison's report is also written to bin/bench.md. Then the Postgres
+# inbox beside a SQL-only inbox (BENCHMARKS.md, "The Postgres inbox").
 BENCHFLAGS ?=
-bench: redis-server
+INBOXBENCHFLAGS ?=
+bench: redis-server postgres-deps
 	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
 	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
 	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
@@ -160,6 +189,10 @@ bench: redis-server
 	  echo "bin/benchcmp -out bin/bench.md $(BENCHFLAGS)  (not pinned: no taskset or one CPU)"; \
 	  bin/benchcmp -out bin/bench.md $(BENCHFLAGS); \
 	fi
+	@# the Postgres inbox beside a plain SQL-only inbox on one PostgreSQL server
+	@# (integrations/postgres/internal/inboxbench; report also in bin/inbox-bench.md)
+	cd integrations/postgres && $(GO) build -o ../../bin/inboxbench ./internal/inboxbench
+	bin/inboxbench -out bin/inbox-bench.md $(INBOXBENCHFLAGS)
 
 sums:
 	cd scripts && sha1sum *.lua > SHA1SUMS

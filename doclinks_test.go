@@ -160,7 +160,7 @@ func TestDocLinksChecker(t *testing.T) {
 // script's comments (its header included) resolves, like the docs' links: a
 // path ending in .md (from the repository's root, or from the file's own
 // directory) names a file, and a heading quoted right after it
-// (`docs/non-go.md, "Key layout per store"`, `BENCHMARKS.md ("Memory")`) or
+// (`docs/non-go.md, "Key layout per store"`, `BENCHMARKS.md ("Client options")`) or
 // an #anchor names a heading of that document (its anchor, or words of its
 // title). README, BENCHMARKS or CONTRIBUTING followed by a quoted heading
 // means that .md file. Code lines in Go doc comments (indented) are skipped.

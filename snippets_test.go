@@ -32,6 +32,7 @@ var snippets = []struct {
 	{"now_us", []*regexp.Regexp{regexp.MustCompile(`'%06d'`)}},
 	{"replid", []*regexp.Regexp{regexp.MustCompile(`master_replid`)}},
 	{"next_epoch", []*regexp.Regexp{regexp.MustCompile(`tonumber\(epoch\) \+ 1`)}},
+	{"clock_fence", []*regexp.Regexp{regexp.MustCompile(`\.\. '000'`)}},
 	{"u64", []*regexp.Regexp{regexp.MustCompile(`string\.byte\(a, i\)|#a ~= #b|'18446744073709551615'`)}},
 	{"outbox_hash", []*regexp.Regexp{regexp.MustCompile(`9007199254740991`)}},
 	{"claim_value", []*regexp.Regexp{regexp.MustCompile(`redis\.p?call\('GET'`)}},

@@ -267,8 +267,8 @@ func WithLease(d time.Duration) Option {
 // first request. A handler still running when it passes keeps its key (a
 // retry meanwhile is answered 409, or waits: WithWait), and its response is
 // then replayed for d from when it was stored (store.AcquireOptions.TTL).
-// Default 0: the store's own TTL (store.WithTTL; for Records and
-// MemoryRecords by default store.DefaultRecordsTTL, 24 hours).
+// Default 0: the store's own TTL (store.WithTTL; for store.Records by
+// default store.DefaultRecordsTTL, 24 hours).
 func WithTTL(d time.Duration) Option {
 	return func(c *config) { c.ttl = d }
 }

@@ -15,12 +15,20 @@
   Returns   {acquired, status, payload, created_ms, updated_ms, expires_ms,
              lease_ms, fence, fp, token}: 10 elements, acquired and the four
             times integers (ms since the epoch from TIME, 0 = none), the rest
-            strings (fence a decimal uint64)
-            acquired 1: a new record (pending, fence "1"), or a pending record
-               whose lease passed, taken over (new token, fence + 1, new lease,
-               created_ms and expires_ms kept); token is the caller's. A
-               record at fence 9999999999999999999, the largest, is not taken
-               over (acquired 0)
+            strings (fence a canonical decimal uint64, 19 digits: compare it
+            as one, not as a float)
+            acquired 1: a new record, pending, its fence the clock's (the
+               server's TIME in ns since the epoch at µs precision); token is
+               the caller's
+            acquired 2: a pending record whose lease passed, taken over (new
+               token, new lease, created_ms and expires_ms kept), its fence
+               max(fence + 1, the clock's); token is the caller's. A record at
+               fence 9999999999999999999, the largest, is not taken over
+               (acquired 0)
+            Every fence granted for the key is above every one granted for it
+            before, across a takeover, an expiry, delete.lua and a restart
+            that lost the data (the clock's limits: docs/guarantees.md,
+            "Fences")
             acquired 0: the existing record, unchanged; token is '' (an owner's
                token is never shown to a non-owner). A pending record with
                lease_ms 0 has no lease and is never taken over
@@ -35,15 +43,17 @@
   Writes    new record: SET, with PXAT max(expires_ms, lease_ms) when
             ttl_ms > 0
             takeover: SET of the record with token, lease_ms, updated_ms,
-            fence + 1 and fp (the record's first non-empty fingerprint
+            the new fence and fp (the record's first non-empty fingerprint
             sticks), PXAT max(expires_ms, lease_ms) when that moves the key's
             expiry (expires_ms not 0), else KEEPTTL
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while a pending owner's lease runs
             past it, so a TTL shorter than the lease never expires the record
             under its owner; expires_ms stays created_ms + TTL
+            TIME (reads) on a grant: the fence, and the clock read again
+            until it leaves the fence's µs (under 1 µs of waiting)
   Atomicity every check precedes the first write
-  Length    70 lines of code besides its snippets: creating, taking over (fence + 1
+  Length    74 lines of code besides its snippets: creating, taking over (fence + 1
             on a decimal string, exact past 2^53) and reporting a record must be
             one step, or two callers could both take a lease over
   Complexity O(1) (plus the size of the payload in the reply)
@@ -85,6 +95,47 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- </snippet>
+-- <snippet:clock_fence>
+-- The clock's fence: the server's time (TIME, the clock that expires keys,
+-- read live) in ns since the epoch at µs precision, a canonical 19-digit
+-- decimal string (the µs times 1000; exact past 2^53, and below the largest
+-- fence, 19 nines, until the year 2286); and that time in ms. It returns only
+-- once the clock has left that µs (at most 1000 more reads), so no later
+-- script on this server reads it again: two grants on one key, even back to
+-- back in one pipeline or MULTI, never share a fence.
+local function clock_fence()
+  local t = redis.call('TIME')
+  for _ = 1, 1000 do
+    local u = redis.call('TIME')
+    if u[1] ~= t[1] or u[2] ~= t[2] then
+      break
+    end
+  end
+  return t[1] .. string.format('%06d', tonumber(t[2])) .. '000',
+    tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- </snippet>
+-- <snippet:u64>
+-- uint64 as canonical decimal strings: valid, and ordered by length then bytes
+-- (Lua numbers lose precision above 2^53).
+local function u64(s)
+  return type(s) == 'string' and #s >= 1 and #s <= 20 and string.find(s, '^%d+$') ~= nil
+    and (#s == 1 or string.byte(s, 1) ~= 48)
+end
+local function cmp(a, b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+local MAX = '18446744073709551615'
 -- </snippet>
 -- <snippet:record_string>
 -- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
@@ -167,7 +218,8 @@ if r then
     -- A pending record whose lease still runs.
     return {0, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], ''}
   end
-  -- Take over: fence + 1 on the decimal string, exact past 2^53.
+  -- Take over: max(fence + 1, the clock's), fence + 1 on the decimal
+  -- string, exact past 2^53 (it wins only over a fence ahead of the clock).
   local fence, i = r[7], #r[7]
   while i > 0 and string.byte(fence, i) == 57 do
     i = i - 1
@@ -177,6 +229,10 @@ if r then
   else
     fence = string.sub(fence, 1, i - 1) .. string.char(string.byte(fence, i) + 1)
       .. string.rep('0', #fence - i)
+  end
+  local clock = clock_fence()
+  if cmp(clock, fence) > 0 then
+    fence = clock
   end
   if r[8] == '' then
     r[8] = fp
@@ -189,10 +245,10 @@ if r then
   else
     redis.call('SET', key, record_value(r), 'KEEPTTL')
   end
-  return {1, r[1], r[2], r[3], now, r[5], r[6], fence, r[8], token}
+  return {2, r[1], r[2], r[3], now, r[5], r[6], fence, r[8], token}
 end
 
-local now = now_ms()
+local fence, now = clock_fence()
 local lease_until, expires = 0, 0
 if lease ~= '0' then
   lease_until = now + tonumber(lease)
@@ -200,11 +256,11 @@ end
 if ttl ~= '0' then
   expires = now + tonumber(ttl)
 end
-local rec = record_value({'pending', '', now, now, expires, lease_until, '1', fp, token})
+local rec = record_value({'pending', '', now, now, expires, lease_until, fence, fp, token})
 if expires == 0 then
   redis.call('SET', key, rec)
 else
   -- The expiry rule: a lease past the TTL keeps the key until it passes.
   redis.call('SET', key, rec, 'PXAT', math.max(expires, lease_until))
 end
-return {1, 'pending', '', now, now, expires, lease_until, '1', fp, token}
+return {1, 'pending', '', now, now, expires, lease_until, fence, fp, token}

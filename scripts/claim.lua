@@ -6,7 +6,14 @@
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
                  (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the id processed, or "~<token>" to lease it
-  Returns   1  created (the caller won)
+  Returns   a lease won ("~<token>" created): its fence, a string: the
+               server's clock in ns since the epoch at µs precision, a
+               canonical 19-digit decimal uint64 (compare it as one, not as a
+               float: it is past 2^53). Every lease granted for the key has a
+               fence above every one granted for it before, across an expiry,
+               forget.lua, release.lua and a restart that lost the data (the
+               clock's limits: docs/guarantees.md, "Fences")
+            1  a mark won ("1" created); a mark has no fence
             0  exists and is processed (any value not starting with "~", so keys
                written by `SET key 1 NX PX ttl` count as processed)
             -N exists and is in flight: N >= 1 is the ms left on the holder's
@@ -19,7 +26,9 @@
                              for a count of ARGV other than the header's)
             CORRUPT <what>   the key holds something other than a string; nothing written
   Writes    SET KEYS[1] value NX GET [PX ttl_ms] (only when the key is absent;
-            GET reports the value found); PTTL (a read) when it is in flight
+            GET reports the value found); PTTL (a read) when it is in flight;
+            TIME (reads) when a lease is won: the fence, and the clock read
+            again until it leaves the fence's µs (under 1 µs of waiting)
   Atomicity all checks precede the single SET NX GET (which, on a key of
             another type, fails and writes nothing: then CORRUPT)
   Complexity O(1)
@@ -66,6 +75,27 @@ if value ~= '1' and ttl == '0' then
   return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
 end
 
+-- <snippet:clock_fence>
+-- The clock's fence: the server's time (TIME, the clock that expires keys,
+-- read live) in ns since the epoch at µs precision, a canonical 19-digit
+-- decimal string (the µs times 1000; exact past 2^53, and below the largest
+-- fence, 19 nines, until the year 2286); and that time in ms. It returns only
+-- once the clock has left that µs (at most 1000 more reads), so no later
+-- script on this server reads it again: two grants on one key, even back to
+-- back in one pipeline or MULTI, never share a fence.
+local function clock_fence()
+  local t = redis.call('TIME')
+  for _ = 1, 1000 do
+    local u = redis.call('TIME')
+    if u[1] ~= t[1] or u[2] ~= t[2] then
+      break
+    end
+  end
+  return t[1] .. string.format('%06d', tonumber(t[2])) .. '000',
+    tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- </snippet>
+
 -- SET NX GET (Redis >= 7.0) creates the key and reports the value it found in
 -- one call. On a key of another type it fails with WRONGTYPE and writes
 -- nothing (NX: the key exists); pcall answers that with CORRUPT. (One call
@@ -78,7 +108,11 @@ else
   old = redis.pcall('SET', KEYS[1], value, 'NX', 'GET')
 end
 if not old then
-  return 1
+  -- A lease carries its fence; a mark holds none, and reads no clock.
+  if value == '1' then
+    return 1
+  end
+  return (clock_fence())
 end
 if type(old) == 'table' then
   return redis.error_reply('CORRUPT the key holds something other than a claim string')

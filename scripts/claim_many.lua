@@ -10,9 +10,12 @@
     [1] ttl_ms   decimal integer ms, 0 = no expiry (a "~" lease needs ttl_ms > 0)
                  (1..15 digits, no sign: "-1" is BADARG)
     [2] value    "1" to mark the ids processed, or "~<token>" to lease them
-  Returns   an array with one integer per key, in KEYS order, as claim.lua:
-            1 created; 0 exists and is processed (any value not starting with
-            "~"); -1 exists and is in flight. A key given twice: its first
+  Returns   an array with one element per key, in KEYS order, as claim.lua:
+            a lease won: its fence (a 19-digit decimal string, the server's
+            clock in ns at µs precision: one read for the call, so the keys
+            won in one call share it); 1 a mark created; 0 exists and is
+            processed (any value not starting with "~"); -1 exists and is in
+            flight. A key given twice: its first
             occurrence may create it, the later ones then see it (first wins).
             A key of another type gets a CORRUPT element instead, is left as
             it is, and the other keys are claimed (as single calls would)
@@ -22,7 +25,8 @@
                              count of ARGV other than the header's)
             CORRUPT <what>   an element, not the reply: that key only
   Writes    SET key value NX GET [PX ttl_ms] for every key (only when absent; GET
-            reports the value found)
+            reports the value found); TIME (reads) once when a lease is won:
+            the fence, and the clock read again until it leaves the fence's µs
   Atomicity the whole batch is one script call: every check precedes the first
             SET, and no other command runs between the SETs (a group is atomic;
             a call takes at most 500 keys, the script's limit; the Go store cuts
@@ -77,10 +81,31 @@ if value ~= '1' and ttl == '0' then
   return redis.error_reply('BADARG a "~" lease needs ttl_ms > 0')
 end
 
+-- <snippet:clock_fence>
+-- The clock's fence: the server's time (TIME, the clock that expires keys,
+-- read live) in ns since the epoch at µs precision, a canonical 19-digit
+-- decimal string (the µs times 1000; exact past 2^53, and below the largest
+-- fence, 19 nines, until the year 2286); and that time in ms. It returns only
+-- once the clock has left that µs (at most 1000 more reads), so no later
+-- script on this server reads it again: two grants on one key, even back to
+-- back in one pipeline or MULTI, never share a fence.
+local function clock_fence()
+  local t = redis.call('TIME')
+  for _ = 1, 1000 do
+    local u = redis.call('TIME')
+    if u[1] ~= t[1] or u[2] ~= t[2] then
+      break
+    end
+  end
+  return t[1] .. string.format('%06d', tonumber(t[2])) .. '000',
+    tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- </snippet>
+
 -- SET NX GET (Redis >= 7.0) creates and reports the previous value in one call.
 -- pcall: a key of another type fails alone (SET NX GET writes nothing to it),
 -- as it would in a batch of single calls, and the others are still claimed.
-local out = {}
+local out, fence = {}, nil
 for i = 1, #KEYS do
   local old
   if ttl ~= '0' then
@@ -89,7 +114,12 @@ for i = 1, #KEYS do
     old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
   end
   if not old then
-    out[i] = 1
+    if value == '1' then
+      out[i] = 1
+    else
+      fence = fence or clock_fence()
+      out[i] = fence
+    end
   elseif type(old) == 'table' then
     out[i] = redis.error_reply('CORRUPT the key holds a value that is not a string')
   elseif string.byte(old, 1) == 126 then

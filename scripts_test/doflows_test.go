@@ -78,7 +78,7 @@ func TestDoLeaseKeptAlive(t *testing.T) {
 		go func() {
 			res, _, err := s.Do(ctx, "k", o, func(ctx context.Context) ([]byte, error) {
 				runs.Add(1)
-				if l, ok := store.LeaseFromContext(ctx); !ok || l.Token == "" || l.Fence != 1 {
+				if l, ok := store.LeaseFromContext(ctx); !ok || l.Token == "" || l.Fence == 0 {
 					return nil, fmt.Errorf("LeaseFromContext = %+v, %v", l, ok)
 				}
 				select {
@@ -105,8 +105,8 @@ func TestDoLeaseKeptAlive(t *testing.T) {
 			t.Errorf("the handler ran %d times, want 1", n)
 		}
 		r, ok, err := s.Get(ctx, "k")
-		if !ok || err != nil || r.Status != store.StatusCompleted || string(r.Payload) != "A" || r.Fence != 1 {
-			t.Errorf("record = %+v, %v, %v; want completed A, fence 1", r, ok, err)
+		if !ok || err != nil || r.Status != store.StatusCompleted || string(r.Payload) != "A" || !createdFence(r) {
+			t.Errorf("record = %+v, %v, %v; want completed A, the fence it was created with", r, ok, err)
 		}
 	})
 }

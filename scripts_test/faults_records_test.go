@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func (l *recordsLoad) Op(ctx context.Context, w, i int) error {
 		if err != nil {
 			return err
 		}
-		if !acquired || rec.Status != store.StatusPending || rec.Fence != 1 || rec.Token == "" {
+		if !acquired || rec.Status != store.StatusPending || !createdFence(rec) || rec.Token == "" {
 			l.violate("AcquireWith(%q) of a fresh key = %+v, %v", key, rec, acquired)
 			return nil
 		}
@@ -115,7 +116,7 @@ func (l *recordsLoad) Op(ctx context.Context, w, i int) error {
 			l.sharedErrs[shared] = true
 			return err
 		}
-		if rec.Fence != 1 || rec.Status != store.StatusPending || acquired != (rec.Token != "") {
+		if !createdFence(rec) || rec.Status != store.StatusPending || acquired != (rec.Token != "") {
 			l.violations = append(l.violations, fmt.Sprintf("AcquireWith(%q) = %+v, %v", shared, rec, acquired))
 		}
 		if acquired {
@@ -163,8 +164,10 @@ func (l *recordsLoad) Check(t *testing.T, c rueidis.Client) int {
 				t.Errorf("record %q: %s = %q", key, f, k.Hash[f])
 			}
 		}
-		if k.Hash["fence"] != "1" || !recordToken.MatchString(k.Hash["token"]) {
-			t.Errorf("record %q: fence %q token %q, want 1 and an owner token", key, k.Hash["fence"], k.Hash["token"])
+		// Never taken over: the fence it was created with, the server's
+		// clock in ns at created_ms.
+		if !strings.HasPrefix(k.Hash["fence"], k.Hash["created_ms"]) || len(k.Hash["fence"]) != 19 || !recordToken.MatchString(k.Hash["token"]) {
+			t.Errorf("record %q: fence %q token %q, want the clock's at created_ms %s and an owner token", key, k.Hash["fence"], k.Hash["token"], k.Hash["created_ms"])
 		}
 		switch st := k.Hash["status"]; {
 		case l.completed[key] != "" && (st != "completed" || k.Hash["payload"] != l.completed[key]):

@@ -82,7 +82,7 @@ var redisCLICases = map[string][]cliCase{
 	// Claims: KEYS[1] is prefix + message_id.
 	"claim": {
 		{name: "first delivery wins", argv: []string{"60000", "1"}, want: "1", check: claimsSeen(true, "processed")},
-		{name: "a lease", argv: []string{"60000", "~tok"}, want: "1", check: claimsInFlight},
+		{name: "a lease", argv: []string{"60000", "~tok"}, like: `\d{19}`, check: claimsInFlight},
 		{name: "after a Go claim", seed: goClaim, argv: []string{"0", "1"}, want: "0", check: claimsSeen(true, "processed")},
 		{name: "bad ttl", argv: []string{"soon", "1"}, want: "BADARG", wantErr: true, check: claimsSeen(false, "")},
 	},
@@ -191,9 +191,9 @@ var redisCLICases = map[string][]cliCase{
 	// trimmed with the output's trailing newlines.
 	"acquire": {
 		{name: "new record", argv: []string{"60000", "tok1", "fp1", "30000"},
-			like: `1\npending\n\n\d{13}\n\d{13}\n\d{13}\n\d{13}\n1\nfp1\ntok1`,
+			like: `1\npending\n\n\d{13}\n\d{13}\n\d{13}\n\d{13}\n\d{19}\nfp1\ntok1`,
 			check: func(t *testing.T, e *cliEnv, key string) {
-				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				r := recordIs(t, e, key, store.StatusPending, "")
 				if r.Fingerprint != "fp1" || r.LeaseUntil.IsZero() || r.ExpiresAt.IsZero() {
 					t.Errorf("Records.Get: fingerprint %q, lease %v, expires %v; want fp1 with a lease and an expiry", r.Fingerprint, r.LeaseUntil, r.ExpiresAt)
 				}
@@ -205,19 +205,19 @@ var redisCLICases = map[string][]cliCase{
 				}
 			}},
 		{name: "completed by Go", seed: goDo("receipt-1"), argv: []string{"0", "tok2", "", "0"},
-			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
+			like:  `0\ncompleted\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n\d{19}`,
 			check: recordDone("receipt-1")},
 		{name: "fingerprint mismatch", seed: goAcquire("fpA"), argv: []string{"0", "tok", "fpB", "0"}, want: "MISMATCH", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) {
-				if r := recordIs(t, e, key, store.StatusPending, "", 1); r.Fingerprint != "fpA" {
+				if r := recordIs(t, e, key, store.StatusPending, ""); r.Fingerprint != "fpA" {
 					t.Errorf("Records.Get fingerprint %q, want fpA", r.Fingerprint)
 				}
 			}},
 	},
 	"get": {
-		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n1`,
+		{name: "completed by Go", seed: goDo("receipt-1"), like: `completed\nreceipt-1\n\d{13}\n\d{13}\n\d{13}\n0\n\d{19}`,
 			check: func(t *testing.T, e *cliEnv, key string) {
-				r := recordIs(t, e, key, store.StatusCompleted, "receipt-1", 1)
+				r := recordIs(t, e, key, store.StatusCompleted, "receipt-1")
 				if f := strings.Split(e.out, "\n"); len(f) < 3 || f[2] != strconv.FormatInt(r.CreatedAt.UnixMilli(), 10) {
 					t.Errorf("redis-cli created_ms %q, Records.Get CreatedAt %d", f, r.CreatedAt.UnixMilli())
 				}
@@ -228,13 +228,13 @@ var redisCLICases = map[string][]cliCase{
 		{name: "owner completes", seed: goAcquire(""), argv: []string{"$TOKEN", "status", "completed", "payload", "receipt-1"},
 			want: "1", check: recordDone("receipt-1")},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "status", "completed"}, want: "STALE_OWNER", wantErr: true,
-			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 		{name: "nothing there", argv: []string{"", "status", "completed"}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
 		// Durations from the server's TIME: 30000 is a lease 30 s from now, 86400000 an expiry in a day.
 		{name: "lease and expiry are durations", seed: goAcquire(""), argv: []string{"$TOKEN", "lease_in_ms", "30000", "expires_in_ms", "86400000"},
 			want: "1",
 			check: func(t *testing.T, e *cliEnv, key string) {
-				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				r := recordIs(t, e, key, store.StatusPending, "")
 				if d := time.Until(r.LeaseUntil); d < 25*time.Second || d > 31*time.Second {
 					t.Errorf("LeaseUntil %v is %v from now, want about 30s", r.LeaseUntil, d)
 				}
@@ -244,29 +244,29 @@ var redisCLICases = map[string][]cliCase{
 			}},
 		{name: "a negative expiry deletes", seed: goAcquire(""), argv: []string{"$TOKEN", "expires_in_ms", "-1"}, want: "0", check: recordAbsent},
 		{name: "absolute lease_ms is refused", seed: goAcquire(""), argv: []string{"$TOKEN", "lease_ms", "30000"}, want: "BADARG", wantErr: true,
-			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 	},
 	"renew": {
 		{name: "owner renews", seed: goAcquire(""), argv: []string{"$TOKEN", "60000"}, want: "1",
 			check: func(t *testing.T, e *cliEnv, key string) {
-				r := recordIs(t, e, key, store.StatusPending, "", 1)
+				r := recordIs(t, e, key, store.StatusPending, "")
 				if left := time.Until(r.LeaseUntil); left < 50*time.Second || left > 61*time.Second {
 					t.Errorf("LeaseUntil is %v from now, want about 60s", left)
 				}
 			}},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "60000"}, want: "-1",
-			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 		{name: "nothing there", argv: []string{"tok", "60000"}, want: "0", check: recordAbsent},
 	},
 	"watch": {
 		{name: "a pending record is marked", seed: goAcquire(""), want: "1",
-			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 		{name: "nothing there", want: "0", check: recordAbsent},
 	},
 	"delete": {
 		{name: "owner deletes", seed: goAcquire(""), argv: []string{"$TOKEN"}, want: "1", check: recordAbsent},
 		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner"}, want: "STALE_OWNER", wantErr: true,
-			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "", 1) }},
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 		{name: "unconditional", seed: goDo("receipt-1"), argv: []string{""}, want: "1", check: recordAbsent},
 	},
 }
@@ -297,15 +297,16 @@ func goDo(result string) func(*testing.T, *cliEnv, string) {
 }
 
 // recordIs checks Records.Get's view of key and returns the record.
-func recordIs(t *testing.T, e *cliEnv, key string, status store.Status, payload string, fence uint64) store.Record {
+func recordIs(t *testing.T, e *cliEnv, key string, status store.Status, payload string) store.Record {
 	t.Helper()
 	r, ok, err := e.recs.Get(e.ctx, key)
 	if !ok || err != nil {
 		t.Fatalf("Records.Get(%q) = found %v, %v", key, ok, err)
 	}
-	if r.Status != status || string(r.Payload) != payload || r.Fence != fence || r.Token != "" {
-		t.Errorf("Records.Get(%q) = status %q, payload %q, fence %d, token %q; want %q, %q, %d and no token",
-			key, r.Status, r.Payload, r.Fence, r.Token, status, payload, fence)
+	// The fence: the clock's when the record was created, 19 digits.
+	if r.Status != status || string(r.Payload) != payload || r.Fence < 1e18 || r.Token != "" {
+		t.Errorf("Records.Get(%q) = status %q, payload %q, fence %d, token %q; want %q, %q, a clock fence and no token",
+			key, r.Status, r.Payload, r.Fence, r.Token, status, payload)
 	}
 	return r
 }
@@ -315,7 +316,7 @@ func recordIs(t *testing.T, e *cliEnv, key string, status store.Status, payload 
 func recordDone(result string) func(*testing.T, *cliEnv, string) {
 	return func(t *testing.T, e *cliEnv, key string) {
 		t.Helper()
-		recordIs(t, e, key, store.StatusCompleted, result, 1)
+		recordIs(t, e, key, store.StatusCompleted, result)
 		got, replayed, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute},
 			func(context.Context) ([]byte, error) { t.Error("Do ran fn for a completed record"); return nil, nil })
 		if string(got) != result || !replayed || err != nil {

@@ -76,20 +76,20 @@ func TestScriptAcquireLeasePastTTL(t *testing.T) {
 	passed := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(time.Minute), "lease_ms", "1", "fence", "3")
 	runRecCases(t, "acquire", []recCase{
 		{name: "new, ttl shorter than the lease", args: []string{"1000", "tokA", "", "3000"},
-			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+1000}", "{now+3000}", "1", "", "tokA"},
-			after:    recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+1000}", "lease_ms", "{now+3000}"),
+			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+1000}", "{now+3000}", "{fence}", "", "tokA"},
+			after:    recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+1000}", "lease_ms", "{now+3000}", "fence", "{fence}"),
 			expireAt: "{now+3000}"},
 		{name: "new, ttl longer than the lease", args: []string{"60000", "tokA", "", "3000"},
-			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+60000}", "{now+3000}", "1", "", "tokA"},
-			after:    recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+60000}", "lease_ms", "{now+3000}"),
+			want:     []string{"1", "pending", "", "{now}", "{now}", "{now+60000}", "{now+3000}", "{fence}", "", "tokA"},
+			after:    recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+60000}", "lease_ms", "{now+3000}", "fence", "{fence}"),
 			expireAt: "{now+60000}"},
 		{name: "takeover, lease past the retention", seed: recSeed(passed), args: []string{"0", "tokB", "", "120000"},
-			want:     append([]string{"1"}, recAsReply(recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
-			after:    recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "4"),
+			want:     append([]string{"2"}, recAsReply(recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "{fence}"), "tokB")...),
+			after:    recWith(passed, "token", "tokB", "lease_ms", "{now+120000}", "updated_ms", "{now}", "fence", "{fence}"),
 			expireAt: "{now+120000}"},
 		{name: "takeover, lease within the retention", seed: recSeed(recWith(passed, "expires_ms", retention)), args: []string{"0", "tokB", "", "5000"},
-			want:     append([]string{"1"}, recAsReply(recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"), "tokB")...),
-			after:    recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "4"),
+			want:     append([]string{"2"}, recAsReply(recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "{fence}"), "tokB")...),
+			after:    recWith(passed, "expires_ms", retention, "token", "tokB", "lease_ms", "{now+5000}", "updated_ms", "{now}", "fence", "{fence}"),
 			expireAt: retention},
 	})
 }

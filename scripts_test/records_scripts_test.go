@@ -85,6 +85,10 @@ func recServerMS(t *testing.T, c rueidis.Client, key string) int64 {
 // recMatch reports whether got matches want, a literal or a {now±N} placeholder
 // for a script run between t0 and t1 (server ms).
 func recMatch(want, got string, t0, t1 int64) bool {
+	if want == "{fence}" {
+		// the script's clock fence: its TIME in ns at µs precision
+		return normFences(strconv.Quote(got), uint64(t0)*1_000_000, uint64(t1+1)*1_000_000-1) == "{fence}"
+	}
 	rest, ok := strings.CutPrefix(want, "{now")
 	if !ok {
 		return want == got
@@ -337,16 +341,18 @@ func TestScriptAcquire(t *testing.T) {
 		return h
 	}
 	prefixed := func(p string, rest []string) []string { return append([]string{p}, rest...) }
-	taken := with(passed, "token", "tokB", "lease_ms", "{now+3000}", "updated_ms", "{now}", "fence", "8")
+	// A takeover's fence: max(the record's + 1, the clock's); the clock's
+	// ("{fence}") unless the record's is ahead of the clock.
+	taken := with(passed, "token", "tokB", "lease_ms", "{now+3000}", "updated_ms", "{now}", "fence", "{fence}")
 
 	cases := []recCase{
 		{name: "absent/no ttl, no lease", args: []string{"0", "tokA", "", "0"},
-			want:  []string{"1", "pending", "", "{now}", "{now}", "0", "0", "1", "", "tokA"},
-			after: recHash("created_ms", "{now}", "updated_ms", "{now}")},
+			want:  []string{"1", "pending", "", "{now}", "{now}", "0", "0", "{fence}", "", "tokA"},
+			after: recHash("created_ms", "{now}", "updated_ms", "{now}", "fence", "{fence}")},
 		{name: "absent/ttl, lease, fingerprint", args: []string{"5000", "tokA", "fpA", "2000"},
-			want: []string{"1", "pending", "", "{now}", "{now}", "{now+5000}", "{now+2000}", "1", "fpA", "tokA"},
+			want: []string{"1", "pending", "", "{now}", "{now}", "{now+5000}", "{now+2000}", "{fence}", "fpA", "tokA"},
 			after: recHash("created_ms", "{now}", "updated_ms", "{now}", "expires_ms", "{now+5000}",
-				"lease_ms", "{now+2000}", "fp", "fpA"),
+				"lease_ms", "{now+2000}", "fp", "fpA", "fence", "{fence}"),
 			expireAt: "{now+5000}"},
 		{name: "completed is reported without its token", seed: recSeed(completed), args: []string{"0", "tokB", "fpA", "1000"},
 			want: prefixed("0", recAsReply(completed, "")), after: completed, expireAt: recFar},
@@ -361,18 +367,23 @@ func TestScriptAcquire(t *testing.T) {
 		{name: "pending/no lease is never taken over", seed: recSeed(recHash()), args: []string{"0", "tokB", "", "1000"},
 			want: prefixed("0", recAsReply(recHash(), "")), after: recHash()},
 		{name: "pending/lease passed: taken over", seed: recSeed(passed), args: []string{"60000", "tokB", "fpA", "3000"},
-			want: prefixed("1", recAsReply(taken, "tokB")), after: taken, expireAt: recFar},
+			want: prefixed("2", recAsReply(taken, "tokB")), after: taken, expireAt: recFar},
 		{name: "takeover without a fingerprint keeps the record's", seed: recSeed(passed), args: []string{"0", "tokB", "", "3000"},
-			want: prefixed("1", recAsReply(taken, "tokB")), after: taken, expireAt: recFar},
+			want: prefixed("2", recAsReply(taken, "tokB")), after: taken, expireAt: recFar},
 		{name: "takeover adopts the first fingerprint", seed: recSeed(passedNoFP), args: []string{"0", "tokB", "fpB", "0"},
-			want:  prefixed("1", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2", "fp", "fpB"), "tokB")),
-			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2", "fp", "fpB")},
-		{name: "takeover/fence past 2^53", seed: recSeed(with(passedNoFP, "fence", "9007199254740993")), args: []string{"0", "tokB", "", "0"},
-			want:  prefixed("1", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9007199254740994"), "tokB")),
-			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9007199254740994")},
-		{name: "takeover/fence carries", seed: recSeed(with(passedNoFP, "fence", "999999999999999999")), args: []string{"0", "tokB", "", "0"},
-			want:  prefixed("1", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "1000000000000000000"), "tokB")),
-			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "1000000000000000000")},
+			want:  prefixed("2", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}", "fp", "fpB"), "tokB")),
+			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}", "fp", "fpB")},
+		// A fence past 2^53 below the clock: the clock's. One ahead of the
+		// clock (the year 2255): + 1, exactly, on the decimal string.
+		{name: "takeover/fence past 2^53, below the clock", seed: recSeed(with(passedNoFP, "fence", "9007199254740993")), args: []string{"0", "tokB", "", "0"},
+			want:  prefixed("2", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}"), "tokB")),
+			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}")},
+		{name: "takeover/fence ahead of the clock", seed: recSeed(with(passedNoFP, "fence", "9000000000000000001")), args: []string{"0", "tokB", "", "0"},
+			want:  prefixed("2", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9000000000000000002"), "tokB")),
+			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9000000000000000002")},
+		{name: "takeover/fence carries", seed: recSeed(with(passedNoFP, "fence", "8999999999999999999")), args: []string{"0", "tokB", "", "0"},
+			want:  prefixed("2", recAsReply(with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9000000000000000000"), "tokB")),
+			after: with(passedNoFP, "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "9000000000000000000")},
 		// The fence never leaves 19 digits: a record at the largest is not taken over.
 		{name: "takeover/fence at its maximum", seed: recSeed(with(passedNoFP, "fence", "9999999999999999999")), args: []string{"0", "tokB", "", "0"},
 			want:  prefixed("0", recAsReply(with(passedNoFP, "fence", "9999999999999999999"), "")),
@@ -380,8 +391,8 @@ func TestScriptAcquire(t *testing.T) {
 		{name: "corrupt/fence with a leading zero", seed: recSeedHash(with(passedNoFP, "fence", "0100")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
 		{name: "corrupt/fence of 20 digits", seed: recSeedHash(with(passedNoFP, "fence", "10000000000000000000")), args: []string{"0", "tokB", "", "0"}, errc: "CORRUPT"},
 		{name: "takeover/16-digit times", seed: recSeed(with(passedNoFP, "expires_ms", "1000000000000000")), args: []string{"0", "tokB", "", "0"},
-			want:  prefixed("1", recAsReply(with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2"), "tokB")),
-			after: with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "2"), expireAt: "1000000000000000"},
+			want:  prefixed("2", recAsReply(with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}"), "tokB")),
+			after: with(passedNoFP, "expires_ms", "1000000000000000", "token", "tokB", "lease_ms", "0", "updated_ms", "{now}", "fence", "{fence}"), expireAt: "1000000000000000"},
 
 		{name: "fingerprint mismatch/pending", seed: recSeed(passed), args: []string{"0", "tokB", "fpB", "1000"}, errc: "MISMATCH"},
 		{name: "fingerprint mismatch/completed", seed: recSeed(completed), args: []string{"0", "tokB", "fpB", "1000"}, errc: "MISMATCH"},

@@ -66,10 +66,13 @@ func TestRecordsLayout(t *testing.T) {
 			want := recRaw{Type: "string", Str: r.Str, Layout: 1, ExpireAt: created + 60000, Hash: map[string]string{
 				"status": "pending", "payload": "", "created_ms": fmt.Sprint(created), "updated_ms": fmt.Sprint(created),
 				"expires_ms": fmt.Sprint(created + 60000), "lease_ms": fmt.Sprint(created + 30000),
-				"fence": "1", "fp": "fp", "token": rec.Token,
+				"fence": strconv.FormatUint(rec.Fence, 10), "fp": "fp", "token": rec.Token,
 			}}
 			if diff := cmp.Diff(want, r); diff != "" {
 				t.Errorf("raw record after Acquire (-want +got):\n%s", diff)
+			}
+			if !createdFence(rec) {
+				t.Errorf("fence %d is not the server's clock (ns) at CreatedAt %d", rec.Fence, created)
 			}
 			if rec.ExpiresAt.UnixMilli() != r.ExpireAt || rec.LeaseUntil.UnixMilli() != created+30000 {
 				t.Errorf("record ExpiresAt %v / LeaseUntil %v disagree with the key", rec.ExpiresAt, rec.LeaseUntil)
@@ -160,19 +163,20 @@ func TestRecordsConcurrentAcquire(t *testing.T) {
 		if wins != 1 {
 			t.Fatalf("round %d: %d acquired, want exactly 1", round, wins)
 		}
-		if tok := recReadRaw(t, raw, prefix+key).Hash["token"]; tok != w.Token || w.Fence != 1 {
+		if tok := recReadRaw(t, raw, prefix+key).Hash["token"]; tok != w.Token || !createdFence(w) {
 			t.Fatalf("round %d: stored token %q, winner's %q fence %d", round, tok, w.Token, w.Fence)
 		}
 	}
 	for round := range 50 {
 		key := fmt.Sprint("takeover", round)
-		if _, acquired, err := stores[0].AcquireWith(ctx, key, store.AcquireOptions{Lease: time.Millisecond}); err != nil || !acquired {
+		first, acquired, err := stores[0].AcquireWith(ctx, key, store.AcquireOptions{Lease: time.Millisecond})
+		if err != nil || !acquired {
 			t.Fatalf("first acquire: %v, %v", acquired, err)
 		}
 		time.Sleep(3 * time.Millisecond)
 		wins, w := race(t, key, store.AcquireOptions{Lease: time.Minute})
-		if wins != 1 || w.Fence != 2 {
-			t.Fatalf("takeover round %d: %d acquired (fence %d), want exactly 1 with fence 2", round, wins, w.Fence)
+		if wins != 1 || w.Fence <= first.Fence {
+			t.Fatalf("takeover round %d: %d acquired (fence %d), want exactly 1 with a fence above %d", round, wins, w.Fence, first.Fence)
 		}
 	}
 }
@@ -194,7 +198,7 @@ func TestRecordsStalledOwner(t *testing.T) {
 			}
 			time.Sleep(120 * time.Millisecond)
 			b, ok, err := fresh.AcquireWith(ctx, "job", store.AcquireOptions{Lease: time.Minute})
-			if err != nil || !ok || b.Fence != 2 {
+			if err != nil || !ok || b.Fence <= a.Fence {
 				t.Fatalf("takeover: %+v, %v, %v", b, ok, err)
 			}
 			before := recReadRaw(t, c, prefix+"job")
@@ -221,7 +225,7 @@ func TestRecordsStalledOwner(t *testing.T) {
 			// minute from creation), so the key lived on the lease; the
 			// final write puts it back on the retention, expires_ms, which
 			// nobody moved (records_expiry_test.go has the rule).
-			if r.Hash["payload"] != "fresh result" || r.Hash["status"] != "completed" || r.Hash["fence"] != "2" ||
+			if r.Hash["payload"] != "fresh result" || r.Hash["status"] != "completed" || r.Hash["fence"] != strconv.FormatUint(b.Fence, 10) ||
 				r.Hash["expires_ms"] != before.Hash["expires_ms"] || strconv.FormatInt(r.ExpireAt, 10) != r.Hash["expires_ms"] {
 				t.Errorf("after the new owner's update: %+v", r)
 			}

@@ -31,9 +31,10 @@ type Claims struct {
 type claimsBackend interface {
 	// claim is claim.lua: value ("1", or "~<token>" for Do's lease) under
 	// id for ttl (0: no expiry); 1 created, 0 processed, -(ms left on the
-	// holder's lease) in flight. sent, when not nil, receives the time the
-	// command that ran was sent. op names the operation in errors.
-	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, error)
+	// holder's lease) in flight, and, for a lease created, its fence (above
+	// every fence granted for id before). sent, when not nil, receives the
+	// time the command that ran was sent. op names the operation in errors.
+	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (n int64, fence uint64, err error)
 	// seen is seen.lua: 1 claimed, processed or in flight, else 0.
 	seen(ctx context.Context, id string) (int64, error)
 	// forget is forget.lua: 1 removed, 0 absent.
@@ -135,7 +136,7 @@ func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
 	err := s.observe(ctx, op, "claim", id, func() (Outcome, error) {
 		err := s.check(ctx, "claim", id)
 		if err == nil {
-			n, err = s.b.claim(ctx, "claim", id, "1", s.ttl, nil)
+			n, _, err = s.b.claim(ctx, "claim", id, "1", s.ttl, nil)
 		}
 		return claimOutcome(n), err
 	})
@@ -257,10 +258,13 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	if s.ev.obs != nil {
 		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
 	}
-	var n int64
+	var (
+		n     int64
+		fence uint64
+	)
 	hb, sent, err := takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
 		var err error
-		n, err = s.b.claim(ctx, "do", id, value, lease, sent)
+		n, fence, err = s.b.claim(ctx, "do", id, value, lease, sent)
 		return n == 1, err
 	})
 	if err != nil {
@@ -274,7 +278,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
-	out, err := runLease(ctx, hb, Lease{ID: id, Token: token}, sent, fn, release, nil,
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, fn, release, nil,
 		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
 			return s.commit(ctx, id, token, deadline, lost)
 		})

@@ -13,6 +13,8 @@ type memClaims struct {
 	mu  sync.Mutex
 	m   map[string]memClaim
 	now func() time.Time
+	// fence is the last fence granted (clockFence), under mu.
+	fence uint64
 }
 
 type memClaim struct {
@@ -35,23 +37,29 @@ func (b *memClaims) get(id string, now time.Time) (memClaim, bool) {
 	return e, ok
 }
 
-// claimLocked is claim.lua. Callers hold mu.
-func (b *memClaims) claimLocked(id, value string, ttl time.Duration, now time.Time) int64 {
+// claimLocked is claim.lua: 1 created, 0 processed, -(ms left on the
+// lease, at least 1) in flight; and, for a lease ("~<token>") created, its
+// fence. Callers hold mu.
+func (b *memClaims) claimLocked(id, value string, ttl time.Duration, now time.Time) (int64, uint64) {
 	if e, ok := b.get(id, now); ok {
 		if e.value[0] == '~' {
-			return -max(e.expires.Sub(now).Milliseconds(), 1)
+			return -max(e.expires.Sub(now).Milliseconds(), 1), 0
 		}
-		return 0
+		return 0, 0
 	}
 	b.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: value[0] == '~'}
-	return 1
+	if value[0] != '~' {
+		return 1, 0 // a mark has no fence
+	}
+	return 1, clockFence(now, &b.fence)
 }
 
-func (b *memClaims) claim(_ context.Context, _, id, value string, ttl time.Duration, sent *time.Time) (int64, error) {
+func (b *memClaims) claim(_ context.Context, _, id, value string, ttl time.Duration, sent *time.Time) (int64, uint64, error) {
 	stamp(sent)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.claimLocked(id, value, ttl, b.now()), nil
+	n, fence := b.claimLocked(id, value, ttl, b.now())
+	return n, fence, nil
 }
 
 func (b *memClaims) seen(_ context.Context, id string) (int64, error) {
@@ -119,7 +127,7 @@ func (b *memClaims) batch(_ context.Context, claim bool, ids []string, ttl time.
 	for i, id := range ids {
 		var n int64
 		if claim {
-			n = b.claimLocked(id, "1", ttl, now)
+			n, _ = b.claimLocked(id, "1", ttl, now)
 		} else {
 			_, found := b.get(id, now)
 			n = flag(found)

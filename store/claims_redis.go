@@ -26,12 +26,13 @@ type redisClaims struct {
 	ttlMS, leaseMS msCache
 }
 
-func (b *redisClaims) claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, error) {
-	ms := &b.ttlMS
+func (b *redisClaims) claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, uint64, error) {
 	if value[0] == '~' {
-		ms = &b.leaseMS
+		// a lease won answers its fence
+		return replyClaimed(op, id, b.execSent(ctx, scriptClaim, b.key(id), sent, b.leaseMS.ms(ttl), value))
 	}
-	return replyInt(op, id, b.execSent(ctx, scriptClaim, b.key(id), sent, ms.ms(ttl), value))
+	n, err := replyInt(op, id, b.execSent(ctx, scriptClaim, b.key(id), sent, b.ttlMS.ms(ttl), value))
+	return n, 0, err
 }
 
 func (b *redisClaims) seen(ctx context.Context, id string) (int64, error) {

@@ -30,16 +30,17 @@ func (message) NackWithDelay(time.Duration) {}
 
 func chargeCard(context.Context, message) error { return nil }
 
-// docConsumer is the README's quick start for a message consumer.
-func docConsumer(ctx context.Context, msg message) error {
-	// snippet:consumer
-	claims, err := store.OpenClaims("redis://localhost:6379", store.WithTTL(7*24*time.Hour))
-	if err != nil {
-		return err
-	}
-	defer claims.Close()
+// The README's quick start for a message consumer, at file level so that it
+// reads (and compiles) as a user copies it.
 
-	// In the consumer: run the effect once per message id, across every consumer.
+// snippet:consumer
+// Open the store once, when the consumer starts, and share it.
+func openClaims() (*store.Claims, error) {
+	return store.OpenClaims("redis://localhost:6379", store.WithTTL(7*24*time.Hour))
+}
+
+// handle is the consumer's handler: the effect once per message id, across every consumer.
+func handle(ctx context.Context, claims *store.Claims, msg message) {
 	ran, err := claims.Do(ctx, msg.ID, 10*time.Second, func(ctx context.Context) error {
 		return chargeCard(ctx, msg)
 	})
@@ -49,13 +50,14 @@ func docConsumer(ctx context.Context, msg message) error {
 		msg.NackWithDelay(d)
 	case err != nil: // the effect failed; the claim was released, so a redelivery retries
 		msg.Nack()
-	default: // ran == true: done now; ran == false: a duplicate of a done message
+	case ran: // done now
+		msg.Ack()
+	default: // a duplicate of a done message: its effect ran before
 		msg.Ack()
 	}
-	// snippet:end
-	_ = ran
-	return nil
 }
+
+// snippet:end
 
 // docGateway is the README's quick start for a gateway.
 func docGateway(ctx context.Context, payload []byte) error {

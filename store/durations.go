@@ -24,7 +24,7 @@ func durMS(d time.Duration) int64 {
 }
 
 // expiryAt is when a key given a TTL of d at now expires, as Redis rounds it
-// (PX durMS(d)); the zero time, "never", for d <= 0. For the memory twins.
+// (PX durMS(d)); the zero time, "never", for d <= 0. For the memory backends.
 func expiryAt(now time.Time, d time.Duration) time.Time {
 	if d <= 0 {
 		return time.Time{}

@@ -21,10 +21,42 @@ type Lease struct {
 	// flight, or the record's token field. It changes when another caller
 	// takes over.
 	Token string
-	// Fence is the record's fence (Records.Do only; 0 for Claims): it grows by
-	// one on every takeover, so a downstream system can refuse a write whose
-	// fence is lower than one it has already seen.
+	// Fence is the lease's fencing token, never 0: every lease granted for
+	// an id (Claims.Do) or a key (Records.Do) in a store's prefix carries a
+	// fence above every fence granted for it before, across an expiry,
+	// Forget, Delete, a release after a failure, a takeover, and a restart
+	// of a Redis server that lost its data. A downstream system that stores
+	// the highest fence it has seen per id and refuses a write with a lower
+	// one (or an equal one from another owner) refuses every stale owner.
+	//
+	// It is the server's clock (TIME, the clock that expires keys) in
+	// nanoseconds since the epoch at microsecond precision, or, for a record
+	// taken over, its fence + 1 when that is higher (a fence ahead of the
+	// clock); past 2^53, so keep it as a uint64 or a decimal string, never a
+	// float64. The memory twins use their clock (WithClock) the same way,
+	// and never grant a fence twice. The limit, documented in
+	// docs/guarantees.md ("Fences"): a server clock stepped back, or a
+	// failover to a replica whose clock is behind (or that missed the
+	// writes: WithWaitReplicas), can grant a lower fence once the key
+	// that held a higher one is gone.
 	Fence uint64
+}
+
+// clockFence is the fence a memory twin grants at now, as the scripts'
+// clock_fence: now in ns since the epoch at µs precision, raised above
+// *last, the twin's last fence (the scripts wait out the µs they read, so no
+// later grant reads it again; a fake clock that stands still gets + 1
+// instead). It stores the fence in *last; callers hold the twin's lock.
+func clockFence(now time.Time, last *uint64) uint64 {
+	var f uint64
+	if us := now.UnixMicro(); us > 0 {
+		f = uint64(us) * 1000
+	}
+	if f <= *last {
+		f = *last + 1
+	}
+	*last = f
+	return f
 }
 
 type leaseKey struct{}
@@ -46,8 +78,8 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 
 type extendHookKey struct{}
 
-// OnExtend returns a copy of ctx under which Claims.Do, Records.Do and their
-// memory twins call fn after each successful extension of their lease, with
+// OnExtend returns a copy of ctx under which Claims.Do and Records.Do (on
+// either backend) call fn after each successful extension of their lease, with
 // the lease fn holds (the one LeaseFromContext gives). It is for a caller that
 // must keep another timer in step with the lease, such as a broker's
 // redelivery timeout (JetStream's InProgress, an SQS visibility timeout).
@@ -403,7 +435,7 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 //
 // Not rueidis's own retry (a command marked ToRetryable): Claims.Do must see
 // that its commit was retried (a retry finding the processed mark is its own
-// first attempt having landed only under the conditions runLeased checks), and
+// first attempt having landed only under the conditions Claims.commit checks), and
 // a retried command would have to be pinned against the rueidis race in
 // docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
 // ClientOption.DisableRetry, which a rueidis.Client does not expose.

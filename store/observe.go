@@ -30,7 +30,7 @@ type ObserverFunc func(ctx context.Context, e Event)
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
 // WithObserver makes a store report every operation to o (Redis stores and
-// memory twins alike). Default: none, at no cost.
+// memory backends alike). Default: none, at no cost.
 func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer = o }
 }
@@ -52,7 +52,7 @@ type Event struct {
 	Op string
 	// Script is the name of the script the operation ran ("claim" for
 	// claim.lua; a batch names its batch script, "claim_many", even when a
-	// slot group of one id ran claim.lua), empty for a memory twin or for a
+	// slot group of one id ran claim.lua), empty for a memory backend or for a
 	// flow made of several scripts.
 	Script string
 	// Prefix is the store's key prefix; Key the id, connection or record key
@@ -536,13 +536,20 @@ func reportAck(ctx context.Context, ev *events, op, script, conn string, ids, n 
 	}
 }
 
-// acquireOutcome is what an acquire without an error did: a record acquired
-// with a fence above 1 was taken over from an owner whose lease had passed.
-func acquireOutcome(acquired bool, fence uint64) Outcome {
-	switch {
-	case !acquired:
+// The answers of an acquire (acquire.lua's acquired flag): the record was
+// left as it is, created, or taken over from an owner whose lease had passed.
+const (
+	acquiredNot      int64 = 0
+	acquiredNew      int64 = 1
+	acquiredTakeover int64 = 2
+)
+
+// acquireOutcome is what an acquire without an error did.
+func acquireOutcome(got int64) Outcome {
+	switch got {
+	case acquiredNot:
 		return outExisting
-	case fence > 1:
+	case acquiredTakeover:
 		return outTakenOver
 	}
 	return outAcquired

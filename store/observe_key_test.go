@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redisonce/redisonce/internal/observertest"
 	"github.com/redisonce/redisonce/store"
-	"github.com/redisonce/redisonce/store/storetest"
 )
 
 // One rule for every observer. The key, and any error text that
@@ -17,10 +17,10 @@ import (
 // WithKey in the OpenTelemetry adapter); observe/otel and observe/prometheus
 // run the same operations.
 
-// secretKey is in every id storetest.FailingOps uses.
-const secretKey = storetest.SecretKey
+// secretKey is in every id observertest.FailingOps uses.
+const secretKey = observertest.SecretKey
 
-func failingOps(t *testing.T, obs store.Observer) int { return storetest.FailingOps(t, obs) }
+func failingOps(t *testing.T, obs store.Observer) int { return observertest.FailingOps(t, obs) }
 
 func TestSlogObserverKeyOnlyWithOption(t *testing.T) {
 	for _, withKey := range []bool{false, true} {

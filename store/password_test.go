@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// No error of Open*, ClientOptions or RedactURL shows a Redis
+// No error of Open*, ClientOptions or redact.URL shows a Redis
 // password, for any URL a user can write, parsable or not. Each password is
 // three distinctive fragments joined by one special character; an error (or
 // any error it wraps) that holds one fragment shows part of the password.
@@ -141,7 +141,7 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-// FuzzNoPasswordInOpenErrors: for any password a URL can carry, RedactURL
+// FuzzNoPasswordInOpenErrors: for any password a URL can carry, redact.URL
 // hides it, ClientOptions' error never holds it, and a URL ClientOptions
 // accepts never has it in the addresses rueidis would dial (a dial error
 // quotes them).

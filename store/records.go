@@ -244,7 +244,8 @@ type recordsBackend interface {
 	// o.TTL already resolved; held says a Do in this process will renew the
 	// lease. sent, when not nil, receives the time the command that ran
 	// was sent.
-	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error)
+	// It answers acquiredNot, acquiredNew or acquiredTakeover.
+	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error)
 	// get is get.lua: the record without its token, or false.
 	get(ctx context.Context, key string) (Record, bool, error)
 	// update is update.lua with u, checked as f.
@@ -348,23 +349,23 @@ func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions)
 		return Record{}, false, nilStore("acquire", key, "Records")
 	}
 	var rec Record
-	var ok bool
+	var got int64
 	err := s.observe(ctx, "acquire", "acquire", key, func() (Outcome, error) {
 		var err error
-		rec, ok, err = s.acquire(ctx, "acquire", key, o, newToken(), false, nil)
-		return acquireOutcome(ok, rec.Fence), err
+		rec, got, err = s.acquire(ctx, "acquire", key, o, newToken(), false, nil)
+		return acquireOutcome(got), err
 	})
-	return rec, ok, err
+	return rec, got != acquiredNot, err
 }
 
 // acquire is AcquireWith with token the new owner token (minted by the caller:
 // Do's heartbeat starts before the acquire is sent).
-func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error) {
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error) {
 	if err := s.check(ctx, op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if err := o.check(op, key); err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if o.TTL == 0 {
 		o.TTL = s.ttl
@@ -562,13 +563,15 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		sent     time.Time
 		rec      Record
 		acquired bool
+		got      int64 // acquire's answer: acquiredNot, acquiredNew or acquiredTakeover
 	)
 	// try acquires the key with a lease (takeLease: its heartbeat started
 	// before the acquire is sent, and stopped again unless it won).
 	try := func() (err error) {
 		hb, sent, err = takeLease(ctx, o.Lease, ErrStaleOwner, renew, func(sent *time.Time) (bool, error) {
 			var err error
-			rec, acquired, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			rec, got, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			acquired = got != acquiredNot
 			return acquired, err
 		})
 		return err
@@ -593,7 +596,7 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 	if err != nil {
 		return nil, false, outcome(err, outError), err
 	}
-	if s.ev.obs != nil && acquired && rec.Fence > 1 {
+	if s.ev.obs != nil && got == acquiredTakeover {
 		// a takeover is worth an alert of its own: report it apart
 		s.ev.report(ctx, "acquire", "acquire", key, 1, outTakenOver, start, nil)
 	}
@@ -643,11 +646,11 @@ func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token
 		// The record is gone (expired or deleted) and nobody holds the key:
 		// writing the outcome again records the only effect that completed
 		// (a caller that acquired the key meanwhile and failed deleted it).
-		again, ok, err := s.acquire(ctx, "do", key, o, newToken(), false, nil)
+		again, got, err := s.acquire(ctx, "do", key, o, newToken(), false, nil)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if got == acquiredNot {
 			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
 		}
 		return retryLost(ctx, func(ctx context.Context) error {

@@ -14,6 +14,8 @@ type memRecords struct {
 	mu  sync.Mutex
 	m   map[string]*memRecord
 	now func() time.Time
+	// fence is the last fence granted (clockFence), under mu.
+	fence uint64
 	// waits are the channels waiters (AcquireOptions.Wait) block on, by key:
 	// closed by the write that ends the pending record.
 	waits map[string]chan struct{}
@@ -92,37 +94,39 @@ func (r *memRecord) record(key string, withToken bool) Record {
 }
 
 // acquire is acquire.lua, with token the new owner token.
-func (s *memRecords) acquire(_ context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error) {
+func (s *memRecords) acquire(_ context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error) {
 	stamp(sent)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.nowMS()
+	clock := s.now()
+	now := clock.UnixMilli()
 	var leaseUntil int64
 	if o.Lease > 0 {
 		leaseUntil = now + durMS(o.Lease)
 	}
 	if r, ok := s.live(key, now); ok {
 		if o.Fingerprint != "" && r.fp != "" && o.Fingerprint != r.fp {
-			return Record{}, false, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
+			return Record{}, acquiredNot, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 		}
 		// acquire.lua: a record at the largest fence (19 nines) is never taken over.
 		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token || r.fence >= MaxFence {
-			return r.record(key, false), false, nil
+			return r.record(key, false), acquiredNot, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now
 		if held {
 			r.running = token
 		}
-		r.fence++
+		// max(fence + 1, the clock's): + 1 wins only over a fence ahead of the clock.
+		r.fence = max(r.fence+1, clockFence(clock, &s.fence))
 		if r.fp == "" {
 			r.fp = o.Fingerprint
 		}
-		return r.record(key, true), true, nil
+		return r.record(key, true), acquiredTakeover, nil
 	}
 	r := &memRecord{
 		status:  string(StatusPending),
 		created: now, updated: now, lease: leaseUntil,
-		fence: 1, fp: o.Fingerprint, token: token,
+		fence: clockFence(clock, &s.fence), fp: o.Fingerprint, token: token,
 	}
 	if held {
 		r.running = token
@@ -131,7 +135,7 @@ func (s *memRecords) acquire(_ context.Context, op, key string, o AcquireOptions
 		r.expires = now + durMS(o.TTL)
 	}
 	s.m[key] = r
-	return r.record(key, true), true, nil
+	return r.record(key, true), acquiredNew, nil
 }
 
 func (s *memRecords) get(_ context.Context, key string) (Record, bool, error) {

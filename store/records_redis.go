@@ -32,33 +32,37 @@ type redisRecords struct {
 	waits          waiters // Do's waiters (AcquireOptions.Wait)
 }
 
-func (b *redisRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, _ bool, sent *time.Time) (Record, bool, error) {
+func (b *redisRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, _ bool, sent *time.Time) (Record, int64, error) {
 	return parseAcquired(op, key, b.execSent(ctx, scriptAcquire, b.key(key), sent, b.ttlMS.ms(o.TTL), token, o.Fingerprint, b.leaseMS.ms(o.Lease)))
 }
 
-// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 or 1,
-// and a token exactly when acquired; with ErrNotReplicated when its replicas
-// did not confirm it.
-func parseAcquired(op, key string, r reply) (Record, bool, error) {
+// parseAcquired reads acquire.lua's {acquired, record...}: the flag 0 (not
+// acquired), 1 (created) or 2 (taken over), a token exactly when acquired,
+// and a fence above 0; with ErrNotReplicated when its replicas did not
+// confirm it.
+func parseAcquired(op, key string, r reply) (Record, int64, error) {
 	arr, err := replyArray(op, key, r, 10)
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
 	if !arr[0].IsInt64() {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired flag is %s", arr[0].String())
 	}
-	acquired, _ := arr[0].AsInt64()
-	if acquired != 0 && acquired != 1 {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", acquired)
+	got, _ := arr[0].AsInt64()
+	if got != acquiredNot && got != acquiredNew && got != acquiredTakeover {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired flag is %d", got)
 	}
 	rec, err := parseRecord(op, key, arr[1:])
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, acquiredNot, err
 	}
-	if (acquired == 1) != (rec.Token != "") {
-		return Record{}, false, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", acquired, rec.Token)
+	if (got != acquiredNot) != (rec.Token != "") {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "acquired=%d with token %q", got, rec.Token)
 	}
-	return rec, acquired == 1, r.replicated(op, key)
+	if rec.Fence == 0 {
+		return Record{}, acquiredNot, errorf(op, key, ErrUnexpectedReply, "fence 0")
+	}
+	return rec, got, r.replicated(op, key)
 }
 
 func (b *redisRecords) get(ctx context.Context, key string) (Record, bool, error) {

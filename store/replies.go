@@ -32,6 +32,35 @@ func replyInt(op, id string, r reply) (int64, error) {
 	return n, r.replicated(op, id)
 }
 
+// replyClaimed reads claim.lua's reply to a lease ("~<token>"): the lease
+// won, its fence (a decimal uint64 above 0) with n = 1; else 0 (processed)
+// or -(ms left on the holder's lease) and no fence. A write that its
+// replicas did not confirm comes with ErrNotReplicated (WithWaitReplicas).
+func replyClaimed(op, id string, r reply) (n int64, fence uint64, err error) {
+	if err := r.Error(); err != nil {
+		return 0, 0, opError(op, id, err)
+	}
+	m, err := r.ToMessage()
+	if err != nil {
+		return 0, 0, opError(op, id, err)
+	}
+	if m.IsInt64() {
+		n, err := m.AsInt64()
+		if err != nil || n > 0 {
+			return 0, 0, errorf(op, id, ErrUnexpectedReply, "want a fence, 0 or a negative integer, got %s", m.String())
+		}
+		return n, 0, r.replicated(op, id)
+	}
+	s, err := replyString(&m)
+	if err == nil {
+		fence, err = strconv.ParseUint(s, 10, 64)
+	}
+	if err != nil || fence == 0 {
+		return 0, 0, errorf(op, id, ErrUnexpectedReply, "want a fence, 0 or a negative integer, got %s", m.String())
+	}
+	return 1, fence, r.replicated(op, id)
+}
+
 // replyString reads a string reply element. Unlike RedisMessage.ToString it
 // refuses every other type (ToString answers "" and no error for an empty
 // array).

@@ -51,7 +51,7 @@ import (
 )
 
 // Store is go-job's idempotency.Store over a redisonce *store.Records
-// (store.Records on Redis, store.MemoryRecords in tests). It is safe for
+// (store.Records on Redis, or in memory for tests: store.NewMemoryRecords). It is safe for
 // concurrent use.
 type Store struct {
 	rs     *store.Records

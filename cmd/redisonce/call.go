@@ -33,6 +33,7 @@ A batch script (claim_many, seen_many) takes several keys, all in one hash
 slot: --keys N says how many of the arguments are keys.
 
   redisonce call claim bq:idemp:m1 86400000 1      1 = first delivery
+  redisonce call claim bq:idemp:m2 30000 '~tok'    a lease won: its fence (19 digits)
   redisonce call seen bq:idemp:m1                  1 = claimed
   redisonce call --fcall forget bq:idemp:m1
   redisonce call --keys 2 claim_many bq:idemp:{o7}a bq:idemp:{o7}b 86400000 1`,

@@ -122,7 +122,7 @@ func TestInspect(t *testing.T) {
 		{[]string{"tail", "conn-1"}, 0, []string{"2 unacked messages\n", "generation  0 ", "seq         2 ",
 			"    1    msg-a  5     \"hello\"\n", "    2    msg-b  7     \"bin\\x00ary\"\n"}},
 		{[]string{"tail", "not-a-tail"}, exitForeign, []string{"the key is a string"}},
-		{[]string{"record", "pay-1"}, 0, []string{"record pay-1 (key idempotency:pay-1): pending\n", "lease        ", "s left\n", "fence        1\n"}},
+		{[]string{"record", "pay-1"}, 0, []string{"record pay-1 (key idempotency:pay-1): pending\n", "lease        ", "s left\n", "fence        "}},
 		{[]string{"record", "pay-2"}, 0, []string{"record pay-2 (key idempotency:pay-2): completed\n", "ago)", "payload      9 bytes: \"receipt 2\"\n"}},
 		{[]string{"record", "not-a-record"}, exitForeign, []string{"the key is a hash", "a record is a string"}},
 		{[]string{"record", "json-record"}, exitForeign, []string{"a string that is not a record"}},
@@ -139,6 +139,10 @@ func TestInspect(t *testing.T) {
 				t.Errorf("inspect %v: stdout does not contain %q:\n%s", tc.args, w, out)
 			}
 		}
+	}
+	// The fence: the server's clock in ns when the record was created, 19 digits.
+	if _, out, _ := cli(t, "inspect", "record", "pay-1", "--url", url); !regexp.MustCompile(`\n  fence        [1-9]\d{18}\n`).MatchString(out) {
+		t.Errorf("inspect record pay-1: no 19-digit fence:\n%s", out)
 	}
 	// --url may come before the command.
 	if code, out, errs := cli(t, "--url", url, "inspect", "claim", "m1"); code != 0 || !strings.Contains(out, "processed") {

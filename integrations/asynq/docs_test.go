@@ -4,7 +4,7 @@ package asynq_test
 // region (// snippet:NAME ... // snippet:end) that TestDocSnippets (root
 // module) compares with the document. Compiled by every `go test` of this
 // module, not run (it needs a Redis); ExampleMiddleware runs the same
-// middleware on a MemoryClaims.
+// middleware on a memory store (store.NewMemoryClaims).
 
 import (
 	"context"

@@ -17,7 +17,7 @@ import (
 func BenchmarkRecordsDo(b *testing.B) {
 	srv := startRecServers(b)
 	e := srv.env(b)
-	s, err := NewRecords(redisLease(b, e.client, e.prefix), e.pool, WithRecordsTable(e.table))
+	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, WithRecordsTable(e.table))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func BenchmarkRecordsDo(b *testing.B) {
 			}
 		}
 	})
-	redisOnly := redisLease(b, e.client, e.prefix+"r:")
+	redisOnly := mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix+"r:")))
 	b.Run("redis-only/first", func(b *testing.B) {
 		for i := range b.N {
 			key := fmt.Sprintf("r-%d", i)

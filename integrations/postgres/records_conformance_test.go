@@ -47,23 +47,24 @@ func TestRecordsContract(t *testing.T) {
 					if ttl, ok := storeTTL(opts); ok {
 						ropts = append(ropts, WithRecordsTTL(ttl))
 					}
-					var (
-						lease *store.Records
-						err   error
-					)
+					var lease *store.Records
+					var err error
 					if inner == "redis" {
 						lease, err = store.NewRecords(e.client, append([]store.Option{store.WithPrefix(e.prefix)}, opts...)...)
 					} else {
 						lease, err = store.NewMemoryRecords(opts...)
 					}
 					if err != nil {
-						return nil, err // the suite's bad options
+						return nil, err
 					}
 					s, err := NewRecords(lease, e.pool, append(ropts, WithRecordsTable(e.table))...)
 					if err != nil {
-						return nil, err
+						t.Fatal(err)
 					}
-					return s, s.CreateTable(context.Background())
+					if err := s.CreateTable(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					return s, nil
 				},
 				Wait: time.Sleep,
 				// Each store here runs Postgres beside Redis on a shared
@@ -97,14 +98,14 @@ func TestRecordsTableOption(t *testing.T) {
 		t.Errorf("CreateTable again: %v", err)
 	}
 	// A store on a table nobody created says so.
-	missing, err := NewRecords(memoryLease(t), e.pool, WithRecordsTable("nope"))
+	missing, err := NewRecords(mustStore(store.NewMemoryRecords()), e.pool, WithRecordsTable("nope"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := missing.Do(ctx, "k", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) { return nil, nil }); err == nil || !strings.Contains(err.Error(), "CreateTable") {
 		t.Errorf("Do on a missing table: %v, want an error naming CreateTable", err)
 	}
-	lease := memoryLease(t)
+	lease := mustStore(store.NewMemoryRecords())
 	for name, o := range map[string]RecordsOption{
 		"empty name": WithRecordsTable(""), "no parts": WithRecordsTable(), "three parts": WithRecordsTable("a", "b", "c"),
 		"NUL": WithRecordsTable("a\x00b"), "64 bytes": WithRecordsTable(strings.Repeat("t", 64)), "bad UTF-8": WithRecordsTable("\xff"),

@@ -91,7 +91,7 @@ func newRedisClient(t testing.TB, addr string) rueidis.Client {
 // store of its own client.
 func (e *recEnv) records(t *testing.T, opts ...RecordsOption) *Records {
 	t.Helper()
-	s, err := NewRecords(redisLease(t, e.client, e.prefix), e.pool, append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
+	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,22 +140,11 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// redisLease returns the Redis store of records under prefix on c.
-func redisLease(t testing.TB, c rueidis.Client, prefix string) *store.Records {
-	t.Helper()
-	rs, err := store.NewRecords(c, store.WithPrefix(prefix))
+// mustStore is a store constructor's result, for options that cannot fail:
+// a constructor's error here is a broken test.
+func mustStore[S any](s S, err error) S {
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	return rs
-}
-
-// memoryLease returns a memory store of records.
-func memoryLease(t testing.TB) *store.Records {
-	t.Helper()
-	rs, err := store.NewMemoryRecords()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
+	return s
 }

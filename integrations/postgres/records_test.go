@@ -358,7 +358,7 @@ func TestRecordsDuplicatesNeverTouchPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := NewRecords(redisLease(t, e.client, e.prefix), pool, WithRecordsTable(e.table))
+	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
 	if err != nil {
 		t.Fatal(err)
 	}

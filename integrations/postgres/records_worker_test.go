@@ -93,11 +93,7 @@ func TestRecordsWorker(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	leases, err := store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX")))
-	if err != nil {
-		fail(err)
-	}
-	s, err := NewRecords(leases, pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
+	s, err := NewRecords(mustStore(store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX")))), pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
 	if err != nil {
 		fail(err)
 	}

@@ -4,7 +4,7 @@ package watermill_test
 // regions (// snippet:NAME ... // snippet:end) that TestDocSnippets (root
 // module) compares with the document. Compiled by every `go test` of this
 // module, not run (they need a Redis); the Examples run the same calls on
-// a MemoryClaims.
+// a memory store (store.NewMemoryClaims).
 
 import (
 	"time"

@@ -17,7 +17,7 @@ import (
 
 // A router whose handler charges each order once, though the order is
 // delivered twice. In production the claims are store.OpenClaims on Redis,
-// shared by every instance; here a MemoryClaims.
+// shared by every instance; here a memory store (store.NewMemoryClaims).
 func ExampleMiddleware() {
 	claims, err := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
 	if err != nil {

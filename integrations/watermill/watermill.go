@@ -35,7 +35,7 @@ type ExpiringKeyRepository struct {
 var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
 
 // NewExpiringKeyRepository returns a repository over claims (store.Claims on
-// Redis, or store.MemoryClaims in a test). On nil claims every IsDuplicate
+// Redis, or store.NewMemoryClaims in a test). On nil claims every IsDuplicate
 // gives store.ErrInvalidArgument.
 func NewExpiringKeyRepository(claims *store.Claims) *ExpiringKeyRepository {
 	return &ExpiringKeyRepository{claims: claims}

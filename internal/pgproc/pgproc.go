@@ -14,9 +14,11 @@
 // in a container, CI), both run as the "postgres" user that the distribution's
 // package creates, and the server's directory is given to that user.
 //
-// On Unix the server runs in its own process group, so Stop and Kill also end
-// its backends; on Linux the server is also sent SIGKILL when the thread that
-// started it dies, so a crashed test binary leaves no orphan server.
+// On Unix the server runs in its own process group; Kill SIGKILLs it and, on
+// Linux, each of its children (backends run in sessions of their own, so they
+// are named one by one); elsewhere the backends exit when they notice their
+// postmaster died. On Linux the server is also sent SIGKILL when the thread
+// that started it dies, so a crashed test binary leaves no orphan server.
 //
 // The package uses the standard library only.
 package pgproc
@@ -465,7 +467,7 @@ func (s *Server) Log() string {
 }
 
 // Pid returns the process id of the running postmaster, or 0 when it is not
-// running. Its backends are its children, in its process group.
+// running. Its backends are its children (each in a session of its own).
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -493,8 +495,8 @@ func (s *Server) Stop() error {
 	return s.removeOwnDir()
 }
 
-// Kill sends SIGKILL to the server's process group (postmaster and backends)
-// and waits for the postmaster to exit, like a crash. Dir is kept.
+// Kill sends SIGKILL to the postmaster and its backends and waits for the
+// postmaster to exit, like a crash. Dir is kept.
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redisonce/redisonce/internal/observertest"
 	redisonceotel "github.com/redisonce/redisonce/observe/otel"
 	"github.com/redisonce/redisonce/store"
-	"github.com/redisonce/redisonce/store/storetest"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
@@ -17,7 +17,7 @@ import (
 // read back from every span (name, attributes, status, events and their
 // attributes) and every metric data point's attributes.
 func TestKeyOnlyWithKeyOption(t *testing.T) {
-	storetest.TestObserverKeys(t, true, func(withKey bool) (store.Observer, func() string) {
+	observertest.TestObserverKeys(t, true, func(withKey bool) (store.Observer, func() string) {
 		var opts []redisonceotel.Option
 		if withKey {
 			opts = append(opts, redisonceotel.WithKey())
@@ -55,8 +55,8 @@ func TestKeyOnlyWithKeyOption(t *testing.T) {
 // its status and exception event carry the error text without the id.
 func TestErrorSpanWithoutKey(t *testing.T) {
 	obs, spans, _ := setup(t)
-	err := fmt.Errorf(`redisonce: claim %q: connection refused`, storetest.SecretKey)
-	obs.Observe(context.Background(), store.Event{Store: "claims", Op: "claim", Key: storetest.SecretKey,
+	err := fmt.Errorf(`redisonce: claim %q: connection refused`, observertest.SecretKey)
+	obs.Observe(context.Background(), store.Event{Store: "claims", Op: "claim", Key: observertest.SecretKey,
 		N: 1, Outcome: store.Outcome("error"), Err: err})
 	s := spans.Ended()[0]
 	if d := s.Status().Description; d != "redisonce: claim: connection refused" {

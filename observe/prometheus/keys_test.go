@@ -6,15 +6,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redisonce/redisonce/internal/observertest"
 	redisonceprom "github.com/redisonce/redisonce/observe/prometheus"
 	"github.com/redisonce/redisonce/store"
-	"github.com/redisonce/redisonce/store/storetest"
 )
 
 // No key in any metric (it has no key option: keys are unbounded
 // in cardinality), read back from the registry's exposition text.
 func TestNoKeyInMetrics(t *testing.T) {
-	storetest.TestObserverKeys(t, false, func(bool) (store.Observer, func() string) {
+	observertest.TestObserverKeys(t, false, func(bool) (store.Observer, func() string) {
 		reg := prometheus.NewRegistry()
 		obs := redisonceprom.New()
 		reg.MustRegister(obs)

@@ -126,6 +126,15 @@ function record(v, what, { acquired, buffers = false } = {}) {
   return rec;
 }
 
+// fence checks a fence, a lease's (claim) or a record's: the server's clock
+// in ns at µs precision, a 19-digit decimal string past 2^53; returns it as a
+// BigInt (never a Number: it would lose the last digits).
+function fence(v, what) {
+  assert.match(String(v), /^[1-9][0-9]{18}$/, `${what}: fence ${v} is not 19 digits`);
+  assert.equal(typeof v === 'string' || Buffer.isBuffer(v), true, `${what}: fence is ${typeof v}, want a string`);
+  return BigInt(String(v));
+}
+
 // tail checks unacked's reply (asked with Buffers); returns
 // {epoch, gen (a string), msgs: [[seq, id, payload Buffer]] by seq}.
 function tail(v, what) {
@@ -174,7 +183,8 @@ async function flowClaims(c, p, client, goPrefix) {
 
   // The safe consumer flow (what Claims.Do does): lease, extend, commit.
   k = p + 'claim:do';
-  assert.equal(await c.call('claim', k, '30000', '~tok-1'), 1, 'claim a lease');
+  // A lease won answers its fence (a string), a mark 1.
+  const f1 = fence(await c.call('claim', k, '30000', '~tok-1'), 'claim a lease');
   // In flight: the negative of the ms left on the holder's lease (at least 1).
   for (const [value, what] of [['~tok-2', 'claim while in flight'], ['1', 'claim processed while in flight']]) {
     const n = Number(await c.call('claim', k, value === '1' ? '86400000' : '30000', value));
@@ -194,15 +204,17 @@ async function flowClaims(c, p, client, goPrefix) {
 
   // The effect failed: release, and the redelivery claims again.
   k = p + 'claim:release';
-  assert.equal(await c.call('claim', k, '30000', '~tok-1'), 1, 'claim a lease');
+  const f2 = fence(await c.call('claim', k, '30000', '~tok-1'), 'claim a lease');
+  assert.ok(f2 > f1, `fence ${f2} of a later lease is not above ${f1}`);
   assert.equal(await c.call('release', k, 'tok-1'), 1, 'release own lease');
   assert.equal(await c.call('release', k, 'tok-1'), 0, 'release again');
   assert.equal(await c.call('seen', k), 0, 'seen after release');
-  assert.equal(await c.call('claim', k, '30000', '~tok-2'), 1, 'redelivery claims again');
+  const f3 = fence(await c.call('claim', k, '30000', '~tok-2'), 'redelivery claims again');
+  assert.ok(f3 > f2, `fence ${f3} after a release is not above ${f2}`);
 
   // The lease expired and nobody took the id: commit writes "1" anyway.
   k = p + 'claim:expired';
-  assert.equal(await c.call('claim', k, '1', '~tok-1'), 1, 'claim a 1 ms lease');
+  fence(await c.call('claim', k, '1', '~tok-1'), 'claim a 1 ms lease');
   await sleep(20);
   assert.equal(await c.call('extend', k, 'tok-1', '30000'), 0, 'extend an expired lease');
   assert.equal(await c.call('commit', k, 'tok-1', '86400000'), 2, 'commit after the lease expired');
@@ -222,7 +234,7 @@ async function flowClaims(c, p, client, goPrefix) {
   assert.equal(await c.call('seen', goPrefix + 'claim'), 1, "seen of the Go store's claim");
   assert.equal(await c.call('claim', goPrefix + 'claim', '86400000', '1'), 0, "claim of the Go store's claim");
   assert.equal(await c.call('claim', p + 'handoff:claim', '86400000', '1'), 1, 'claim the handoff id');
-  assert.equal(await c.call('claim', p + 'handoff:lease', '60000', '~js-tok'), 1, 'lease the handoff id');
+  fence(await c.call('claim', p + 'handoff:lease', '60000', '~js-tok'), 'lease the handoff id');
 }
 
 // ---- Outbox -------------------------------------------------------------
@@ -331,7 +343,8 @@ async function flowOutbox(c, p, client, goPrefix) {
 async function flowRecords(c, p, client, goPrefix) {
   let k = p + 'rec:1';
   const a = record(await c.call('acquire', k, '86400000', 'tok-1', 'sha256:ab12', '30000'), 'acquire', { acquired: 1 });
-  assert.deepEqual([a.status, a.payload, a.fence, a.fp, a.token], ['pending', '', '1', 'sha256:ab12', 'tok-1'], 'new record');
+  assert.deepEqual([a.status, a.payload, a.fp, a.token], ['pending', '', 'sha256:ab12', 'tok-1'], 'new record');
+  const fa = fence(a.fence, 'new record');
   const now = a.created_ms;
   assert.deepEqual([a.updated_ms, a.expires_ms, a.lease_ms], [now, now + 86400000, now + 30000], "new record's times");
   const b = record(await c.call('acquire', k, '86400000', 'tok-2', 'sha256:ab12', '30000'), 'acquire again', { acquired: 0 });
@@ -346,7 +359,7 @@ async function flowRecords(c, p, client, goPrefix) {
   const u = record(await c.call('get', k), 'get after update');
   assert.ok(u.updated_ms >= now, 'updated_ms moves forward');
   assert.deepEqual([u.lease_ms, u.expires_ms], [u.updated_ms + 30000, u.updated_ms + 3600000], 'update: durations from now');
-  assert.deepEqual([u.status, u.token, u.created_ms, u.fence], ['pending', '', now, '1'], 'update keeps status and fence');
+  assert.deepEqual([u.status, u.token, u.created_ms, u.fence], ['pending', '', now, a.fence], 'update keeps status and fence');
   const left = await pttl(client, k);
   assert.ok(left > 3_500_000 && left <= 3_600_000, `PTTL ${left} after expires_in_ms`);
   assert.equal(await c.call('renew', k, 'tok-1', '60000'), 1, 'renew own lease');
@@ -363,7 +376,7 @@ async function flowRecords(c, p, client, goPrefix) {
   assert.equal(await c.call('update', k, 'tok-1', 'status', 'completed', 'payload', BIN), 1, 'update completed');
   const d = record(await c.callB('get', k), 'get completed', { buffers: true });
   assert.deepEqual([d.status, d.payload, d.lease_ms, d.fence, d.token],
-    [Buffer.from('completed'), BIN, 0, Buffer.from('1'), Buffer.from('')], 'completed record (binary payload exact)');
+    [Buffer.from('completed'), BIN, 0, Buffer.from(a.fence), Buffer.from('')], 'completed record (binary payload exact)');
   assert.notDeepEqual(Buffer.from(record(await c.call('get', k), 'get as text').payload), BIN, 'a string reply mangles a binary payload');
   const r = record(await c.callB('acquire', k, '86400000', 'tok-5', 'sha256:ab12', '30000'), 'acquire completed', { acquired: 0, buffers: true });
   assert.deepEqual([r.status.toString(), r.payload, r.token.toString()], ['completed', BIN, ''], 'acquire of a completed record replays it');
@@ -377,16 +390,20 @@ async function flowRecords(c, p, client, goPrefix) {
 
   // Takeover: a lease passes, a second caller takes the record, the first is fenced.
   k = p + 'rec:takeover';
-  record(await c.call('acquire', k, '0', 'tok-a', '', '1'), 'acquire a 1 ms lease', { acquired: 1 });
+  const ta = record(await c.call('acquire', k, '0', 'tok-a', '', '1'), 'acquire a 1 ms lease', { acquired: 1 });
+  assert.ok(fence(ta.fence, 'new record') > fa, "a later record's fence (the clock's) is above an earlier one's");
   await sleep(20);
-  let t = record(await c.call('acquire', k, '0', 'tok-b', 'fp-b', '30000'), 'takeover', { acquired: 1 });
-  assert.deepEqual([t.fence, t.token, t.fp, t.expires_ms], ['2', 'tok-b', 'fp-b', 0], 'takeover: fence 2, new owner');
+  // acquired 2: taken over; the fence is above the first owner's.
+  let t = record(await c.call('acquire', k, '0', 'tok-b', 'fp-b', '30000'), 'takeover', { acquired: 2 });
+  assert.deepEqual([t.token, t.fp, t.expires_ms], ['tok-b', 'fp-b', 0], 'takeover: new owner');
+  assert.ok(fence(t.fence, 'takeover') > BigInt(ta.fence), "takeover: a fence above the first owner's");
+  const tf = t.fence;
   await c.err('STALE_OWNER', 'update', k, 'tok-a', 'status', 'completed');
   await c.err('STALE_OWNER', 'delete', k, 'tok-a');
   assert.equal(await c.call('renew', k, 'tok-a', '30000'), -1, 'renew by the old owner');
   assert.equal(await c.call('update', k, 'tok-b', 'status', 'completed', 'payload', 'r'), 1, 'new owner completes');
   t = record(await c.call('get', k), "get the new owner's record");
-  assert.deepEqual([t.status, t.payload, t.fence], ['completed', 'r', '2'], "new owner's record");
+  assert.deepEqual([t.status, t.payload, t.fence], ['completed', 'r', tf], "new owner's record");
   assert.equal(await c.call('update', k, '', 'status', 'failed'), 1, 'unfenced update');
   assert.equal(record(await c.call('get', k), 'get after an unfenced update').status, 'failed', "unfenced update's status");
   assert.equal(await c.call('delete', k, ''), 1, 'unconditional delete');
@@ -397,7 +414,9 @@ async function flowRecords(c, p, client, goPrefix) {
   assert.equal(await c.call('update', k, 'tok', 'expires_in_ms', '-1'), 0, 'update expires_in_ms -1: 0, deleted');
   assert.equal(await c.call('get', k), null, 'get after expiry');
 
-  // Fences are decimal strings up to 9999999999999999999 (past 2^53): compare as strings or BigInt.
+  // Fences are decimal strings up to 9999999999999999999 (past 2^53): compare
+  // as strings or BigInt. A takeover gives max(fence + 1, the clock's): + 1 on
+  // a fence ahead of the clock.
   k = p + 'rec:fence';
   record(await c.call('acquire', k, '0', 'tok-0', '', '1'), 'acquire', { acquired: 1 });
   // The fence set by hand to one below the largest, in the record string
@@ -408,7 +427,7 @@ async function flowRecords(c, p, client, goPrefix) {
     "return redis.call('SET', KEYS[1], string.sub(v, 1, 36) .. string.char(#ARGV[1]) .. ARGV[1] .. " +
     "string.sub(v, 38 + string.byte(v, 37)), 'KEEPTTL')", '1', k, '9999999999999999998']);
   await sleep(20);
-  t = record(await c.call('acquire', k, '0', 'tok-1', '', '1'), 'takeover to the largest fence', { acquired: 1 });
+  t = record(await c.call('acquire', k, '0', 'tok-1', '', '1'), 'takeover to the largest fence', { acquired: 2 });
   assert.equal(BigInt(t.fence), 9999999999999999999n, 'fence 9999999999999999999 exact');
   await sleep(20);
   t = record(await c.call('acquire', k, '0', 'tok-2', '', '30000'), 'no takeover past the largest fence', { acquired: 0 });
@@ -440,13 +459,15 @@ async function flowBatch(c, p, client, goPrefix) {
   // hash tag {batch} (a cluster refuses keys of several slots with CROSSSLOT).
   const [k1, k2, k3, k4, k5] = [1, 2, 3, 4, 5].map((i) => `${p}{batch}:m${i}`);
   assert.equal(await c.call('claim', k2, '86400000', '1'), 1, 'claim m2');
-  assert.equal(await c.call('claim', k3, '30000', '~tok-3'), 1, 'lease m3');
+  fence(await c.call('claim', k3, '30000', '~tok-3'), 'lease m3');
   assert.deepEqual(await c.call('claim_many', [k1, k2, k3, k1], '86400000', '1'), [1, 0, -1, 0],
     'claim_many: created, processed, in flight, and a key given twice (first wins)');
   const left = await pttl(client, k1);
   assert.ok(left > 80_000_000 && left <= 86_400_000, `PTTL ${left} of a claim_many key`);
   assert.deepEqual(await c.call('seen_many', [k1, k2, k3, k4]), [1, 1, 1, 0], 'seen_many');
-  assert.deepEqual(await c.call('claim_many', [k4], '30000', '~tok-4'), [1], 'claim_many of a lease');
+  const m = await c.call('claim_many', [k4], '30000', '~tok-4');
+  assert.equal(m.length, 1, 'claim_many of a lease: one element');
+  fence(m[0], 'claim_many of a lease');
   assert.equal(await c.call('commit', k4, 'tok-4', '86400000'), 1, 'commit a lease claim_many took');
   // A key of another type is a CORRUPT element, not an error reply: the
   // client's error object inside the array; the other keys are claimed.
@@ -561,7 +582,7 @@ async function flowEdges(c, p, client) {
   const rk = p + 'edges:rec';
   record(await c.call('acquire', rk, '0', 'tok', '', '1'), 'acquire a 1 ms lease', { acquired: 1 });
   const ck = p + 'edges:claim';
-  assert.equal(await c.call('claim', ck, '1', '~tok'), 1, 'claim a 1 ms lease');
+  fence(await c.call('claim', ck, '1', '~tok'), 'claim a 1 ms lease');
   await sleep(20);
   assert.equal(await c.call('renew', rk, 'tok', '60000'), 1, 'renew after the lease passed, before a takeover');
   assert.equal(await c.call('extend', ck, 'tok', '60000'), 0, 'extend after the lease ran out');

@@ -141,6 +141,15 @@ def record(v, what, acquired=None):
     return rec
 
 
+def fence(v, what):
+    """Checks a fence: a lease's (claim) or a record's, the server's clock in
+    ns at µs precision, a 19-digit decimal string past 2^53; returns it as an
+    int (Python's ints are exact: never a float)."""
+    is_bytes(v, what)
+    check(re.fullmatch(rb"[1-9][0-9]{18}", v) is not None, f"{what}: fence {v!r} is not 19 digits")
+    return int(v)
+
+
 def decode_record(v):
     """Decodes a record's raw value by hand, as docs/non-go.md's "Key layout per store" says
     (layout 1): "ro1 ", four big-endian doubles (created, updated, expires,
@@ -207,7 +216,8 @@ def flow_claims(call, p, r):
 
     # The safe consumer flow (what Claims.Do does): lease, extend, commit.
     k = p + "claim:do"
-    eq(call("claim", k, "30000", "~tok-1"), 1, "claim a lease")
+    # A lease won answers its fence (a string), a mark 1.
+    f1 = fence(call("claim", k, "30000", "~tok-1"), "claim a lease")
     # In flight: the negative of the ms left on the holder's lease (at least 1).
     left = call("claim", k, "30000", "~tok-2")
     check(-30000 <= left < -20000, f"claim while in flight: {left}, want -(ms left on the lease)")
@@ -226,15 +236,17 @@ def flow_claims(call, p, r):
 
     # The effect failed: release, and the redelivery claims again.
     k = p + "claim:release"
-    eq(call("claim", k, "30000", "~tok-1"), 1, "claim a lease")
+    f2 = fence(call("claim", k, "30000", "~tok-1"), "claim a lease")
+    check(f2 > f1, f"fence {f2} of a later lease is not above {f1}")
     eq(call("release", k, "tok-1"), 1, "release own lease")
     eq(call("release", k, "tok-1"), 0, "release again")
     eq(call("seen", k), 0, "seen after release")
-    eq(call("claim", k, "30000", "~tok-2"), 1, "redelivery claims again")
+    f3 = fence(call("claim", k, "30000", "~tok-2"), "redelivery claims again")
+    check(f3 > f2, f"fence {f3} after a release is not above {f2}")
 
     # The lease expired and nobody took the id: commit writes "1" anyway.
     k = p + "claim:expired"
-    eq(call("claim", k, "1", "~tok-1"), 1, "claim a 1 ms lease")
+    fence(call("claim", k, "1", "~tok-1"), "claim a 1 ms lease")
     time.sleep(0.02)
     eq(call("extend", k, "tok-1", "30000"), 0, "extend an expired lease")
     eq(call("commit", k, "tok-1", "86400000"), 2, "commit after the lease expired")
@@ -254,7 +266,7 @@ def flow_claims(call, p, r):
     eq(call("seen", GO_PREFIX + "claim"), 1, "seen of the Go store's claim")
     eq(call("claim", GO_PREFIX + "claim", "86400000", "1"), 0, "claim of the Go store's claim")
     eq(call("claim", p + "handoff:claim", "86400000", "1"), 1, "claim the handoff id")
-    eq(call("claim", p + "handoff:lease", "60000", "~py-tok"), 1, "lease the handoff id")
+    fence(call("claim", p + "handoff:lease", "60000", "~py-tok"), "lease the handoff id")
 
 
 # ---- Outbox -------------------------------------------------------------
@@ -352,7 +364,8 @@ def flow_outbox(call, p, r):
 def flow_records(call, p, r):
     k = p + "rec:1"
     a = record(call("acquire", k, "86400000", "tok-1", "sha256:ab12", "30000"), "acquire", acquired=1)
-    eq((a["status"], a["payload"], a["fence"], a["fp"], a["token"]), (b"pending", b"", b"1", b"sha256:ab12", b"tok-1"), "new record")
+    eq((a["status"], a["payload"], a["fp"], a["token"]), (b"pending", b"", b"sha256:ab12", b"tok-1"), "new record")
+    fa = fence(a["fence"], "new record")
     now = a["created_ms"]
     eq((a["updated_ms"], a["expires_ms"], a["lease_ms"]), (now, now + 86400000, now + 30000), "new record's times")
     b = record(call("acquire", k, "86400000", "tok-2", "sha256:ab12", "30000"), "acquire again", acquired=0)
@@ -368,7 +381,7 @@ def flow_records(call, p, r):
     u = record(call("get", k), "get after update")
     check(u["updated_ms"] >= now, "updated_ms moves forward")
     eq((u["lease_ms"], u["expires_ms"]), (u["updated_ms"] + 30000, u["updated_ms"] + 3600000), "update: durations from now")
-    eq((u["status"], u["token"], u["created_ms"], u["fence"]), (b"pending", b"", now, b"1"), "update keeps status and fence")
+    eq((u["status"], u["token"], u["created_ms"], u["fence"]), (b"pending", b"", now, a["fence"]), "update keeps status and fence")
     check(3_500_000 < r.pttl(k) <= 3_600_000, "PTTL after expires_in_ms")
     eq(call("renew", k, "tok-1", "60000"), 1, "renew own lease")
     check(record(call("get", k), "get")["lease_ms"] >= u["updated_ms"] + 60000, "renew: lease 60 s from now")
@@ -383,7 +396,7 @@ def flow_records(call, p, r):
     # Done: store the result (binary) fenced by the token; retries replay it.
     eq(call("update", k, "tok-1", "status", "completed", "payload", BIN), 1, "update completed")
     d = record(call("get", k), "get completed")
-    eq((d["status"], d["payload"], d["lease_ms"], d["fence"], d["token"]), (b"completed", BIN, 0, b"1", b""), "completed record (binary payload exact)")
+    eq((d["status"], d["payload"], d["lease_ms"], d["fence"], d["token"]), (b"completed", BIN, 0, a["fence"], b""), "completed record (binary payload exact)")
     raw = decode_record(r.get(k))
     eq(raw, dict(d, token=b"tok-1"), "the raw value decoded by hand: get's record, with its owner's token")
     eq(r.pexpiretime(k), raw["expires_ms"], "the record's expires_ms is its key's expiry")
@@ -399,16 +412,19 @@ def flow_records(call, p, r):
 
     # Takeover: a lease passes, a second caller takes the record, the first is fenced.
     k = p + "rec:takeover"
-    record(call("acquire", k, "0", "tok-a", "", "1"), "acquire a 1 ms lease", acquired=1)
+    a = record(call("acquire", k, "0", "tok-a", "", "1"), "acquire a 1 ms lease", acquired=1)
+    check(fence(a["fence"], "new record") > fa, "a later record's fence (the clock's) is above an earlier one's")
     time.sleep(0.02)
-    t = record(call("acquire", k, "0", "tok-b", "fp-b", "30000"), "takeover", acquired=1)
-    eq((t["fence"], t["token"], t["fp"], t["expires_ms"]), (b"2", b"tok-b", b"fp-b", 0), "takeover: fence 2, new owner")
+    # acquired 2: taken over; the fence is above the first owner's.
+    t = record(call("acquire", k, "0", "tok-b", "fp-b", "30000"), "takeover", acquired=2)
+    eq((t["token"], t["fp"], t["expires_ms"]), (b"tok-b", b"fp-b", 0), "takeover: new owner")
+    check(fence(t["fence"], "takeover") > int(a["fence"]), "takeover: a fence above the first owner's")
     call.err("STALE_OWNER", "update", k, "tok-a", "status", "completed")
     call.err("STALE_OWNER", "delete", k, "tok-a")
     eq(call("renew", k, "tok-a", "30000"), -1, "renew by the old owner")
     eq(call("update", k, "tok-b", "status", "completed", "payload", b"r"), 1, "new owner completes")
     d = record(call("get", k), "get the new owner's record")
-    eq((d["status"], d["payload"], d["fence"]), (b"completed", b"r", b"2"), "new owner's record")
+    eq((d["status"], d["payload"], d["fence"]), (b"completed", b"r", t["fence"]), "new owner's record")
     eq(call("update", k, "", "status", "failed"), 1, "unfenced update")
     eq(record(call("get", k), "get after an unfenced update")["status"], b"failed", "unfenced update's status")
     eq(call("delete", k, ""), 1, "unconditional delete")
@@ -419,12 +435,13 @@ def flow_records(call, p, r):
     eq(call("update", k, "tok", "expires_in_ms", "-1"), 0, "update expires_in_ms -1: 0, deleted")
     eq(call("get", k), None, "get after expiry")
 
-    # Fences are decimal strings up to 9999999999999999999 (past 2^53).
+    # Fences are decimal strings up to 9999999999999999999 (past 2^53); a
+    # takeover gives max(fence + 1, the clock's): + 1 on a fence ahead of the clock.
     k = p + "rec:fence"
     record(call("acquire", k, "0", "tok-0", "", "1"), "acquire", acquired=1)
     set_fence(r, k, b"9999999999999999998")  # the record layout (docs/non-go.md, "Key layout per store")
     time.sleep(0.02)
-    t = record(call("acquire", k, "0", "tok-1", "", "1"), "takeover to the largest fence", acquired=1)
+    t = record(call("acquire", k, "0", "tok-1", "", "1"), "takeover to the largest fence", acquired=2)
     eq(t["fence"], b"9999999999999999999", "fence 9999999999999999999 exact")
     time.sleep(0.02)
     t = record(call("acquire", k, "0", "tok-2", "", "30000"), "no takeover past the largest fence", acquired=0)
@@ -454,12 +471,14 @@ def flow_batch(call, p, r):
     # hash tag {batch} (a cluster refuses keys of several slots with CROSSSLOT).
     k1, k2, k3, k4, k5 = (p + "{batch}:m" + str(i) for i in range(1, 6))
     eq(call("claim", k2, "86400000", "1"), 1, "claim m2")
-    eq(call("claim", k3, "30000", "~tok-3"), 1, "lease m3")
+    fence(call("claim", k3, "30000", "~tok-3"), "lease m3")
     eq(call("claim_many", [k1, k2, k3, k1], "86400000", "1"), [1, 0, -1, 0],
        "claim_many: created, processed, in flight, and a key given twice (first wins)")
     check(80_000_000 < r.pttl(k1) <= 86_400_000, "PTTL of a claim_many key")
     eq(call("seen_many", [k1, k2, k3, k4]), [1, 1, 1, 0], "seen_many")
-    eq(call("claim_many", [k4], "30000", "~tok-4"), [1], "claim_many of a lease")
+    m = call("claim_many", [k4], "30000", "~tok-4")
+    check(type(m) is list and len(m) == 1, f"claim_many of a lease: {m!r}")
+    fence(m[0], "claim_many of a lease")
     eq(call("commit", k4, "tok-4", "86400000"), 1, "commit a lease claim_many took")
     # A key of another type is a CORRUPT element, not an error reply: redis-py
     # puts the ResponseError in the list; the other keys are claimed.
@@ -595,7 +614,7 @@ def flow_edges(call, p, r):
     rk = p + "edges:rec"
     record(call("acquire", rk, "0", "tok", "", "1"), "acquire a 1 ms lease", acquired=1)
     ck = p + "edges:claim"
-    eq(call("claim", ck, "1", "~tok"), 1, "claim a 1 ms lease")
+    fence(call("claim", ck, "1", "~tok"), "claim a 1 ms lease")
     time.sleep(0.02)
     eq(call("renew", rk, "tok", "60000"), 1, "renew after the lease passed, before a takeover")
     eq(call("extend", ck, "tok", "60000"), 0, "extend after the lease ran out")

@@ -63,6 +63,7 @@ var claimsCases = []struct {
 	run  func(*testing.T, *claimsSuite)
 }{
 	{"Events", claimsEvents},
+	{"Fences", claimsFences},
 	{"ClaimOnce", claimsClaimOnce},
 	{"RememberForget", claimsRememberForget},
 	{"ClaimMany", claimsClaimMany},
@@ -90,6 +91,9 @@ var claimsCases = []struct {
 	{"CancelledContext", claimsCancelledContext},
 	{"AnyBytesInIDs", claimsAnyBytesInIDs},
 }
+
+// claimsFences is the Fences case of TestClaims.
+func claimsFences(t *testing.T, x *claimsSuite) { testClaimsFences(t, x.newStore, x.h) }
 
 // claimsEvents is the Events case of TestClaims.
 func claimsEvents(t *testing.T, x *claimsSuite) {
@@ -404,8 +408,8 @@ func claimsDoLeaseKeptAlive(t *testing.T, x *claimsSuite) {
 	lease := 2 * h.Tick
 	ran, err := s.Do(ctx, "m", lease, func(ctx context.Context) error {
 		l, ok := store.LeaseFromContext(ctx)
-		if !ok || l.ID != "m" || l.Token == "" || l.Fence != 0 {
-			t.Errorf("LeaseFromContext = %+v, %v; want id m, a token, fence 0", l, ok)
+		if !ok || l.ID != "m" || l.Token == "" || l.Fence == 0 {
+			t.Errorf("LeaseFromContext = %+v, %v; want id m, a token, a fence above 0", l, ok)
 		}
 		// fn runs past its lease; the heartbeat keeps the lease, so a
 		// redelivery meanwhile is still in flight.

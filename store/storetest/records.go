@@ -37,8 +37,14 @@ type RecordsHarness struct {
 	// store New returns (a fresh prefix or database). The suite closes it.
 	New func(t *testing.T, opts ...store.Option) (*store.Records, error)
 	// NewStore, when set, is used instead of New: for a store built over a
-	// *store.Records rather than one.
+	// *store.Records rather than one (the Postgres records of
+	// integrations/postgres).
 	NewStore func(t *testing.T, opts ...store.Option) (RecordStore, error)
+	// DoMakesOwnCalls says that the store's Do makes calls of its own on the
+	// store that reports its events (a store over another, as the Postgres
+	// records renew the lease before their commit): the subtests that check
+	// Do's events one by one are skipped; the other event subtests run.
+	DoMakesOwnCalls bool
 	// Wait lets d pass for the stores New returns: time.Sleep for a store on a
 	// real clock, Clock.Advance for a fake one.
 	Wait func(d time.Duration)
@@ -51,11 +57,6 @@ type RecordsHarness struct {
 	// multiples of it, and times read from the store may differ from Now by up
 	// to half of it. Default 100ms.
 	Tick time.Duration
-	// DoMakesOwnCalls says that the store's Do makes calls of its own on the
-	// store that reports its events (a store over another, as the Postgres
-	// records renew the lease before their commit): the subtests that check
-	// Do's events one by one are skipped; the other event subtests run.
-	DoMakesOwnCalls bool
 }
 
 // TestRecords runs the idempotency records contract against h's stores.
@@ -87,10 +88,8 @@ type recordsSuite struct {
 // newStore returns a new store of the harness, closed when t ends.
 func (x *recordsSuite) newStore(t *testing.T, opts ...store.Option) RecordStore {
 	t.Helper()
-	var (
-		s   RecordStore
-		err error
-	)
+	var s RecordStore
+	var err error
 	if x.h.NewStore != nil {
 		s, err = x.h.NewStore(t, opts...)
 	} else {
@@ -126,6 +125,7 @@ var recordsCases = []struct {
 	run  func(*testing.T, *recordsSuite)
 }{
 	{"Events", recordsEvents},
+	{"Fences", recordsFences},
 	{"SeedExample", recordsSeedExample},
 	{"AcquireExisting", recordsAcquireExisting},
 	{"GetMissing", recordsGetMissing},
@@ -184,6 +184,9 @@ var recordsCases = []struct {
 	{"DoOnlyOneOfMany", recordsDoOnlyOneOfMany},
 }
 
+// recordsFences is the Fences case of TestRecords.
+func recordsFences(t *testing.T, x *recordsSuite) { testRecordsFences(t, x.newStore, x.h) }
+
 // recordsEvents is the Events case of TestRecords.
 func recordsEvents(t *testing.T, x *recordsSuite) {
 	h, newStore := x.h, x.newStore
@@ -200,9 +203,9 @@ func recordsSeedExample(t *testing.T, x *recordsSuite) {
 	if !acquired {
 		t.Fatal("the first Acquire did not acquire")
 	}
-	if rec.Key != "export:123" || rec.Status != store.StatusPending || rec.Token == "" || rec.Fence != 1 ||
+	if rec.Key != "export:123" || rec.Status != store.StatusPending || rec.Token == "" || rec.Fence == 0 ||
 		rec.Payload != nil || !rec.LeaseUntil.IsZero() || rec.Fingerprint != "" {
-		t.Errorf("acquired record = %+v; want key export:123, pending, a token, fence 1, no payload, lease or fingerprint", rec)
+		t.Errorf("acquired record = %+v; want key export:123, pending, a token, a fence, no payload, lease or fingerprint", rec)
 	}
 	within(t, "CreatedAt", rec.CreatedAt, start)
 	if !rec.UpdatedAt.Equal(rec.CreatedAt) || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(24*time.Hour)) {
@@ -274,8 +277,8 @@ func recordsDeleteAndAcquireAgain(t *testing.T, x *recordsSuite) {
 	noErr(t, s.Delete(ctx, "k"))
 	noErr(t, s.DeleteFenced(ctx, "k", a.Token))
 	b := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
-	if b.Fence != 1 || b.Token == a.Token || b.Status != store.StatusPending {
-		t.Errorf("acquire after Delete = %+v; want a new pending record, fence 1, a new token", b)
+	if b.Fence <= a.Fence || b.Token == a.Token || b.Status != store.StatusPending {
+		t.Errorf("acquire after Delete = %+v; want a new pending record, a fence above %d, a new token", b, a.Fence)
 	}
 }
 
@@ -291,8 +294,8 @@ func recordsTTL(t *testing.T, x *recordsSuite) {
 	h.Wait(3 * tick)
 	mustGet(t, s, "k", false)
 	wantErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted)}), store.ErrNotFound)
-	if again := mustAcquire(t, s, "k", store.AcquireOptions{}, true); again.Fence != 1 {
-		t.Errorf("acquire after expiry: fence %d, want 1", again.Fence)
+	if again := mustAcquire(t, s, "k", store.AcquireOptions{}, true); again.Fence <= rec.Fence {
+		t.Errorf("acquire after expiry: fence %d, want one above the expired record's %d", again.Fence, rec.Fence)
 	}
 }
 
@@ -386,14 +389,14 @@ func recordsLeaseTakeoverFencesTheStalledOwner(t *testing.T, x *recordsSuite) {
 		t.Errorf("LeaseUntil = %v, want CreatedAt + %v", a.LeaseUntil, 2*tick)
 	}
 	b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 2 * tick}, false)
-	if b.Status != store.StatusPending || b.Fence != 1 || b.Token != "" || !b.LeaseUntil.Equal(a.LeaseUntil) {
+	if b.Status != store.StatusPending || b.Fence != a.Fence || b.Token != "" || !b.LeaseUntil.Equal(a.LeaseUntil) {
 		t.Errorf("acquire within the lease = %+v; want a's pending record without a token", b)
 	}
 	h.Wait(3 * tick)
 	start := h.Now()
 	c := mustAcquire(t, s, "k", store.AcquireOptions{Lease: 100 * tick}, true)
-	if c.Fence != 2 || c.Token == "" || c.Token == a.Token || c.Status != store.StatusPending {
-		t.Errorf("takeover = %+v; want fence 2 and a new token", c)
+	if c.Fence <= a.Fence || c.Token == "" || c.Token == a.Token || c.Status != store.StatusPending {
+		t.Errorf("takeover = %+v; want a fence above %d and a new token", c, a.Fence)
 	}
 	if !c.CreatedAt.Equal(a.CreatedAt) || !c.ExpiresAt.Equal(a.ExpiresAt) {
 		t.Errorf("takeover changed CreatedAt/ExpiresAt: %v/%v, was %v/%v", c.CreatedAt, c.ExpiresAt, a.CreatedAt, a.ExpiresAt)
@@ -413,8 +416,8 @@ func recordsLeaseTakeoverFencesTheStalledOwner(t *testing.T, x *recordsSuite) {
 
 	noErr(t, s.Update(ctx, "k", store.Update{Status: statusPtr(store.StatusCompleted), Payload: bytesPtr("C"), Token: c.Token}))
 	got := mustGet(t, s, "k", true)
-	if got.Status != store.StatusCompleted || string(got.Payload) != "C" || !got.LeaseUntil.IsZero() || got.Fence != 2 {
-		t.Errorf("after the new owner's update: %+v; want completed, C, no lease, fence 2", got)
+	if got.Status != store.StatusCompleted || string(got.Payload) != "C" || !got.LeaseUntil.IsZero() || got.Fence != c.Fence {
+		t.Errorf("after the new owner's update: %+v; want completed, C, no lease, fence %d", got, c.Fence)
 	}
 	wantErr(t, s.DeleteFenced(ctx, "k", a.Token), store.ErrStaleOwner)
 	noErr(t, s.DeleteFenced(ctx, "k", c.Token))
@@ -426,12 +429,13 @@ func recordsTakeoverAgainAndAgain(t *testing.T, x *recordsSuite) {
 	h, tick, newStore := x.h, x.tick, x.newStore
 	s := newStore(t)
 	tokens := map[string]bool{}
+	var fence uint64
 	for i := 1; i <= 3; i++ {
 		rec := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true)
-		if rec.Fence != uint64(i) || tokens[rec.Token] {
-			t.Errorf("acquire %d: fence %d token %q; want fence %d and a fresh token", i, rec.Fence, rec.Token, i)
+		if rec.Fence <= fence || tokens[rec.Token] {
+			t.Errorf("acquire %d: fence %d token %q; want a fence above %d and a fresh token", i, rec.Fence, rec.Token, fence)
 		}
-		tokens[rec.Token] = true
+		tokens[rec.Token], fence = true, rec.Fence
 		h.Wait(2 * tick)
 	}
 }
@@ -451,9 +455,11 @@ func recordsNoLeaseIsNeverTakenOver(t *testing.T, x *recordsSuite) {
 func recordsFinishedRecordsAreNotTakenOver(t *testing.T, x *recordsSuite) {
 	h, ctx, tick, newStore := x.h, x.ctx, x.tick, x.newStore
 	s := newStore(t)
+	fences := map[store.Status]uint64{}
 	for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
 		key := "k-" + string(st)
 		a := mustAcquire(t, s, key, store.AcquireOptions{Lease: 2 * tick}, true)
+		fences[st] = a.Fence
 		// LeaseUntil is ignored: a status other than pending clears the lease.
 		noErr(t, s.Update(ctx, key, store.Update{Status: &st, LeaseUntil: timePtr(a.CreatedAt.Add(time.Hour)), Token: a.Token}))
 		if got := mustGet(t, s, key, true); got.Status != st || !got.LeaseUntil.IsZero() {
@@ -462,7 +468,7 @@ func recordsFinishedRecordsAreNotTakenOver(t *testing.T, x *recordsSuite) {
 	}
 	h.Wait(3 * tick)
 	for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, "custom"} {
-		if rec := mustAcquire(t, s, "k-"+string(st), store.AcquireOptions{Lease: tick}, false); rec.Status != st || rec.Fence != 1 {
+		if rec := mustAcquire(t, s, "k-"+string(st), store.AcquireOptions{Lease: tick}, false); rec.Status != st || rec.Fence != fences[st] {
 			t.Errorf("acquire of a %s record = %+v", st, rec)
 		}
 	}
@@ -496,8 +502,8 @@ func recordsUpdateMovesTheLease(t *testing.T, x *recordsSuite) {
 	mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
 	// A passed deadline hands the record to the next acquire at once.
 	noErr(t, s.Update(ctx, "k", store.Update{LeaseUntil: timePtr(a.CreatedAt), Token: a.Token}))
-	if b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); b.Fence != 2 {
-		t.Errorf("takeover after the lease was moved back: fence %d, want 2", b.Fence)
+	if b := mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, true); b.Fence <= a.Fence {
+		t.Errorf("takeover after the lease was moved back: fence %d, want one above %d", b.Fence, a.Fence)
 	}
 	// Zero removes the lease.
 	c := mustAcquire(t, s, "z", store.AcquireOptions{Lease: tick}, true)
@@ -806,8 +812,8 @@ func recordsDoRunsOnceAndReplays(t *testing.T, x *recordsSuite) {
 		t.Errorf("fn ran %d times, want 1", calls)
 	}
 	got := mustGet(t, s, "k", true)
-	if got.Status != store.StatusCompleted || string(got.Payload) != "r1" || !got.LeaseUntil.IsZero() || got.Fence != 1 {
-		t.Errorf("record after Do = %+v; want completed, r1, no lease, fence 1", got)
+	if got.Status != store.StatusCompleted || string(got.Payload) != "r1" || !got.LeaseUntil.IsZero() || got.Fence == 0 {
+		t.Errorf("record after Do = %+v; want completed, r1, no lease, a fence", got)
 	}
 }
 
@@ -942,11 +948,13 @@ func recordsDoLeaseKeptAlive(t *testing.T, x *recordsSuite) {
 	h, ctx, tick, newStore, doOpts := x.h, x.ctx, x.tick, x.newStore, x.doOpts
 	s := newStore(t)
 	lease := 2 * tick
+	var fence uint64
 	res, replayed, err := s.Do(ctx, "k", store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
 		l, ok := store.LeaseFromContext(ctx)
-		if !ok || l.ID != "k" || l.Token == "" || l.Fence != 1 {
-			t.Errorf("LeaseFromContext = %+v, %v; want key k, a token, fence 1", l, ok)
+		if !ok || l.ID != "k" || l.Token == "" || l.Fence == 0 {
+			t.Errorf("LeaseFromContext = %+v, %v; want key k, a token, a fence", l, ok)
 		}
+		fence = l.Fence
 		// fn runs past its lease; the heartbeat keeps it, so a retry
 		// meanwhile is still in flight.
 		h.Wait(lease + tick)
@@ -960,8 +968,8 @@ func recordsDoLeaseKeptAlive(t *testing.T, x *recordsSuite) {
 	if string(res) != "A" || replayed || err != nil {
 		t.Errorf("long-running owner's Do = %q, %v, %v; want A, false, nil", res, replayed, err)
 	}
-	if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
-		t.Errorf("record = %+v; want completed A, fence 1", got)
+	if got := mustGet(t, s, "k", true); got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != fence {
+		t.Errorf("record = %+v; want completed A, fence %d (the lease's)", got, fence)
 	}
 }
 
@@ -1048,11 +1056,16 @@ func recordsDoRecreatesRemovedRecord(t *testing.T, x *recordsSuite) {
 func recordsDoCancelsFnWhenRecordLost(t *testing.T, x *recordsSuite) {
 	ctx, tick, newStore, doOpts := x.ctx, x.tick, x.newStore, x.doOpts
 	s := newStore(t)
+	var other store.Record
 	_, _, err := s.Do(ctx, "k", store.AcquireOptions{Lease: 3 * tick}, func(ctx context.Context) ([]byte, error) {
+		l, _ := store.LeaseFromContext(ctx)
 		noErr(t, s.Delete(ctx, "k"))
-		_, ok, err := s.AcquireWith(context.Background(), "k", doOpts) // another owner
+		rec, ok, err := s.AcquireWith(context.Background(), "k", doOpts) // another owner
 		if !ok || err != nil {
 			t.Errorf("AcquireWith = %v, %v", ok, err)
+		}
+		if other = rec; rec.Fence <= l.Fence {
+			t.Errorf("the other owner's fence %d is not above the first owner's %d", rec.Fence, l.Fence)
 		}
 		select {
 		case <-ctx.Done():
@@ -1063,8 +1076,8 @@ func recordsDoCancelsFnWhenRecordLost(t *testing.T, x *recordsSuite) {
 		}
 	})
 	wantErr(t, err, store.ErrStaleOwner)
-	if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
-		t.Errorf("record = %+v; want the other owner's pending record", got)
+	if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != other.Fence {
+		t.Errorf("record = %+v; want the other owner's pending record (fence %d)", got, other.Fence)
 	}
 }
 
@@ -1318,8 +1331,8 @@ func recordsDoOutlivesAShortTTL(t *testing.T, x *recordsSuite) {
 	}
 	done := h.Now()
 	got := mustGet(t, s, "k", true)
-	if got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence != 1 {
-		t.Errorf("record = %+v; want completed A, fence 1", got)
+	if got.Status != store.StatusCompleted || string(got.Payload) != "A" || got.Fence == 0 {
+		t.Errorf("record = %+v; want completed A, a fence", got)
 	}
 	within(t, "ExpiresAt after a run longer than the TTL", got.ExpiresAt, done.Add(ttl))
 	if res, replayed, err := s.Do(ctx, "k", o, result("B")); string(res) != "A" || !replayed || err != nil {
@@ -1340,14 +1353,14 @@ func recordsLeasePastTheTTLKeepsTheRecord(t *testing.T, x *recordsSuite) {
 		t.Errorf("ExpiresAt = %v, want CreatedAt + TTL: the retention asked for", a.ExpiresAt)
 	}
 	h.Wait(2 * tick)
-	if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != 1 {
-		t.Errorf("record past its TTL, within its lease = %+v; want it pending", got)
+	if got := mustGet(t, s, "k", true); got.Status != store.StatusPending || got.Fence != a.Fence {
+		t.Errorf("record past its TTL, within its lease = %+v; want it pending, fence %d", got, a.Fence)
 	}
 	mustAcquire(t, s, "k", store.AcquireOptions{Lease: tick}, false)
 	h.Wait(3 * tick)
 	mustGet(t, s, "k", false)
-	if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence != 1 {
-		t.Errorf("acquire after the lease and the TTL passed: fence %d, want 1 (a new record)", b.Fence)
+	if b := mustAcquire(t, s, "k", store.AcquireOptions{TTL: tick, Lease: tick}, true); b.Fence <= a.Fence {
+		t.Errorf("acquire after the lease and the TTL passed: fence %d, want one above %d (a new record)", b.Fence, a.Fence)
 	}
 }
 

@@ -511,9 +511,11 @@ func (r *recordsRun) check(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		// A failed call drops its record, so every record is the first of
-		// its incarnation: nobody took a live owner's record over.
-		if !ok || rec.Status != store.StatusCompleted || rec.Fence != 1 {
-			return 0, fmt.Errorf("%s: record %+v (found %v), want completed with fence 1", key, rec, ok)
+		// its incarnation: nobody took a live owner's record over. Its fence
+		// is still the one it was created with: the server's clock (ns) at
+		// CreatedAt (a takeover's fence reads the clock a lease later).
+		if !ok || rec.Status != store.StatusCompleted || rec.Fence/1_000_000 != uint64(rec.CreatedAt.UnixMilli()) {
+			return 0, fmt.Errorf("%s: record %+v (found %v), want completed with the fence it was created with", key, rec, ok)
 		}
 		// One more retry, outside the counts: the stored response, replayed.
 		req := httptest.NewRequestWithContext(ctx, "POST", "/payments", strings.NewReader(r.bodies[key]))

@@ -1,4 +1,6 @@
-package storetest
+// Package observertest checks the observers of this repository (store's
+// SlogObserver, observe/otel, observe/prometheus) against the key rule.
+package observertest
 
 import (
 	"context"
@@ -11,7 +13,7 @@ import (
 )
 
 // The key rule every observer follows (store.SlogObserver, the OpenTelemetry
-// and Prometheus adapters, and yours): the key, and any error text that
+// and Prometheus adapters): the key, and any error text that
 // quotes it, appear in what it records only with the option that says so.
 // Store errors quote the id (`redisonce: ack "c1": stale owner`):
 // store.Event.ErrorText(false) is the text without it.
