@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/integrations/postgres"
 	"github.com/redisonce/redisonce/internal/pgproc"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	shared.stop()
+	postgres.StopRecordsServers() // the Records tests' servers (records_harness_test.go)
 	os.Exit(code)
 }
 

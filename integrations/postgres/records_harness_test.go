@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,13 +27,46 @@ type recServers struct {
 	redis *redisproc.Server
 }
 
-// startRecServers starts a PostgreSQL server (pgproc.StartT: a missing
-// PostgreSQL skips the test outside CI and fails it under CI=true) and a
-// Redis server for t, both stopped when t ends.
+// recShared are the servers the records tests share, started by the first
+// test that asks (startRecServers) and stopped by the package's TestMain
+// (StopRecordsServers): a test takes a table and a key prefix of its own.
+var recShared struct {
+	once sync.Once
+	srv  recServers
+	err  error
+}
+
+// startRecServers returns the shared PostgreSQL and Redis servers. When
+// PostgreSQL is not installed it skips the test, except under CI=true, where
+// it fails it.
 func startRecServers(t testing.TB) *recServers {
 	t.Helper()
-	pg := pgproc.StartT(t, pgproc.Options{})
-	return &recServers{pg: pg, redis: redisproc.StartT(t, redisproc.Options{})}
+	recShared.once.Do(func() {
+		if recShared.srv.pg, recShared.err = pgproc.Start(pgproc.Options{}); recShared.err != nil {
+			return
+		}
+		recShared.srv.redis, recShared.err = redisproc.Start(redisproc.Options{})
+	})
+	switch err := recShared.err; {
+	case err == nil:
+		return &recShared.srv
+	case errors.Is(err, pgproc.ErrNotInstalled) && os.Getenv("CI") != "true":
+		t.Skipf("%v\n(set CI=true to make this a failure)", err)
+	default:
+		t.Fatalf("starting the records tests' servers: %v", err)
+	}
+	return nil
+}
+
+// StopRecordsServers stops the servers of the records tests, if they were
+// started; the package's TestMain calls it after the tests.
+func StopRecordsServers() {
+	if recShared.srv.pg != nil {
+		_ = recShared.srv.pg.Stop()
+	}
+	if recShared.srv.redis != nil {
+		_ = recShared.srv.redis.Stop()
+	}
 }
 
 // recEnv is one test's share of the servers: a pool, a Redis client, a

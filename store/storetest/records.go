@@ -710,9 +710,21 @@ func recordsBadOptions(t *testing.T, x *recordsSuite) {
 	h := x.h
 	// A bad option, or one that does not apply to records, fails New.
 	for _, opt := range []store.Option{nil, store.WithTTL(-time.Second), store.WithMaxUnacked(1)} {
-		s, err := h.New(t, opt)
+		var (
+			got bool
+			err error
+		)
+		if h.NewStore != nil {
+			var s RecordStore
+			s, err = h.NewStore(t, opt)
+			got = s != nil
+		} else {
+			var s *store.Records
+			s, err = h.New(t, opt)
+			got = s != nil
+		}
 		wantErr(t, err, store.ErrInvalidArgument)
-		if s != nil {
+		if got {
 			t.Errorf("New with a bad option returned a store")
 		}
 	}
