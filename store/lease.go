@@ -158,6 +158,7 @@ type heartbeat struct {
 	op              string
 	sentinel        error       // wrapped by the cause of a lost lease
 	onExtend        func(Lease) // OnExtend's fn, or nil
+	claimSent       time.Time   // when the claim that ran was sent (takeLease)
 	hookMu          sync.Mutex  // one onExtend call at a time
 
 	mu          sync.Mutex
@@ -512,12 +513,12 @@ const finalWriteBudget = 5 * time.Second
 // (or on its error), the heartbeat is stopped again.
 func takeLease(ctx context.Context, lease time.Duration, sentinel error, extend extendFunc, take func(sent *time.Time) (bool, error)) (*heartbeat, time.Time, error) {
 	hb := startHeartbeat(ctx, lease, time.Now(), "do", sentinel, extend)
-	var sent time.Time
-	won, err := take(&sent)
+	sent := &hb.claimSent // on the heartbeat, which is on the heap anyway
+	won, err := take(sent)
 	if err != nil || !won {
 		hb.stop()
 	}
-	return hb, sent, err
+	return hb, *sent, err
 }
 
 // runLease runs fn under the lease l that hb keeps (its claim sent at sent),
