@@ -163,7 +163,7 @@ func TestBatchFirstWinsWaitReplicas(t *testing.T) {
 // TestBatchFirstWinsSlotMigration: a cluster slot in MIGRATING/IMPORTING
 // state. A script call on several keys of the slot that are absent is sent
 // on to the target by ASK, where it gets TRYAGAIN until the migration ends
-// (the store retries it for up to 3 s); a call on one key runs through ASK at
+// (the store retries it until ctx's deadline); a call on one key runs through ASK at
 // once. A batch of 500 ids and a repeat of its first (a 1-key tail call) once
 // let the repeat win: it created the key while the 500-key call waited.
 func TestBatchFirstWinsSlotMigration(t *testing.T) {
@@ -204,7 +204,7 @@ func TestBatchFirstWinsSlotMigration(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("%s: migration ended before the batch: %v", name, err)
 		}
-		// The migration ends 500 ms into the batch: well inside the 3 s the
+		// The migration ends 500 ms into the batch: well inside the 60 s the
 		// store retries TRYAGAIN, long enough for the 1-key call to land.
 		time.AfterFunc(500*time.Millisecond, func() { close(release) })
 		got, err := s.ClaimMany(ctx, ids)

@@ -88,13 +88,21 @@ type leaseRun struct {
 // server (its lease runs out there one lease after its claim arrived); B
 // tries every few ms. A's fn context must be cancelled before B's fn starts,
 // and its Deadline must say when, no later than the claim's send time plus
-// the lease. Claims and Records, two lease lengths.
+// the lease: the send time of the claim command that ran (the hook sees it
+// leave), which on a fresh server is the EVAL after EVALSHA's NOSCRIPT.
+// Claims and Records, two lease lengths.
 func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
 	// Not parallel: its margins are tens of ms, and a binary busy with
 	// the parallel tests delays timers and the proxy far more than that.
 	srv := newServer(t, redisproc.Options{})
 	base := newClient(t, srv.URL())
-	hooked := &hookClient{Client: base, hook: extendsStall}
+	var claimSent time.Time // A's last claim or acquire command, as it left
+	hooked := &hookClient{Client: base, hook: func(ctx context.Context, script string, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+		if script == "claim" || script == "acquire" {
+			claimSent = time.Now()
+		}
+		return extendsStall(ctx, script, cmd)
+	}}
 	for _, lease := range []time.Duration{300 * time.Millisecond, 700 * time.Millisecond} {
 		for _, kind := range []string{"claims", "records"} {
 			t.Run(fmt.Sprintf("%s/%v", kind, lease), func(t *testing.T) {
@@ -102,7 +110,7 @@ func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
 				a, b := leaseDoers(kind, hooked, base, prefix, lease)
 				ctx := context.Background()
 				var ra leaseRun
-				sent := time.Now()
+				start := time.Now()
 				aDone, aStarted := make(chan error, 1), make(chan struct{})
 				go func() {
 					aDone <- a(ctx, func(ctx context.Context) error {
@@ -134,8 +142,13 @@ func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
 				if bStart.IsZero() {
 					t.Fatalf("B never took over within %v", 10*lease)
 				}
-				t.Logf("claim sent %v; A started +%v, deadline +%v (%v), cancelled +%v; B started +%v",
-					sent.Format("15:04:05.000"), ra.start.Sub(sent), ra.deadline.Sub(sent), ra.hasDeadline, ra.cancelled.Sub(sent), bStart.Sub(sent))
+				// A's fn started after its claim's reply: claimSent is written.
+				sent := claimSent
+				t.Logf("A's Do called %v, its claim sent +%v; A started +%v, deadline +%v (%v), cancelled +%v; B started +%v",
+					start.Format("15:04:05.000"), sent.Sub(start), ra.start.Sub(sent), ra.deadline.Sub(sent), ra.hasDeadline, ra.cancelled.Sub(sent), bStart.Sub(sent))
+				if sent.Before(start) {
+					t.Fatalf("the hook saw no claim of A's")
+				}
 				if !ra.cancelled.Before(bStart) {
 					t.Errorf("B's fn started %v before A's context was cancelled", ra.cancelled.Sub(bStart))
 				}

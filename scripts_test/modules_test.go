@@ -367,7 +367,11 @@ func TestModulesFromLocalProxy(t *testing.T) {
 	src.WriteString(`)
 
 func main() {
-	ran, err := mustStore(store.NewMemoryClaims()).Do(context.Background(), "m1", 1e9, func(context.Context) error { return nil })
+	s, err := store.NewMemoryClaims()
+	if err != nil {
+		panic(err)
+	}
+	ran, err := s.Do(context.Background(), "m1", 1e9, func(context.Context) error { return nil })
 	fmt.Println("ran", ran, err)
 }
 `)

@@ -24,8 +24,9 @@ import (
 // one per id. On a cluster, ids without a shared tag mostly land one per slot,
 // and then each is one call of claim.lua, as before. A call on several keys of
 // a slot being migrated between cluster nodes is refused by Redis with
-// TRYAGAIN before it runs, and retried for up to 3 s (meanwhile a 1-key call
-// of the same batch may run at once through ASK: no id is in both).
+// TRYAGAIN before it runs, and retried until ctx's deadline, or for up to
+// 3 s when ctx has none (meanwhile a 1-key call of the same batch may run at
+// once through ASK: no id is in both).
 //
 // Every id is validated before anything is sent. When a group fails (a
 // connection error), the error names its first id and the other groups'

@@ -397,3 +397,28 @@ func TestTryAgainRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestTryAgainRetriedUntilDeadline: a slot migration that takes longer than
+// the 3 s bound for a ctx without a deadline (a busy server moving many keys)
+// does not fail a batch whose ctx allows more: the TRYAGAIN retries last
+// until ctx's deadline.
+func TestTryAgainRetriedUntilDeadline(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	c := mock.NewClient(ctrl)
+	c.EXPECT().Mode().Return(rueidis.ClientModeStandalone).AnyTimes()
+	start := time.Now()
+	calls := 0
+	c.EXPECT().DoMulti(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+		calls++
+		if time.Since(start) < 4*time.Second {
+			return []rueidis.RedisResult{mock.Result(mock.RedisError("TRYAGAIN Multiple keys request during rehashing of slot"))}
+		}
+		return []rueidis.RedisResult{mock.Result(arr(i64(1), i64(0)))}
+	}).AnyTimes()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := mustStore(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
+	if err != nil || !cmp.Equal(got, []bool{true, false}) {
+		t.Errorf("refused for 4 s with a 30 s ctx: got %v, %v after %d calls in %v; want [true false], nil", got, err, calls, time.Since(start))
+	}
+}

@@ -236,9 +236,13 @@ type call struct {
 // TRYAGAIN: a script on several keys of a slot being migrated, when some of
 // its keys have moved and others not yet. Redis refuses such a call before
 // running it, so a retry cannot apply it twice; it is retried after 5, 10,
-// 20... ms (at most 100 ms apart) for up to tryAgainFor, within ctx, by which
-// time the migration of those keys has usually ended; then the TRYAGAIN
-// error is returned. Single-key scripts never get TRYAGAIN.
+// 20... ms (at most 100 ms apart) until ctx's deadline, or for tryAgainFor
+// when ctx has none, by which time the migration of those keys has usually
+// ended; then the TRYAGAIN error is returned. The caller's deadline is the
+// bound because a migration's pace is the cluster's, not the caller's: on a
+// busy server moving a slot can take seconds, and a caller that gave an
+// operation 10 s should not get a TRYAGAIN after 3 of them. Single-key
+// scripts never get TRYAGAIN.
 func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	res := execMultiOnce(ctx, c, calls)
 	delay := 5 * time.Millisecond
@@ -254,7 +258,10 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 			return res
 		}
 		if deadline.IsZero() {
-			deadline = time.Now().Add(tryAgainFor)
+			var ok bool
+			if deadline, ok = ctx.Deadline(); !ok {
+				deadline = time.Now().Add(tryAgainFor)
+			}
 		} else if !time.Now().Before(deadline) {
 			return res
 		}
@@ -274,10 +281,10 @@ func execMulti(ctx context.Context, c redisClient, calls []call) []reply {
 	}
 }
 
-// tryAgainFor bounds the TRYAGAIN retries of one batch: a slot migration
-// moves a slot's keys in a few round trips (redis-cli --cluster reshard), but
-// one stuck half-way (an operator's manual MIGRATING) must not hang a caller
-// without a deadline.
+// tryAgainFor bounds the TRYAGAIN retries of one batch whose ctx has no
+// deadline: a slot migration moves a slot's keys in a few round trips
+// (redis-cli --cluster reshard), but one stuck half-way (an operator's manual
+// MIGRATING) must not hang a caller without a deadline.
 const tryAgainFor = 3 * time.Second
 
 func isTryAgain(err error) bool {

@@ -4,8 +4,6 @@ go 1.26.0
 
 require github.com/redisonce/redisonce v0.1.0
 
-require github.com/google/go-cmp v0.7.0 // indirect
-
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
