@@ -1,5 +1,6 @@
 # CONTRIBUTING's commands: `make test` the tests, `make demo` the demo;
-# both bring their own redis-server (installed with apt-get when missing and root).
+# both bring their own redis-server (installed with apt-get when missing and root);
+# make test also brings PostgreSQL's server binaries (postgres-deps).
 
 GO      ?= go
 MODULES := . scripts_test
@@ -7,7 +8,8 @@ MODULES := . scripts_test
 OBSERVE_MODULES := observe/otel observe/prometheus
 # the integrations, modules of their own: frameworks (watermill, asynq) and
 # brokers (nats.go + nats-server in process, franz-go + kfake)
-INTEGRATION_MODULES := integrations/watermill integrations/asynq integrations/jetstream integrations/kafka
+# and the Postgres inbox (pgx, on a PostgreSQL server the tests start)
+INTEGRATION_MODULES := integrations/watermill integrations/asynq integrations/jetstream integrations/kafka integrations/postgres
 # make test runs every test every time (-count=1: a test against a real server
 # is not cached); make check keeps Go's test cache on.
 TESTFLAGS ?= -count=1
@@ -20,7 +22,7 @@ export GOWORK := $(CURDIR)/go.work
 LOCAL_REPLACES := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => \./\(.*\)$$|-replace=\1@\2=$(CURDIR)/\3|p' go.work)
 LOCAL_DROPS := $(shell sed -n 's|^[[:space:]]*\(github.com/redisonce/[^ ]*\) \(v[^ ]*\) => .*$$|-dropreplace=\1@\2|p' go.work)
 
-.PHONY: all check test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server luacheck noncgo-deps netns-deps
+.PHONY: all check test test-failover test-release release-version release-tags fuzz demo bench sums lint tidy redis-server postgres-deps luacheck noncgo-deps netns-deps
 
 all: test
 
@@ -40,6 +42,26 @@ redis-server:
 	  exit 1; \
 	fi
 	@redis-server --version
+
+# ensure PostgreSQL's server binaries (initdb, postgres) for the tests that
+# start their own server (internal/pgproc): those on PG_BINDIR or in
+# /usr/lib/postgresql/*/bin, else Debian's postgresql (root + apt-get, or sudo).
+# The tests run them as the postgres account the package creates when they
+# run as root. Without them those tests skip, and fail under CI=true.
+postgres-deps:
+	@if [ -n "$$PG_BINDIR" ] && [ -x "$$PG_BINDIR/initdb" ]; then :; \
+	elif ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing postgresql with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	  echo "make: installing postgresql with sudo apt-get"; \
+	  sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	else \
+	  echo "make: the Postgres tests need PostgreSQL's server binaries (initdb, postgres) and I cannot install them here."; \
+	  echo "      Install them: 'sudo apt-get install postgresql' (Debian/Ubuntu) or 'brew install postgresql@15' (macOS),"; \
+	  echo "      or set PG_BINDIR to their directory. Without them those tests skip (and fail under CI=true)."; \
+	fi
 
 # the non-Go clients scripts_test/noncgo_clients_test.go drives: redis-py
 # (Debian's python3-redis, for /usr/bin/python3) and Node.js with the packages
@@ -86,7 +108,7 @@ netns-deps:
 	  echo "make: the network-namespace lease tests need root and$$pkgs; they skip without."; \
 	fi
 
-test: redis-server noncgo-deps netns-deps
+test: redis-server postgres-deps noncgo-deps netns-deps
 	GOWORK=off $(GO) vet ./...
 	GOWORK=off $(GO) test $(TESTFLAGS) -race -timeout 20m ./...
 	cd scripts_test && $(GO) vet ./... && $(GO) test $(TESTFLAGS) -race -timeout 30m ./...
@@ -153,9 +175,11 @@ demo: redis-server
 # bench: the Go benchmarks (for benchstat), then the side-by-side comparison
 # (scripts_test/cmd/benchcmp) on a redis-server of its own, pinned like
 # BENCHMARKS.md says when taskset is there: server on CPU 0, client on CPU 1.
-# The comparison's report is also written to bin/bench.md.
+# The comparison's report is also written to bin/bench.md. Then the Postgres
+# inbox beside a SQL-only inbox (BENCHMARKS.md, "The Postgres inbox").
 BENCHFLAGS ?=
-bench: redis-server
+INBOXBENCHFLAGS ?=
+bench: redis-server postgres-deps
 	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
 	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
 	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
@@ -165,6 +189,10 @@ bench: redis-server
 	  echo "bin/benchcmp -out bin/bench.md $(BENCHFLAGS)  (not pinned: no taskset or one CPU)"; \
 	  bin/benchcmp -out bin/bench.md $(BENCHFLAGS); \
 	fi
+	@# the Postgres inbox beside a plain SQL-only inbox on one PostgreSQL server
+	@# (integrations/postgres/internal/inboxbench; report also in bin/inbox-bench.md)
+	cd integrations/postgres && $(GO) build -o ../../bin/inboxbench ./internal/inboxbench
+	bin/inboxbench -out bin/inbox-bench.md $(INBOXBENCHFLAGS)
 
 sums:
 	cd scripts && sha1sum *.lua > SHA1SUMS

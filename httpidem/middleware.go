@@ -215,11 +215,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return encode(notReplayable(h.cfg.problemType, why)), nil
 	})
 	if rec != nil {
-		// The handler ran here: its response goes to the client whatever the
-		// store said (the effect has happened), unless it went already.
 		if why != nil {
 			h.notStored(r.Context(), id, start, why)
 		}
+		if errors.Is(err, store.ErrNotCommitted) && err != fnErr && !rec.passed && !rec.hijacked && !didPanic {
+			// A transactional store rolled the handler's writes back with
+			// its response, or cannot tell whether they committed: the
+			// response must not reach the client as done. A retry with the
+			// key learns the outcome: the stored response, or a new run.
+			h.cfg.log.WarnContext(r.Context(), "httpidem: the handler's effect did not commit with its response", h.logAttrs(id, err)...)
+			h.problem(w, http.StatusServiceUnavailable, "the request's effect did not commit; retry with the same Idempotency-Key", "", 1)
+			return
+		}
+		// The handler ran here: its response goes to the client whatever the
+		// store said (the effect has happened), unless it went already.
 		if err != nil && err != fnErr {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", h.logAttrs(id, err)...)
 		}

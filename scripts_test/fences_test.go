@@ -142,6 +142,37 @@ func TestFenceScriptsClaim(t *testing.T) {
 		last = f
 	}
 
+	// In one MULTI (the commands run back to back, nothing between them):
+	// claim, forget, claim, release, claim.
+	frg := c.B().Evalsha().Sha1(fgt.SHA1).Numkeys(1).Key(key).Build()
+	var multi rueidis.Commands
+	multi = append(multi, c.B().Multi().Build(), frg)
+	for i := 0; i < 3; i++ {
+		multi = append(multi, c.B().Evalsha().Sha1(clm.SHA1).Numkeys(1).Key(key).Arg("60000", "~tok").Build())
+		if i == 0 {
+			multi = append(multi, frg)
+		} else {
+			multi = append(multi, c.B().Evalsha().Sha1(rel.SHA1).Numkeys(1).Key(key).Arg("tok").Build())
+		}
+	}
+	multi = append(multi, c.B().Exec().Build())
+	res := c.DoMulti(context.Background(), multi...)
+	arr, err := res[len(res)-1].ToArray()
+	if err != nil || len(arr) != 7 {
+		t.Fatalf("EXEC = %v, %v", arr, err)
+	}
+	for i := 1; i < 7; i += 2 {
+		s, err := arr[i].ToString()
+		if err != nil {
+			t.Fatalf("claim in MULTI: %s", arr[i].String())
+		}
+		f := clockFence(t, "claim in MULTI", s, last, ^uint64(0))
+		if f <= last {
+			t.Errorf("claim %d in MULTI: fence %d, not above %d granted before it", i/2, f, last)
+		}
+		last = f
+	}
+
 	// A lease that expired: the next one's fence is above its fence.
 	k2 := key + ":short"
 	m = evalRaw(t, c, "claim", []string{k2}, "5", "~tok")
@@ -159,7 +190,7 @@ func TestFenceScriptsClaim(t *testing.T) {
 	do(t, c, "SET", k4, "1")
 	lo = serverFence(t, c)
 	m = evalRaw(t, c, "claim_many", []string{k3, k4, k3}, "60000", "~tok")
-	arr, err := m.ToArray()
+	arr, err = m.ToArray()
 	hi = serverFence(t, c)
 	if err != nil || len(arr) != 3 {
 		t.Fatalf("claim_many = %v, %v", arr, err)

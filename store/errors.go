@@ -50,6 +50,14 @@ var (
 	// write as the primary made it; retrying an idempotent write (AppendWithID
 	// with the same id, a fenced Update...) waits again.
 	ErrNotReplicated = errors.New("not replicated (written on the primary; a failover may undo it)")
+	// ErrNotCommitted: a transactional store's Do ran fn, but fn's effect did
+	// not commit with its result (the Postgres records: the final write was
+	// refused to a stale owner, or the commit failed, and fn's writes were
+	// rolled back), or the commit's outcome is unknown (the connection broke
+	// during it). Either way nothing may be reported as done: a retry with
+	// the same key learns the outcome, replayed if it committed, or fn runs
+	// again on a fresh transaction.
+	ErrNotCommitted = errors.New("not committed")
 )
 
 // codeErrors maps a script error's first word to its sentinel.

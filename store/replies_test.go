@@ -70,6 +70,7 @@ func replyOps() []replyOp {
 	recWant := store.Record{Key: "k", Status: store.StatusCompleted, Payload: []byte("result"),
 		CreatedAt: ms(1000), UpdatedAt: ms(2000), Fence: 3, Fingerprint: "fp"}
 	acquired := append([]rueidis.RedisMessage{i64(1)}, record("pending", "", 1000, 1000, 5000, 1500, "1", "", "tok")...)
+	takenOver := append([]rueidis.RedisMessage{i64(2)}, record("pending", "", 1000, 3000, 5000, 4500, "9007199254740993", "", "tok")...)
 	notAcquired := append([]rueidis.RedisMessage{i64(0)}, recOK...)
 	badRecords := func(prefix ...rueidis.RedisMessage) []rueidis.RedisMessage {
 		with := func(i int, m rueidis.RedisMessage) rueidis.RedisMessage {
@@ -137,7 +138,8 @@ func replyOps() []replyOp {
 			},
 			ok: []replyWant{{i64(0), []any{false, time.Duration(0)}}, {i64(-1), []any{false, time.Millisecond}},
 				{i64(-29870), []any{false, 29870 * time.Millisecond}}},
-			bad: []rueidis.RedisMessage{str("1"), arr(i64(-1))},
+			// A lease won answers its fence (a decimal uint64 above 0), never 1.
+			bad: []rueidis.RedisMessage{i64(1), str("0"), str("-5"), str("1e18"), str("18446744073709551616"), arr(i64(-1))},
 		},
 		{
 			name: "Claims.Seen",
@@ -231,12 +233,15 @@ func replyOps() []replyOp {
 			ok: []replyWant{
 				{arr(acquired...), "true pending tok 1"},
 				{arr(notAcquired...), "false completed  3"},
+				{arr(takenOver...), "true pending tok 9007199254740993"},
 			},
 			bad: append(badRecords(i64(1)),
-				arr(append([]rueidis.RedisMessage{i64(2)}, recOK...)...),        // flag not 0/1
-				arr(append([]rueidis.RedisMessage{str("1")}, recOK...)...),      // flag not an integer
-				arr(append([]rueidis.RedisMessage{i64(1)}, recOK...)...),        // acquired without a token
-				arr(append([]rueidis.RedisMessage{i64(0)}, acquired[1:]...)...), // not acquired with a token
+				arr(append([]rueidis.RedisMessage{i64(3)}, recOK...)...),                                             // flag not 0, 1 or 2
+				arr(append([]rueidis.RedisMessage{i64(2)}, recOK...)...),                                             // taken over without a token
+				arr(append([]rueidis.RedisMessage{i64(1)}, record("pending", "", 1, 1, 0, 0, "0", "", "tok")...)...), // fence 0
+				arr(append([]rueidis.RedisMessage{str("1")}, recOK...)...),                                           // flag not an integer
+				arr(append([]rueidis.RedisMessage{i64(1)}, recOK...)...),                                             // acquired without a token
+				arr(append([]rueidis.RedisMessage{i64(0)}, acquired[1:]...)...),                                      // not acquired with a token
 			),
 		},
 		{

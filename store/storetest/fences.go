@@ -116,11 +116,11 @@ func testClaimsFences(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 // testRecordsFences: every grant of a record (created, or taken over) carries
 // a fence above every fence granted for its key before, across a failed Do
 // (DeleteFenced), Delete, expiry and takeovers.
-func testRecordsFences(t *testing.T, newStore func(t *testing.T, opts ...store.Option) *store.Records, h RecordsHarness) {
+func testRecordsFences(t *testing.T, newStore func(t *testing.T, opts ...store.Option) RecordStore, h RecordsHarness) {
 	ctx := context.Background()
 	tick := h.Tick
 	boom := errors.New("boom")
-	do := func(t *testing.T, s *store.Records, key string, fnErr error) uint64 {
+	do := func(t *testing.T, s RecordStore, key string, fnErr error) uint64 {
 		t.Helper()
 		var fence uint64
 		_, replayed, err := s.Do(ctx, key, store.AcquireOptions{Lease: 10 * tick, TTL: 2 * tick}, func(ctx context.Context) ([]byte, error) {
@@ -139,7 +139,7 @@ func testRecordsFences(t *testing.T, newStore func(t *testing.T, opts ...store.O
 		}
 		return fence
 	}
-	acquire := func(t *testing.T, s *store.Records, key string, o store.AcquireOptions) store.Record {
+	acquire := func(t *testing.T, s RecordStore, key string, o store.AcquireOptions) store.Record {
 		t.Helper()
 		rec, ok, err := s.AcquireWith(ctx, key, o)
 		if err != nil || !ok {

@@ -1,0 +1,348 @@
+// Command inboxbench compares the Postgres inbox (Redis claim + inbox row in
+// the effect's transaction) with a plain SQL-only inbox (the message id
+// INSERTed with ON CONFLICT DO NOTHING in the effect's transaction, no Redis)
+// on the same PostgreSQL server, both started here (internal/pgproc,
+// internal/redisproc). `make bench` runs it.
+//
+// Per round, for each inbox, in alternating order: first deliveries (n new
+// ids, each with one ledger INSERT as its effect) then duplicates (the same n
+// ids again), with c goroutines. It reports throughput, the SQL statements
+// per message the client sent (a pgx tracer counts every statement, BEGIN
+// and COMMIT included), and the CPU time per message of the Redis server and
+// of every PostgreSQL process (utime+stime from /proc/<pid>/stat: the
+// postmaster, its live backends, and its reaped children). The medians of the
+// rounds are printed as a Markdown table.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/redisonce/redisonce/integrations/postgres"
+	"github.com/redisonce/redisonce/internal/pgproc"
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+func main() {
+	n := flag.Int("n", 2000, "messages per phase")
+	c := flag.Int("c", 16, "concurrent deliveries")
+	rounds := flag.Int("rounds", 7, "rounds (the medians are reported)")
+	fsync := flag.Bool("fsync", false, "PostgreSQL with fsync and synchronous_commit on (default: off, as the tests run it)")
+	out := flag.String("out", "", "also write the report to this file")
+	flag.Parse()
+	if err := run(*n, *c, *rounds, *fsync, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "inboxbench:", err)
+		os.Exit(1)
+	}
+}
+
+// counter counts the statements a pool sends.
+type counter struct{ n atomic.Int64 }
+
+func (k *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	k.n.Add(1)
+	return ctx
+}
+func (k *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+type phase struct {
+	perSec       float64
+	stmtsPerMsg  float64
+	pgCPUus      float64 // Postgres CPU per message, µs
+	redisCPUus   float64
+	nonCommitted int
+}
+
+func run(n, c, rounds int, fsync bool, out string) error {
+	ctx := context.Background()
+	pg, err := pgproc.Start(pgproc.Options{Fsync: fsync})
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	rs, err := redisproc.Start(redisproc.Options{})
+	if err != nil {
+		return err
+	}
+	defer rs.Stop()
+	if err := pg.CreateDatabase("bench"); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(pg.URL("bench"))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(c + 4)
+	tr := &counter{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	claims, err := store.OpenClaims(rs.URL())
+	if err != nil {
+		return err
+	}
+	defer claims.Close()
+	for _, q := range []string{
+		`CREATE TABLE ledger (seq bigserial PRIMARY KEY, msg_id text NOT NULL, amount bigint NOT NULL)`,
+		`CREATE TABLE sql_inbox (id text PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now())`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	inbox, err := postgres.NewInbox(claims, pool)
+	if err != nil {
+		return err
+	}
+	if err := inbox.CreateTable(ctx); err != nil {
+		return err
+	}
+	// Warm the pool's connections and statement caches.
+	for i := range 200 {
+		id := fmt.Sprintf("warm-%d", i)
+		if _, err := inbox.Do(ctx, id, 10*time.Second, effect(id)); err != nil {
+			return err
+		}
+		if _, err := sqlOnly(ctx, pool, "sql-"+id); err != nil {
+			return err
+		}
+	}
+
+	type kind struct {
+		name string
+		do   func(id string) (bool, error)
+	}
+	kinds := []kind{
+		{"SQL-only inbox", func(id string) (bool, error) { return sqlOnly(ctx, pool, id) }},
+		{"redisonce inbox", func(id string) (bool, error) { return inbox.Do(ctx, id, 10*time.Second, effect(id)) }},
+	}
+	results := map[string]map[string][]phase{} // kind -> "first"/"dup" -> rounds
+	for _, k := range kinds {
+		results[k.name] = map[string][]phase{}
+	}
+	for r := range rounds {
+		order := kinds
+		if r%2 == 1 {
+			order = []kind{kinds[1], kinds[0]}
+		}
+		for _, k := range order {
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("r%d-%s-%d", r, strings.Fields(k.name)[0], i)
+			}
+			for _, ph := range []string{"first", "dup"} {
+				p, err := measure(pg, rs, tr, ids, c, k.do)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", k.name, ph, err)
+				}
+				if ph == "first" && p.nonCommitted != 0 {
+					return fmt.Errorf("%s: %d first deliveries did not run", k.name, p.nonCommitted)
+				}
+				if ph == "dup" && p.nonCommitted != n {
+					return fmt.Errorf("%s: %d of %d duplicates ran", k.name, n-p.nonCommitted, n)
+				}
+				results[k.name][ph] = append(results[k.name][ph], p)
+			}
+		}
+	}
+	// The ledger: one row per id, every round.
+	var rows, distinct int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT msg_id) FROM ledger`).Scan(&rows, &distinct); err != nil {
+		return err
+	}
+	if rows != distinct {
+		return fmt.Errorf("ledger: %d rows for %d ids", rows, distinct)
+	}
+
+	var b strings.Builder
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&b, "inbox benchmark: %d messages per phase, %d concurrent, median of %d rounds; PostgreSQL fsync %v; load average at the end: %s\n\n",
+		n, c, rounds, fsync, strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	fmt.Fprintf(&b, "| inbox | phase | msg/s | SQL statements/msg | Postgres CPU µs/msg | Redis CPU µs/msg |\n|---|---|---:|---:|---:|---:|\n")
+	med := func(ps []phase, f func(phase) float64) float64 {
+		v := make([]float64, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	for _, k := range kinds {
+		for _, ph := range []string{"first", "dup"} {
+			ps := results[k.name][ph]
+			label := map[string]string{"first": "first deliveries", "dup": "duplicates"}[ph]
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f | %.0f |\n", k.name, label,
+				med(ps, func(p phase) float64 { return p.perSec }), med(ps, func(p phase) float64 { return p.stmtsPerMsg }),
+				med(ps, func(p phase) float64 { return p.pgCPUus }), med(ps, func(p phase) float64 { return p.redisCPUus }))
+		}
+	}
+	// The ratios within each round (the machine's speed drifts between
+	// rounds), then their median.
+	var thr, cpu []float64
+	for r := range rounds {
+		sq, ib := results[kinds[0].name]["first"][r], results[kinds[1].name]["first"][r]
+		thr = append(thr, sq.perSec/ib.perSec)
+		cpu = append(cpu, (ib.pgCPUus+ib.redisCPUus)/(sq.pgCPUus+sq.redisCPUus))
+	}
+	slices.Sort(thr)
+	slices.Sort(cpu)
+	fmt.Fprintf(&b, "\nfirst deliveries, median of the per-round ratios: SQL-only / redisonce throughput %.2fx (goal: <= 1.20x; rounds %s);"+
+		" server CPU (Postgres + Redis) redisonce / SQL-only %.2fx\n", thr[len(thr)/2], fmtRatios(thr), cpu[len(cpu)/2])
+	st := inbox.Stats()
+	fmt.Fprintf(&b, "inbox stats: %d committed, %d duplicates answered by Redis, %d found processed in Postgres, %d stale, %d failed\n",
+		st.Committed, st.Duplicates, st.AlreadyProcessed, st.Stale, st.Failed)
+	fmt.Print(b.String())
+	if out != "" {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+	return nil
+}
+
+func fmtRatios(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
+}
+
+func effect(id string) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)`, id)
+		return err
+	}
+}
+
+// sqlOnly is the plain SQL inbox: the id and the effect in one transaction.
+func sqlOnly(ctx context.Context, pool *pgxpool.Pool, id string) (ran bool, err error) {
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO sql_inbox (id) VALUES ($1) ON CONFLICT DO NOTHING`, id)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		ran = true
+		return effect(id)(ctx, tx)
+	})
+	return ran, err
+}
+
+func measure(pg *pgproc.Server, rs *redisproc.Server, tr *counter, ids []string, c int, do func(string) (bool, error)) (phase, error) {
+	pg0, r0 := pgCPU(pg.Pid()), procCPU(rs.Pid())
+	s0 := tr.n.Load()
+	start := time.Now()
+	var next atomic.Int64
+	var notRun atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ids) {
+					return
+				}
+				ran, err := do(ids[i])
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				if !ran {
+					notRun.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return phase{}, firstErr
+	}
+	m := float64(len(ids))
+	return phase{
+		perSec:       m / el.Seconds(),
+		stmtsPerMsg:  float64(tr.n.Load()-s0) / m,
+		pgCPUus:      float64(pgCPU(pg.Pid())-pg0) / m / 1e3,
+		redisCPUus:   float64(procCPU(rs.Pid())-r0) / m / 1e3,
+		nonCommitted: int(notRun.Load()),
+	}, nil
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTick = 100
+
+// statTimes returns utime, stime, cutime, cstime (ns) and the parent of pid,
+// from /proc/<pid>/stat.
+func statTimes(pid int) (t [4]int64, ppid int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return t, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return t, 0, false
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 15 {
+		return t, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	for j := range 4 {
+		v, _ := strconv.ParseInt(f[11+j], 10, 64) // fields 14-17
+		t[j] = v * int64(time.Second) / clockTick
+	}
+	return t, ppid, true
+}
+
+// procCPU is one process's utime+stime, ns.
+func procCPU(pid int) int64 {
+	t, _, _ := statTimes(pid)
+	return t[0] + t[1]
+}
+
+// pgCPU is the CPU time of the whole PostgreSQL server, ns: the
+// postmaster's own and its reaped children's, plus every live child's (the
+// backends and auxiliary processes; each runs in a session of its own, so
+// they are found by their parent, not their process group).
+func pgCPU(postmaster int) int64 {
+	t, _, ok := statTimes(postmaster)
+	if !ok {
+		return 0
+	}
+	total := t[0] + t[1] + t[2] + t[3]
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == postmaster {
+			continue
+		}
+		if ct, ppid, ok := statTimes(pid); ok && ppid == postmaster {
+			total += ct[0] + ct[1]
+		}
+	}
+	return total
+}
