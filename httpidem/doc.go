@@ -61,15 +61,15 @@
 //     response still reaches the client;
 //   - with a store whose outcomes commit with their effect (the Postgres
 //     records of integrations/postgres: the handler's writes go through
-//     postgres.Tx(r.Context()) and commit in one transaction with the
-//     stored response), a run the handler gives back (NotDone, a 5xx under
-//     WithRetry5xx) is rolled back with the handler's writes, so the retry
-//     that runs the handler again runs it on a database the first run did
-//     not change; and a response whose commit failed, or was refused to a
-//     handler that lost its lease, is not sent: the answer is 503 with
-//     Retry-After, and the retry gets the committed response or a new run
-//     (store.ErrNotCommitted). The setup, compiled: ExampleRecords_httpidem
-//     in integrations/postgres, shown in docs/integrations.md;
+//     postgres.Tx(r.Context())), the handler's writes and the key's outcome
+//     commit in one transaction: a run released by NotDone (or a 5xx under
+//     WithRetry5xx) has its writes rolled back, so a retry runs on a database
+//     the first run did not change; and a response whose commit failed, or
+//     was refused to a handler that lost its lease, is not sent: the answer
+//     is 503 with Retry-After, and the retry gets the committed outcome or a
+//     new run (store.ErrNotCommitted). The setup, compiled:
+//     ExampleRecords_httpidem in integrations/postgres, shown in
+//     docs/integrations.md;
 //   - every response sent but not stored is logged (WithLogger) and reported
 //     to the WithObserver observer, with the reason (ErrNotDone,
 //     ErrServerError, ErrTooLarge, ErrStreamed, ErrHijacked, ErrPanicked);

@@ -50,14 +50,14 @@ func ExampleRecords_httpidem() {
 		err := tx.QueryRow(r.Context(), `INSERT INTO charges (account, amount) VALUES ($1, 100) RETURNING id`,
 			accountOf(r)).Scan(&id)
 		if err != nil {
-			http.Error(w, "charge failed", http.StatusInternalServerError) // not stored: rolled back
+			httpidem.NotDone(r) // nothing happened: rolled back, and a retry runs again
+			http.Error(w, "charge failed", http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusCreated) // stored, and committed with the charge
 		fmt.Fprintf(w, `{"charge":%d}`, id)
 	}
-	// WithRetry5xx: a 5xx rolls the charge back with it, so a retry may run again
-	idem, err := httpidem.Middleware(records, httpidem.WithScope(accountOf), httpidem.WithRetry5xx())
+	idem, err := httpidem.Middleware(records, httpidem.WithScope(accountOf))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -228,9 +228,9 @@ func TestRecordsConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// TestRecordsResponseNotStored: a 5xx under WithRetry5xx is not stored, so its transaction
-// rolls back with the handler's charge; the retry runs the handler on a
-// database the first run did not change: one charge in all.
+// TestRecordsResponseNotStored: under WithRetry5xx a 5xx is not stored, so
+// its transaction rolls back with the handler's charge; the retry runs the
+// handler on a database the first run did not change: one charge in all.
 func TestRecordsResponseNotStored(t *testing.T) {
 	srv := startRecServers(t)
 	e := srv.env(t)
