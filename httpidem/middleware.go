@@ -215,7 +215,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return encode(notReplayable(h.cfg.problemType, why)), nil
 	})
 	if rec != nil {
-		if errors.Is(err, store.ErrNotCommitted) && !rec.passed && !didPanic {
+		if why != nil {
+			h.notStored(r.Context(), id, start, why)
+		}
+		if errors.Is(err, store.ErrNotCommitted) && err != fnErr && !rec.passed && !rec.hijacked && !didPanic {
 			// A transactional store rolled the handler's writes back with
 			// its response, or cannot tell whether they committed: the
 			// response must not reach the client as done. A retry with the
@@ -226,9 +229,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The handler ran here: its response goes to the client whatever the
 		// store said (the effect has happened), unless it went already.
-		if why != nil {
-			h.notStored(r.Context(), id, start, why)
-		}
 		if err != nil && err != fnErr {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", h.logAttrs(id, err)...)
 		}
