@@ -64,7 +64,9 @@
 //     postgres.Tx(r.Context())), the handler's writes and the key's outcome
 //     commit in one transaction: a run released by NotDone (or a 5xx under
 //     WithRetry5xx) has its writes rolled back, so a retry runs on a database
-//     the first run did not change; and a response whose commit failed, or
+//     the first run did not change; a panic's half-made writes are rolled
+//     back too (the key is failed: not replayed, not run again); and a
+//     response whose commit failed, or
 //     was refused to a handler that lost its lease, is not sent: the answer
 //     is 503 with Retry-After, and the retry gets the committed outcome or a
 //     new run (store.ErrNotCommitted). The setup, compiled:

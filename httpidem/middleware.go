@@ -169,7 +169,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// problem (notReplayable); the record is released (a retry runs the
 	// handler again) only when the handler says so (NotDone, or a 5xx under
 	// WithRetry5xx). A panic is recovered here, so that the store keeps the
-	// not-replayable answer, and goes on after the store's Do.
+	// key failed (answered not-replayable), and goes on after the store's Do.
 	var (
 		rec      *recorder
 		why      error // not stored: why
@@ -210,6 +210,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return encode(rec.response()), nil
 		case ErrNotDone, ErrServerError:
 			fnErr = store.Retryable(why)
+			return nil, fnErr
+		case ErrPanicked:
+			// A failed record: a retry gets the not-replayable answer, as
+			// for a stored one, and a store whose outcomes commit with
+			// their effect rolls the half-run handler's writes back.
+			fnErr = store.Permanent(why)
 			return nil, fnErr
 		}
 		return encode(notReplayable(h.cfg.problemType, why)), nil
