@@ -116,6 +116,8 @@ local function clock_fence()
     tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- </snippet>
+-- The u64 snippet, whole: acquire.lua orders fences with its cmp only.
+-- luacheck: push ignore u64 MAX
 -- <snippet:u64>
 -- uint64 as canonical decimal strings: valid, and ordered by length then bytes
 -- (Lua numbers lose precision above 2^53).
@@ -137,6 +139,7 @@ local function cmp(a, b)
 end
 local MAX = '18446744073709551615'
 -- </snippet>
+-- luacheck: pop
 -- <snippet:record_string>
 -- A record is one string (layout 1), struct format '>c4ddddBc0Bc0Hc0Hc0'
 -- followed by the payload: the 4 bytes "ro1 "; created_ms, updated_ms,

@@ -373,3 +373,26 @@ func TestFenceClaimsDoAfterExpiredLease(t *testing.T) {
 		t.Errorf("Do after the dead consumer's lease expired: fence %d, not above %d", f, d)
 	}
 }
+
+func TestFenceAcrossFlushAll(t *testing.T) {
+	// FLUSHALL between deliveries (an operator, or a failover to an empty
+	// replica): the next lease's fence is above the one before the flush.
+	srv := newServer(t, redisproc.Options{})
+	c := newClient(t, srv.URL())
+	claims := mustStore(store.NewClaims(c, store.WithPrefix("f:c:")))
+	records := mustStore(store.NewRecords(c, store.WithPrefix("f:r:")))
+	lastC, lastR := fenceOfClaimsDo(t, claims, "m"), fenceOfRecordsDo(t, records, "k")
+	for i := 0; i < 20; i++ {
+		do(t, c, "FLUSHALL")
+		if f := fenceOfClaimsDo(t, claims, "m"); f <= lastC {
+			t.Errorf("flush %d: Claims.Do fence %d, not above %d before it", i, f, lastC)
+		} else {
+			lastC = f
+		}
+		if f := fenceOfRecordsDo(t, records, "k"); f <= lastR {
+			t.Errorf("flush %d: Records.Do fence %d, not above %d before it", i, f, lastR)
+		} else {
+			lastR = f
+		}
+	}
+}
