@@ -25,9 +25,12 @@ func Example_dropIn() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /payments", createPayment)
-	idem := httpidem.Middleware(rs, httpidem.WithScope(func(r *http.Request) string {
-		return accountID(r.Context()) // the authenticated caller: keys never cross callers
+	idem, err := httpidem.Middleware(rs, httpidem.WithScope(func(r *http.Request) string {
+		return accountID(r.Context()) // the authenticated account (token or session cookie): keys never cross accounts
 	}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	http.ListenAndServe(":8080", authenticate(idem(mux)))
 }
 

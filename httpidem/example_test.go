@@ -27,10 +27,14 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":"pay_%d","amount":%s}`, charges, body)
 	})
-	idem := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithScope(func(r *http.Request) string {
+	idem, err := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithScope(func(r *http.Request) string {
 		user, _, _ := r.BasicAuth() // after authentication: the caller's identity
 		return user
 	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	srv := httptest.NewServer(idem(mux))
 	defer srv.Close()
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -39,11 +40,17 @@ type Store interface {
 // documentation for the behaviour and the defaults). Give it a store with a
 // prefix of its own (store.WithPrefix("http-idem:")): a record that other
 // code wrote under the same key is not a stored response, and is answered 500.
-// A nil store or handler, or an invalid option (a nil one, a lease or key
-// length <= 0, a key length over store.MaxIDLen, a negative TTL or body
-// limit) does not panic: the middleware then answers every request 500 with
-// a problem saying what is wrong, and never runs the handler (fail closed).
-func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
+//
+// The key space is a decision Middleware does not make for you: opts must
+// hold one of WithScope (keys scoped to the caller's identity: the account
+// behind a cookie session or a rotating token), WithCredentialScope (scoped
+// to the request's own credentials) and WithSharedKeys (one key space for
+// every caller), else Middleware returns an error. So does a nil store or an
+// invalid option (a nil one, a lease or key length <= 0, a key length over
+// store.MaxIDLen, a negative TTL, body limit, wait or Retry-After cap). A nil
+// handler given to the returned function is answered 500 on every request,
+// never run (fail closed).
+func Middleware(rs Store, opts ...Option) (func(http.Handler) http.Handler, error) {
 	cfg, bad := newConfig(opts), ""
 	if r, ok := rs.(*store.Records); ok && r == nil {
 		rs = nil // a typed nil is refused like a nil store
@@ -53,6 +60,8 @@ func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
 		bad = "httpidem: nil store"
 	case cfg.badOption != "":
 		bad = cfg.badOption
+	case cfg.scopeMode == scopeUnset:
+		bad = "httpidem: no key scope: give WithScope(fn) (the caller's account), WithCredentialScope() or WithSharedKeys()"
 	case cfg.lease <= 0:
 		bad = fmt.Sprintf("httpidem: WithLease(%v): the lease must be > 0", cfg.lease)
 	case cfg.ttl < 0:
@@ -66,15 +75,18 @@ func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
 	case cfg.retryAfter < 0:
 		bad = fmt.Sprintf("httpidem: WithRetryAfter(%v): negative", cfg.retryAfter)
 	}
+	if bad != "" {
+		return nil, errors.New(bad)
+	}
+	if cfg.retryAfter == 0 {
+		cfg.retryAfter = cfg.lease
+	}
 	return func(next http.Handler) http.Handler {
-		if bad == "" && next == nil {
-			bad = "httpidem: nil handler"
-		}
-		if bad != "" {
-			return misconfigured(bad)
+		if next == nil {
+			return misconfigured("httpidem: nil handler")
 		}
 		return &handler{rs: rs, cfg: cfg, next: next}
-	}
+	}, nil
 }
 
 // misconfigured answers every request 500 with detail: middleware built with
@@ -127,19 +139,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, http.StatusBadRequest, "the request body could not be read: "+err.Error(), "", 0)
 		return
 	}
-	id := key
-	// nil: WithSharedKeys; CredentialScope's "" is the same shared space (the
-	// record key is the header value, as stored before scopes had a default)
-	if scope := h.cfg.scope; scope != nil {
-		if s := scope(r); s != "" || !h.cfg.credScope {
-			id = url.QueryEscape(s) + ":" + key
-		}
-	}
-	if id != key {
-		if len(id) > store.MaxIDLen {
-			h.problem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
-			return
-		}
+	id := h.recordKey(r, key)
+	if len(id) > store.MaxIDLen {
+		h.problem(w, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key with its scope is %d bytes, the limit is %d", len(id), store.MaxIDLen), HeaderKey, 0)
+		return
 	}
 	o := store.AcquireOptions{TTL: h.cfg.ttl, Lease: h.cfg.lease, Wait: h.cfg.wait}
 	if h.cfg.fingerprint != nil {
@@ -161,29 +164,58 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer stop()
 	}
 
-	var rec *recorder
-	var fnErr error
+	// Once the handler starts, its outcome is the key's: the response it
+	// wrote, stored; or, when that cannot be stored, the not-replayable
+	// problem (notReplayable); the record is released (a retry runs the
+	// handler again) only when the handler says so (NotDone, or a 5xx under
+	// WithRetry5xx). A panic is recovered here, so that the store keeps the
+	// not-replayable answer, and goes on after the store's Do.
+	var (
+		rec      *recorder
+		why      error // not stored: why
+		fnErr    error
+		panicked any
+		didPanic bool
+	)
+	notDone := new(atomic.Bool)
 	start := time.Now()
 	res, replayed, err := h.rs.Do(ctx, id, o, func(ctx context.Context) ([]byte, error) {
 		rec = newRecorder(w, h.cfg.keep, store.MaxRecordPayloadLen)
-		finished := false
-		defer func() {
-			if !finished {
-				// a panic: the store's Do deletes the record, and it goes on
-				h.notStored(r.Context(), id, start, ErrPanicked)
-			}
+		hr := r.WithContext(context.WithValue(ctx, notDoneKey{}, notDone))
+		func() {
+			finished := false
+			defer func() {
+				if !finished {
+					panicked, didPanic = recover(), true
+				}
+			}()
+			h.next.ServeHTTP(rec, hr)
+			finished = true
 		}()
-		h.next.ServeHTTP(rec, r.WithContext(ctx))
-		finished = true
-		rec.finish()
-		if rec.passed != nil {
-			fnErr = store.Retryable(rec.passed)
+		switch {
+		case didPanic:
+			why = ErrPanicked
+		case notDone.Load():
+			why = ErrNotDone
+		default:
+			rec.finish()
+			if rec.status >= 500 && h.cfg.retry5xx {
+				why = ErrServerError
+			} else {
+				why = rec.notStorable()
+			}
+		}
+		switch why {
+		case nil:
+			return encode(rec.response()), nil
+		case ErrNotDone, ErrServerError:
+			fnErr = store.Retryable(why)
 			return nil, fnErr
 		}
-		return encode(rec.response()), nil
+		return encode(notReplayable(h.cfg.problemType, why)), nil
 	})
 	if rec != nil {
-		if errors.Is(err, store.ErrNotCommitted) && rec.passed == nil {
+		if errors.Is(err, store.ErrNotCommitted) && !rec.passed && !didPanic {
 			// A transactional store rolled the handler's writes back with
 			// its response, or cannot tell whether they committed: the
 			// response must not reach the client as done. A retry with the
@@ -194,20 +226,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The handler ran here: its response goes to the client whatever the
 		// store said (the effect has happened), unless it went already.
-		rec.deliver()
-		if rec.passed != nil {
-			h.notStored(r.Context(), id, start, rec.passed)
+		if why != nil {
+			h.notStored(r.Context(), id, start, why)
 		}
 		if err != nil && err != fnErr {
 			h.cfg.log.ErrorContext(r.Context(), "httpidem: the response was sent but the store failed", h.logAttrs(id, err)...)
 		}
+		if didPanic {
+			panic(panicked)
+		}
+		rec.deliver()
 		return
 	}
 	switch {
 	case err == nil && replayed:
 		h.replay(w, r, id, res)
 	case errors.Is(err, store.ErrInFlight):
-		h.problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter())
+		h.problem(w, http.StatusConflict, "a request with this Idempotency-Key is still being processed; retry later", HeaderKey, h.retryAfter(err))
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		h.problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
@@ -216,7 +251,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the key's record is failed", h.logAttrs(id, err)...)
-		h.problem(w, http.StatusInternalServerError, "the stored outcome for this Idempotency-Key is a failure", HeaderKey, 0)
+		h.send(w, notReplayable(h.cfg.problemType, err))
 	case err == nil:
 		// Do neither ran fn nor replayed: a broken store.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store's Do neither ran the handler nor replayed", h.logAttrs(id, nil)...)
@@ -304,6 +339,11 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 		h.problem(w, http.StatusInternalServerError, "the stored response for this Idempotency-Key is unreadable", HeaderKey, 0)
 		return
 	}
+	h.send(w, resp)
+}
+
+// send writes a stored response, marked Idempotent-Replayed: true.
+func (h *handler) send(w http.ResponseWriter, resp response) {
 	hd := w.Header()
 	maps.Copy(hd, resp.header)
 	hd.Set(HeaderReplayed, "true")
@@ -313,10 +353,35 @@ func (h *handler) replay(w http.ResponseWriter, r *http.Request, id string, payl
 	}
 }
 
-// retryAfter is the Retry-After of a 409, in whole seconds: the
-// WithRetryAfter hint rounded up, at least 1.
-func (h *handler) retryAfter() int {
-	return max(int(math.Ceil(h.cfg.retryAfter.Seconds())), 1)
+// retryAfter is the Retry-After of a 409, in whole seconds: the holder's
+// lease time left (store.RetryAfter: when a holder that died lets the key
+// go), rounded up, at least 1, at most the WithRetryAfter cap (default the
+// lease); the cap when the store does not say.
+func (h *handler) retryAfter(err error) int {
+	d, ok := store.RetryAfter(err)
+	if !ok || d <= 0 || d > h.cfg.retryAfter {
+		d = h.cfg.retryAfter
+	}
+	return max(int(math.Ceil(d.Seconds())), 1)
+}
+
+// recordKey is the record key of Idempotency-Key key: each key space starts
+// with a byte of its own and the header value comes last, so no value a
+// client sends reaches another space — "k:" key with WithSharedKeys; "s:"
+// the scope, query-escaped (it holds no ':'), ":" key with WithScope; with
+// WithCredentialScope "c:" the credentials' hex SHA-256 ":" key, or "a:" key
+// for a request without credentials (the anonymous callers' space).
+func (h *handler) recordKey(r *http.Request, key string) string {
+	switch h.cfg.scopeMode {
+	case scopeShared:
+		return "k:" + key
+	case scopeCredential:
+		if c := credentialHash(r); c != "" {
+			return "c:" + c + ":" + key
+		}
+		return "a:" + key
+	}
+	return "s:" + url.QueryEscape(h.cfg.scope(r)) + ":" + key
 }
 
 // logAttrs are a log line's attributes for record key id and err (nil:

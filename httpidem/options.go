@@ -25,9 +25,6 @@ const (
 	// DefaultMaxBody is the largest request body the middleware reads, in
 	// bytes: 8 MiB (WithMaxBody).
 	DefaultMaxBody = 8 << 20
-	// DefaultRetryAfter is the Retry-After hint of a 409 (a retry while the
-	// first request runs): 1 second (WithRetryAfter).
-	DefaultRetryAfter = time.Second
 )
 
 // Option configures Middleware.
@@ -38,7 +35,8 @@ type config struct {
 	methods     map[string]bool
 	require     bool
 	scope       func(*http.Request) string
-	credScope   bool // the default scope, CredentialScope: "" is the shared space
+	scopeMode   int // scopeUnset until WithScope, WithCredentialScope or WithSharedKeys
+	retry5xx    bool
 	detach      bool // the handler runs detached from the client's disconnect
 	shutdown    context.Context
 	retryAfter  time.Duration
@@ -61,12 +59,9 @@ func newConfig(opts []Option) *config {
 		keep:        DefaultKeepHeader,
 		lease:       DefaultLease,
 		detach:      true,
-		retryAfter:  DefaultRetryAfter,
 		maxKeyLen:   DefaultMaxKeyLen,
 		maxBody:     DefaultMaxBody,
 		log:         slog.Default(),
-		scope:       CredentialScope,
-		credScope:   true,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -77,6 +72,14 @@ func newConfig(opts []Option) *config {
 	}
 	return c
 }
+
+// The key spaces (handler.recordKey).
+const (
+	scopeUnset = iota
+	scopeShared
+	scopeCredential
+	scopeFunc
+)
 
 // bad records the first bad option, for Middleware to refuse.
 func (c *config) bad(detail string) {
@@ -104,50 +107,65 @@ func WithRequireKey(require bool) Option {
 	return func(c *config) { c.require = require }
 }
 
-// WithScope sets a function that scopes keys, typically to the
-// authenticated user or tenant: the record key is the scope (query-escaped) +
-// ":" + the header value, so two callers' equal keys never meet — a caller
-// never replays another's response, and a 422 never tells one caller that
-// another used a key. Without WithScope (or WithSharedKeys) the scope is
-// CredentialScope, the request's own credentials. The scope may be any
-// string, but requests with the same scope share keys: return a stable
-// identity of the caller (the user or API-key id, not a session token that
-// changes between a request and its retry), and "" only for callers who may
-// see each other's responses. The last of WithScope and WithSharedKeys given
-// wins; WithScope(nil) is a bad option (Middleware answers 500).
+// WithScope scopes keys to what scope returns for a request — the
+// authenticated account or tenant: two callers' equal keys never meet, so a
+// caller never replays another's response, and a 422 never tells one caller
+// that another used a key. Return a stable identity of the caller: the
+// account id, not the session cookie or the access token, so that a retry
+// sent after a token was refreshed (or from another session of the same
+// account) replays instead of running again. For a cookie-session app this is
+// the way to scope (the session's user id, read by your session middleware
+// placed before this one); callers for whom scope returns the same string
+// ("" included) share keys. The scope is part of the record key, in a space
+// of its own that no header value reaches. One of WithScope,
+// WithCredentialScope and WithSharedKeys is required; the last given wins.
+// WithScope(nil) is a bad option.
 func WithScope(scope func(*http.Request) string) Option {
 	return func(c *config) {
 		if scope == nil {
-			c.bad("httpidem: WithScope(nil): give a scope function, or WithSharedKeys()")
+			c.bad("httpidem: WithScope(nil): give a scope function, WithCredentialScope() or WithSharedKeys()")
 			return
 		}
-		c.scope, c.credScope = scope, false
+		c.scope, c.scopeMode = scope, scopeFunc
 	}
 }
 
-// WithSharedKeys makes every caller share one key space: the record key is
-// the header value alone. Any caller who sends another's key value (with the
-// same method, path, query and body) gets that caller's stored response,
-// headers and body, and with another request a 422 that tells them the key
-// is in use. Use it only when keys are unguessable and never shared between
-// callers who must not see each other's responses, or behind a gateway that
-// already scopes the header; otherwise keep the default (CredentialScope) or
-// use WithScope.
-func WithSharedKeys() Option {
-	return func(c *config) { c.scope, c.credScope = nil, false }
+// WithCredentialScope scopes keys to the request's credentials: a SHA-256 of
+// its Authorization header(s) and the TLS client certificate it presented
+// (CredentialScope), so callers with other credentials never share a key.
+// Requests that carry none share the anonymous key space, apart from every
+// credentialed one. It cannot tell apart two callers who send no
+// credentials (cookie sessions, a gateway that authenticates for you), and
+// it takes a caller whose credentials change between a request and its retry
+// (a refreshed OAuth token, a rotated API key) for another caller, whose
+// retry runs again: where that happens, use WithScope with the account id.
+func WithCredentialScope() Option {
+	return func(c *config) { c.scope, c.scopeMode = nil, scopeCredential }
 }
 
-// CredentialScope is the default scope: a SHA-256 of the request's
-// credentials — its Authorization header(s) and the TLS client certificate
-// it presented — so callers with other credentials never share a key, and
-// "" (the anonymous key space, where the record key is the header value
-// alone) for a request that carries none. It cannot tell apart two callers
-// who send no credentials (behind a gateway that authenticates for you, or
-// with cookie sessions: use WithScope with the caller's identity), and it
-// scopes a caller whose credentials change between a request and its retry
-// (a refreshed OAuth access token) as two callers, whose retry runs again:
-// where tokens rotate, use WithScope with the stable account id.
+// WithSharedKeys makes every caller share one key space: the record key is
+// the header value, in a space of its own. Any caller who sends another's
+// key value (with the same method, path, query and body) gets that caller's
+// stored response, headers and body, and with another request a 422 that
+// tells them the key is in use. Use it only when keys are unguessable and
+// never shared between callers who must not see each other's responses, or
+// behind a gateway that already scopes the header.
+func WithSharedKeys() Option {
+	return func(c *config) { c.scope, c.scopeMode = nil, scopeShared }
+}
+
+// CredentialScope is WithCredentialScope's identity of a request: "cred-"
+// and the hex SHA-256 of its Authorization header(s) and TLS client
+// certificate, or "" for a request that carries neither.
 func CredentialScope(r *http.Request) string {
+	if h := credentialHash(r); h != "" {
+		return "cred-" + h
+	}
+	return ""
+}
+
+// credentialHash is the hex SHA-256 of r's credentials, "" without any.
+func credentialHash(r *http.Request) string {
 	auth := r.Header.Values("Authorization")
 	var cert []byte
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
@@ -162,7 +180,17 @@ func CredentialScope(r *http.Request) string {
 	}
 	fmt.Fprintf(h, "cert %d:", len(cert))
 	h.Write(cert)
-	return "cred-" + hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// WithRetry5xx makes a 5xx response not stored: it reaches the client as
+// written, the key's record is released, and a retry runs the handler again
+// — for a handler whose every 5xx means no effect happened. By default a 5xx
+// is a final answer like any other, stored and replayed (as Stripe replays
+// its 500s): the handler started, and may have had its effect. A handler can
+// also decide per request (NotDone).
+func WithRetry5xx() Option {
+	return func(c *config) { c.retry5xx = true }
 }
 
 // WithCancelOnDisconnect makes the handler's context end when the client
@@ -171,11 +199,11 @@ func CredentialScope(r *http.Request) string {
 // request's values) ends only when the key's lease is lost or the
 // WithShutdown context ends, so an effect is never cut in half because a
 // client timed out or hung up, and the response it writes is stored for the
-// retry. The cost of cancelling: a handler that stops half-way leaves an
-// effect done but unanswered — if it then writes nothing or a 5xx, nothing is
-// stored and the retry runs the handler again (a second charge unless the
-// downstream call is idempotent itself); a status it did write is still
-// stored, whether or not the client is there.
+// retry. The cost of cancelling: a handler that stops half-way may leave an
+// effect done but unanswered. Whatever it then writes (nothing: an empty 200;
+// a 5xx) is stored and replayed like any answer, whether or not the client is
+// there; a handler that knows it stopped before its effect calls NotDone, so
+// that the retry runs it again.
 func WithCancelOnDisconnect() Option {
 	return func(c *config) { c.detach = false }
 }
@@ -188,19 +216,21 @@ func WithShutdown(ctx context.Context) Option {
 	return func(c *config) { c.shutdown = ctx }
 }
 
-// WithRetryAfter sets the Retry-After hint of a 409 (a retry while the first
-// request with the key runs), rounded up to whole seconds, at least 1: about
-// how long such requests take, not the lease (a lease bounds how long a
-// crashed server holds the key, far longer than a request runs). Default
-// DefaultRetryAfter (1 s).
+// WithRetryAfter caps the Retry-After of a 409 (a retry while the first
+// request with the key runs). The header says how long the holder's lease
+// has left, rounded up to whole seconds, at least 1 and at most d: when a
+// holder that died lets the key go, so a client that obeys it retries once
+// or twice, not once a second for a whole lease; for a live holder that
+// finishes sooner, WithWait answers the retry as soon as it does. Default
+// 0: the lease (WithLease).
 func WithRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.retryAfter = d }
 }
 
 // WithWait makes a retry that arrives while the first request with its key
 // runs wait up to d for it to finish, and get its stored response (replayed)
-// instead of a 409; when d passes first, or the first's response is not
-// stored (a 5xx, say) and the retry then runs the handler itself, it is
+// instead of a 409; when d passes first, or the first gives the key back
+// (NotDone, WithRetry5xx) and the retry then runs the handler itself, it is
 // answered as without the wait. The wait is pushed: the store's Do waits
 // (store.AcquireOptions.Wait), notified by the first request's final write
 // (on Redis a shard-channel message, no polling; a waiter re-reads the record
@@ -234,8 +264,8 @@ func WithObserver(o store.Observer) Option {
 // WithFingerprint sets how a request is fingerprinted; the same key with a
 // different fingerprint is answered 422 and the handler does not run. The
 // function gets the request and its whole body, and returns at most
-// store.MaxFingerprintLen bytes. Default Fingerprint (method, path and a
-// SHA-256 of the body). nil: no fingerprint, a key is never checked against
+// store.MaxFingerprintLen bytes. Default Fingerprint (method, path, query
+// string and a SHA-256 of the body). nil: no fingerprint, a key is never checked against
 // its request.
 func WithFingerprint(fp func(r *http.Request, body []byte) string) Option {
 	return func(c *config) { c.fingerprint = fp }
@@ -256,9 +286,12 @@ func WithKeepHeader(keep func(name string) bool) Option {
 // WithLease sets how long a request owns its key while the handler runs;
 // the store's Do renews it every lease/4 while the handler runs (on stores
 // that do), so it bounds how long a crashed server blocks the key, not how
-// long a handler may take. A retry meanwhile is answered 409 (with the
-// WithRetryAfter hint, not the lease), or waits (WithWait). Default
-// DefaultLease (30 s); d must be > 0.
+// long a handler may take: a retry meanwhile is answered 409 with
+// Retry-After the lease time left (WithRetryAfter), or waits (WithWait). The
+// lease is also renewed while the handler's response is being stored, which
+// the store retries through an outage for as long as it holds the lease
+// (store.Records.Do): a Redis away for less than the lease loses no outcome.
+// Default DefaultLease (30 s); d must be > 0.
 func WithLease(d time.Duration) Option {
 	return func(c *config) { c.lease = d }
 }
@@ -289,8 +322,9 @@ func WithMaxBody(n int64) Option {
 
 // WithLogger sets where the middleware logs what it cannot tell the client:
 // a store error after the handler ran (the response was sent but may not be
-// stored), at Error; a response sent but not stored on purpose (a 5xx, a
-// panic, too large, streamed, nothing written), at Warn. Default
+// stored), at Error; a response sent but not stored (ErrNotStored's reasons:
+// NotDone, a 5xx under WithRetry5xx, too large, streamed past the limit,
+// hijacked, a panic), at Warn. Default
 // slog.Default(). Keys can carry user data: a line names neither the key
 // nor an error text quoting it (store.Event.ErrorText(false)) unless
 // WithLogKey.
@@ -307,9 +341,8 @@ func WithLogger(l *slog.Logger) Option {
 // method, the escaped URL path, the SHA-256 of the body and the raw query
 // string, so the same key with another method, path, body or query is
 // answered 422. The query is compared as sent (byte for byte: "?a=1&b=2" and
-// "?b=2&a=1" differ); a request without one hashes as before the query was
-// part of the fingerprint, so records stored then still match. Headers are
-// not part of it; use WithFingerprint to add them.
+// "?b=2&a=1" differ); a request without a query hashes method, path and
+// body alone. Headers are not part of it; use WithFingerprint to add them.
 func Fingerprint(r *http.Request, body []byte) string {
 	b := sha256.Sum256(body)
 	h := sha256.New()

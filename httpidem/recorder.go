@@ -9,9 +9,11 @@ import (
 )
 
 // recorder is the http.ResponseWriter the handler gets. It keeps the response
-// (status, header snapshot, body) in memory while it can still be stored; a
-// 5xx status, a Flush, a Hijack or a body past the payload limit make it pass
-// what it has, and everything after, straight to the client (passed says why).
+// (status, header snapshot, body) in memory, to store, for as long as it fits
+// in a record; a Flush, a Hijack or a body past the payload limit make it
+// pass what it has, and everything after, straight to the client (passed),
+// while it still keeps a copy of what fits (a streamed response that fits is
+// stored all the same).
 type recorder struct {
 	w      http.ResponseWriter // the client's
 	keep   func(name string) bool
@@ -21,7 +23,11 @@ type recorder struct {
 	sent   http.Header // the header at WriteHeader: what net/http would send
 	budget int         // body bytes that still fit in a record
 	body   bytes.Buffer
-	passed error // non-nil: the response went to the client, unstored
+	passed bool // the response went (is going) to the client as written
+	// over: the response does not fit in a record (ErrTooLarge);
+	// hijacked: the handler took the connection (ErrHijacked).
+	over, hijacked bool
+	flushed        bool // the handler flushed (a streaming response)
 }
 
 func newRecorder(w http.ResponseWriter, keep func(string) bool, limit int) *recorder {
@@ -35,8 +41,8 @@ func (r *recorder) Header() http.Header { return r.header }
 
 // WriteHeader records the status and a snapshot of the header, as net/http
 // does; a second call is ignored. 1xx informational responses (103 Early
-// Hints) go to the client at once and are not stored; 101 and 5xx make the
-// response pass through.
+// Hints) go to the client at once and are not stored; 101 (switching
+// protocols) is a hijack.
 func (r *recorder) WriteHeader(code int) {
 	if r.status != 0 {
 		return
@@ -57,33 +63,38 @@ func (r *recorder) WriteHeader(code int) {
 	}
 	r.budget = r.limit - headerLen(code, r.stored())
 	switch {
-	case code >= 500:
-		r.pass(ErrServerError)
 	case code == http.StatusSwitchingProtocols:
-		r.pass(ErrHijacked)
+		r.hijacked = true
+		r.pass()
 	case r.budget < 0:
-		r.pass(ErrTooLarge)
+		r.over = true
+		r.pass()
 	}
 }
 
-// Write keeps p while the response still fits in a record, else sends
-// everything so far and p to the client.
+// Write keeps p while the response still fits in a record; once it does not,
+// it sends everything so far and p to the client.
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if r.passed != nil {
-		return r.w.Write(p)
+	if !r.over && r.body.Len()+len(p) > r.budget {
+		r.over = true
+		r.pass()
+		r.body = bytes.Buffer{} // nothing of it is stored any more
 	}
-	if r.body.Len()+len(p) > r.budget {
-		r.pass(ErrTooLarge)
+	if r.passed {
+		if !r.over {
+			r.body.Write(p)
+		}
 		return r.w.Write(p)
 	}
 	return r.body.Write(p)
 }
 
 // Flush sends the response so far to the client and everything after it
-// unbuffered: a streaming response is not stored.
+// as it is written (a streaming response); a copy is still kept to store
+// while it fits.
 func (r *recorder) Flush() { _ = r.FlushError() }
 
 // FlushError is Flush for http.ResponseController, with the client's error.
@@ -91,17 +102,15 @@ func (r *recorder) FlushError() error {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if r.passed == nil {
-		r.pass(ErrStreamed)
-	}
+	r.flushed = true
+	r.pass()
 	return http.NewResponseController(r.w).Flush()
 }
 
-// Hijack hands the connection to the handler; the response is not stored.
+// Hijack hands the connection to the handler; what it sends there is never
+// seen, so the response is not stored (ErrHijacked).
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if r.passed == nil {
-		r.passed = ErrHijacked
-	}
+	r.hijacked = true
 	return http.NewResponseController(r.w).Hijack()
 }
 
@@ -109,26 +118,39 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // recorder does not do itself (read and write deadlines, full duplex).
 func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
 
-// pass sends the header and the body kept so far to the client; from now on
-// writes go straight through. why is recorded.
-func (r *recorder) pass(why error) {
-	r.passed = why
+// pass sends the header and the body kept so far to the client, once; from
+// then on writes go through as well.
+func (r *recorder) pass() {
+	if r.passed {
+		return
+	}
+	r.passed = true
 	maps.Copy(r.w.Header(), r.sent)
 	r.w.WriteHeader(r.status)
 	if r.body.Len() > 0 {
 		_, _ = r.w.Write(r.body.Bytes())
 	}
-	r.body = bytes.Buffer{}
 }
 
 // finish ends the handler's turn: a handler that wrote nothing answered 200
-// with an empty body, as with net/http, and that is not stored
-// (ErrNothingWritten).
+// with an empty body, as with net/http, and that is its response.
 func (r *recorder) finish() {
-	if r.status == 0 && r.passed == nil {
+	if r.status == 0 && !r.hijacked {
 		r.WriteHeader(http.StatusOK)
-		r.pass(ErrNothingWritten)
 	}
+}
+
+// notStorable says why the response cannot be stored, or nil.
+func (r *recorder) notStorable() error {
+	switch {
+	case r.hijacked:
+		return ErrHijacked
+	case r.over && r.flushed:
+		return ErrStreamed
+	case r.over:
+		return ErrTooLarge
+	}
+	return nil
 }
 
 // stored is the part of the header snapshot a record keeps.
@@ -149,11 +171,12 @@ func (r *recorder) response() response {
 }
 
 // deliver sends a kept response to the client (the first answer: the full
-// header snapshot, not only the stored part).
+// header snapshot, not only the stored part), unless it went already.
 func (r *recorder) deliver() {
-	if r.passed != nil {
+	if r.passed || r.hijacked || r.status == 0 {
 		return
 	}
+	r.passed = true
 	maps.Copy(r.w.Header(), r.sent)
 	r.w.WriteHeader(r.status)
 	if r.body.Len() > 0 {

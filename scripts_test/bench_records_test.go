@@ -2,15 +2,11 @@ package scripts_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/redisonce/redisonce"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -154,8 +150,10 @@ func BenchmarkRecordsDoReplay(b *testing.B) {
 		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
+		// fn never runs on a replay; Do refuses a nil one.
+		fn := func(context.Context) ([]byte, error) { return nil, errBenchUnexpected }
 		benchParallel(b, g, func(i int) error {
-			_, replayed, err := s.Do(ctx, keys[i%len(keys)], benchAcquireOptions, nil)
+			_, replayed, err := s.Do(ctx, keys[i%len(keys)], benchAcquireOptions, fn)
 			if err == nil && !replayed {
 				err = errBenchUnexpected
 			}
@@ -204,84 +202,4 @@ func BenchmarkFinalWriteServerTime(b *testing.B) {
 		b.Fatalf("%v evalsha calls, want %d", calls, b.N)
 	}
 	b.ReportMetric(usec/calls, "server-µs/op")
-}
-
-// BenchmarkFinalWriteBeforeAfterWaiters compares the server's time per
-// update.lua final write (completed, 256-byte payload, fenced, no waiter)
-// of the script before waiters existed (testdata/update_before_waiters.lua,
-// scripts/update.lua of main before waiters, with the expiry rule of issue
-// 20) with today's, which reads the record's tenth field, watch: 16
-// interleaved rounds of b.N calls each on a private
-// server, from INFO commandstats (EVALSHA usec per call), reported as the
-// median of each: before-µs/op and after-µs/op.
-func BenchmarkFinalWriteBeforeAfterWaiters(b *testing.B) {
-	old, err := os.ReadFile("testdata/update_before_waiters.lua")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cur, _ := redisonce.Get("update")
-	srv, err := redisproc.Start(redisproc.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Stop() })
-	c := benchClientAt(b, srv.URL())
-	ctx := context.Background()
-	load := func(src string) string {
-		sha, err := c.Do(ctx, c.B().ScriptLoad().Script(src).Build()).ToString()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return sha
-	}
-	shas := [2]string{load(string(old)), load(cur.Source)}
-	evalsha := func() (calls, usec float64) {
-		info, err := srv.Do("INFO", "commandstats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),usec=(\d+),`).FindStringSubmatch(info)
-		if m == nil {
-			return 0, 0
-		}
-		calls, _ = strconv.ParseFloat(m[1], 64)
-		usec, _ = strconv.ParseFloat(m[2], 64)
-		return calls, usec
-	}
-	payload := string(make([]byte, 256))
-	var per [2][]float64
-	b.ResetTimer()
-	for round := range 16 {
-		for j := range 2 {
-			which := j ^ (round & 1) // alternate which goes first
-			b.StopTimer()
-			for i := range b.N {
-				k := fmt.Sprintf("ab:%d:%d:%d", round, which, i)
-				if err := c.Do(ctx, c.B().Hset().Key(k).FieldValue().FieldValue("status", "pending").FieldValue("payload", "").
-					FieldValue("created_ms", "1").FieldValue("updated_ms", "1").FieldValue("expires_ms", "0").
-					FieldValue("lease_ms", "99999999999999").FieldValue("fence", "1").FieldValue("fp", "").
-					FieldValue("token", "tok").Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			c0, u0 := evalsha()
-			b.StartTimer()
-			for i := range b.N {
-				k := fmt.Sprintf("ab:%d:%d:%d", round, which, i)
-				if err := c.Do(ctx, c.B().Evalsha().Sha1(shas[which]).Numkeys(1).Key(k).
-					Arg("tok", "status", "completed", "payload", payload).Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			c1, u1 := evalsha()
-			per[which] = append(per[which], (u1-u0)/(c1-c0))
-			b.StartTimer()
-		}
-	}
-	b.StopTimer()
-	for j, name := range []string{"before-µs/op", "after-µs/op"} {
-		slices.Sort(per[j])
-		b.ReportMetric(per[j][len(per[j])/2], name)
-	}
 }

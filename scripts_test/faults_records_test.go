@@ -213,7 +213,7 @@ func recordsProbes(c rueidis.Client, prefix string) []probe {
 		{name: "DeleteFenced", write: true, frees: true, run: func(ctx context.Context, id string) (bool, error) {
 			return false, s.DeleteFenced(ctx, id, "not-the-owner")
 		}},
-		{name: "Do", write: true, run: func(ctx context.Context, id string) (bool, error) {
+		{name: "Do", write: true, readsWhenFull: true, run: func(ctx context.Context, id string) (bool, error) {
 			called := false
 			_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: time.Minute}, func(context.Context) ([]byte, error) {
 				called = true

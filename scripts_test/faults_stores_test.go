@@ -54,6 +54,10 @@ type probe struct {
 	// frees: the operation only removes data; its script carries
 	// flags=allow-oom, so it runs, and frees memory, when memory is full.
 	frees bool
+	// readsWhenFull: refused a write when memory is full, the operation
+	// answers an id that holds a record from a read instead (Records.Do: a
+	// pending record is ErrInFlight); a fresh id is still refused (OOM).
+	readsWhenFull bool
 	// run runs the operation on id; called reports whether a callback the
 	// operation takes (Do's fn) ran.
 	run func(ctx context.Context, id string) (called bool, err error)

@@ -34,15 +34,22 @@ func TestHTTPIdem(t *testing.T) {
 }
 
 // TestHTTPIdemRawRecord: what the middleware leaves in Redis — a completed
-// record hash whose payload is the versioned response envelope after a 201,
-// and no key at all after a 503.
+// record whose payload is the versioned response envelope after a 201 and
+// after a 503 (the handler ran: its 5xx is its outcome), under the shared
+// key space's "k:" record key; and no key at all after a handler that called
+// NotDone.
 func TestHTTPIdemRawRecord(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
 	rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
-	h := httpidem.Middleware(rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/fail" {
+	h := mustMiddleware(t, rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/notdone":
+			httpidem.NotDone(r)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case "/503":
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
@@ -50,21 +57,34 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "ok")
 	}))
-	for _, path := range []string{"/ok", "/fail"} {
+	for _, path := range []string{"/ok", "/503", "/notdone"} {
 		req := httptest.NewRequest("POST", path, strings.NewReader("x"))
 		req.Header.Set(httpidem.HeaderKey, path)
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
-	hash := rawRecord(t, c, prefix+"/ok").Hash
-	// version 1, status 201 (uvarint c9 01), 1 header line "X-A: b", body "ok"
-	want := "\x01\xc9\x01\x01\x03X-A\x01bok"
-	if hash["status"] != "completed" || hash["payload"] != want || hash["lease_ms"] != "0" || len(hash["fp"]) != 64 {
-		t.Errorf("record after a 201: %q, want completed, payload %q, no lease, a 64-hex fingerprint", hash, want)
+	for key, want := range map[string]string{
+		"k:/ok":  "\x01\xc9\x01\x01\x03X-A\x01bok", // version 1, status 201 (uvarint c9 01), 1 header line "X-A: b", body "ok"
+		"k:/503": "\x01\xf7\x03\x00",               // version 1, status 503 (uvarint f7 03), no header, no body
+	} {
+		hash := rawRecord(t, c, prefix+key).Hash
+		if hash["status"] != "completed" || hash["payload"] != want || hash["lease_ms"] != "0" || len(hash["fp"]) != 64 {
+			t.Errorf("record %s: %q, want completed, payload %q, no lease, a 64-hex fingerprint", key, hash, want)
+		}
 	}
-	n, err := c.Do(ctx, c.B().Exists().Key(prefix+"/fail").Build()).AsInt64()
+	n, err := c.Do(ctx, c.B().Exists().Key(prefix+"k:/notdone").Build()).AsInt64()
 	if err != nil || n != 0 {
-		t.Errorf("EXISTS after a 503 = %d, %v; want 0", n, err)
+		t.Errorf("EXISTS after NotDone = %d, %v; want 0", n, err)
 	}
+}
+
+// mustMiddleware is httpidem.Middleware, failing the test on an error.
+func mustMiddleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) func(http.Handler) http.Handler {
+	t.Helper()
+	mw, err := httpidem.Middleware(rs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
 }
 
 // TestHTTPIdemClientsGiveUp: a payments API on a real HTTP server over the
@@ -94,7 +114,7 @@ func TestHTTPIdemClientsGiveUp(t *testing.T) {
 		fmt.Fprintf(w, `{"key":%q,"charge":%d}`, key, n)
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(mux))
+	srv := httptest.NewServer(mustMiddleware(t, rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(mux))
 	t.Cleanup(srv.Close)
 	post := func(ctx context.Context, cl *http.Client, key, try string) (*http.Response, []byte, error) {
 		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/charges", strings.NewReader("amount=10"))

@@ -61,6 +61,7 @@ var keysCases = []keysCase{
 	{"update", seedRecord, []string{"tok", "status", "completed"}},
 	{"delete", seedRecord, []string{"tok"}},
 	{"renew", seedRecord, []string{"tok", "50000"}},
+	{"complete", seedRecord, []string{"tok", "completed", "r"}},
 	{"watch", seedRecord, nil},
 	{"claim_many", nil, []string{"100000", "1"}},
 	{"seen_many", seedCmd("SET", "1"), nil},

@@ -246,6 +246,15 @@ var redisCLICases = map[string][]cliCase{
 		{name: "absolute lease_ms is refused", seed: goAcquire(""), argv: []string{"$TOKEN", "lease_ms", "30000"}, want: "BADARG", wantErr: true,
 			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
 	},
+	"complete": {
+		{name: "owner completes", seed: goAcquire(""), argv: []string{"$TOKEN", "completed", "receipt-1"},
+			want: "1", check: recordDone("receipt-1")},
+		{name: "stale owner", seed: goAcquire(""), argv: []string{"not-the-owner", "completed", "x"}, want: "STALE_OWNER", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
+		{name: "nothing there", argv: []string{"tok", "completed", ""}, want: "NOT_FOUND", wantErr: true, check: recordAbsent},
+		{name: "pending is refused", seed: goAcquire(""), argv: []string{"$TOKEN", "pending", ""}, want: "BADARG", wantErr: true,
+			check: func(t *testing.T, e *cliEnv, key string) { recordIs(t, e, key, store.StatusPending, "") }},
+	},
 	"renew": {
 		{name: "owner renews", seed: goAcquire(""), argv: []string{"$TOKEN", "60000"}, want: "1",
 			check: func(t *testing.T, e *cliEnv, key string) {

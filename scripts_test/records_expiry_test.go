@@ -176,3 +176,32 @@ func TestScriptRenewUnderFullMemory(t *testing.T) {
 			after.ExpireAt, t0+120000, after.Hash["expires_ms"], h["expires_ms"])
 	}
 }
+
+// TestScriptCompleteRawKeys: complete.lua, the final write that runs when
+// memory is full, writes what update.lua's final write does — status,
+// payload, no lease, updated_ms now, the key back on its retention (given
+// again from now when it ran out under the lease) — and refuses a stale
+// owner, a pending status and a payload over 1024 bytes before any write.
+func TestScriptCompleteRawKeys(t *testing.T) {
+	over := recHash("created_ms", recAt(-2*time.Minute), "expires_ms", recAt(-time.Minute), "lease_ms", recAt(2*time.Minute))
+	ahead := recHash("created_ms", recAt(-time.Minute), "expires_ms", recAt(5*time.Minute), "lease_ms", recAt(8*time.Minute))
+	e, _ := strconv.ParseInt(over["expires_ms"], 10, 64)
+	c, _ := strconv.ParseInt(over["created_ms"], 10, 64)
+	again := "{now+" + strconv.FormatInt(e-c, 10) + "}"
+	runRecCases(t, "complete", []recCase{
+		{name: "after the retention ran out: the retention again, from now", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokA", "completed", "res"}, want: []string{"1"},
+			after:    recWith(over, "status", "completed", "payload", "res", "lease_ms", "0", "updated_ms", "{now}", "expires_ms", again),
+			expireAt: again},
+		{name: "within the retention: back to it", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "failed", strings.Repeat("n", 1024)}, want: []string{"1"},
+			after:    recWith(ahead, "status", "failed", "payload", strings.Repeat("n", 1024), "lease_ms", "0", "updated_ms", "{now}"),
+			expireAt: ahead["expires_ms"]},
+		{name: "a stale owner changes nothing", seed: recSeedKeyAt(over, over["lease_ms"]),
+			args: []string{"tokB", "completed", "res"}, errc: "STALE_OWNER"},
+		{name: "pending is refused", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "pending", "res"}, errc: "BADARG"},
+		{name: "a payload over 1024 bytes is refused", seed: recSeedKeyAt(ahead, ahead["lease_ms"]),
+			args: []string{"tokA", "completed", strings.Repeat("n", 1025)}, errc: "BADARG"},
+	})
+}

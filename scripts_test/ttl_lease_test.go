@@ -255,7 +255,7 @@ func TestHTTPIdemOutlivesShortTTL(t *testing.T) {
 	var tl *ttlTimeline
 	var ownerCtx context.Context
 	var lost atomic.Bool // run 1's context ended before it did: its lease was lost
-	h := httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithTTL(ttlShort), httpidem.WithLease(ttlLease))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mustMiddleware(t, rs, httpidem.WithSharedKeys(), httpidem.WithTTL(ttlShort), httpidem.WithLease(ttlLease))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, _ := runs.LoadOrStore(r.Header.Get(httpidem.HeaderKey), new(atomic.Int64))
 		n := v.(*atomic.Int64).Add(1)
 		mu.Lock()

@@ -278,7 +278,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
 	}
 	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
-	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, fn, release, nil,
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, false, fn, release, nil,
 		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
 			return s.commit(ctx, id, token, deadline, lost)
 		})

@@ -34,8 +34,11 @@
 // could grow memory up front (an OOM error; nothing is written). The operations
 // that cannot grow it (Forget, Ack, AckMany, DropConn, Delete, DeleteFenced;
 // inside Claims.Do the lease extension, the commit and the release; inside
-// Records.Do the lease renewal) run anyway (flags=allow-oom), so an effect
-// that happened is committed and an application can always drain its keys.
+// Records.Do the lease renewal) run anyway (flags=allow-oom), and so does
+// Records.Do's final write of a small outcome (complete.lua: at most
+// MaxSmallPayloadLen bytes, else a note that the result was not stored), so
+// an effect that happened is committed and an application can always drain
+// its keys.
 //
 // Errors never show the password of a URL given to OpenX.
 //

@@ -59,6 +59,9 @@ func handle(ctx context.Context, claims *store.Claims, msg message) {
 
 // snippet:end
 
+// resend is a gateway sending a message to its client again.
+func resend(store.Message) {}
+
 // docGateway is the README's quick start for a gateway.
 func docGateway(ctx context.Context, payload []byte) error {
 	// snippet:gateway
@@ -73,14 +76,23 @@ func docGateway(ctx context.Context, payload []byte) error {
 	if err != nil {
 		return err
 	}
-	err = ob.Ack(ctx, "conn-42", id, 1)
+	if err := ob.Ack(ctx, "conn-42", id, 1); err != nil {
+		return err
+	}
 
 	// The client reconnects to node B, generation 2: fence A out, replay the tail in order.
-	err = ob.AdvanceGeneration(ctx, "conn-42", 2)
-	msgs, err := ob.Unacked(ctx, "conn-42") // ascending Seq: send these again
+	if err := ob.AdvanceGeneration(ctx, "conn-42", 2); err != nil {
+		return err
+	}
+	msgs, err := ob.Unacked(ctx, "conn-42")
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs { // ascending Seq
+		resend(m)
+	}
 	// snippet:end
-	_ = msgs
-	return err
+	return nil
 }
 
 // docOutbox is docs/stores.md's Outbox tour.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,7 @@ type heartbeat struct {
 	op              string
 	sentinel        error       // wrapped by the cause of a lost lease
 	onExtend        func(Lease) // OnExtend's fn, or nil
+	claimSent       time.Time   // when the claim that ran was sent (takeLease)
 	hookMu          sync.Mutex  // one onExtend call at a time
 
 	mu          sync.Mutex
@@ -440,6 +442,15 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 // docs/upstream-rueidis-race.md. Unlike rueidis's retry it ignores
 // ClientOption.DisableRetry, which a rueidis.Client does not expose.
 func retryLost(ctx context.Context, write func(context.Context) error) error {
+	return retryLostPaced(ctx, 250*time.Millisecond, write)
+}
+
+// retryLostPaced is retryLost with the longest pause between attempts:
+// Records.Do's outcome write through an outage retries every 50 ms at most,
+// so that once Redis is back the owner's write lands before a client's
+// retry, paced in seconds, can find the key free (a restart that lost the
+// record).
+func retryLostPaced(ctx context.Context, maxPause time.Duration, write func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := write(ctx)
 		if err == nil || !transient(ctx, err) {
@@ -448,7 +459,7 @@ func retryLost(ctx context.Context, write func(context.Context) error) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(min(time.Duration(attempt)*20*time.Millisecond, 250*time.Millisecond)):
+		case <-time.After(min(time.Duration(attempt)*20*time.Millisecond, maxPause)):
 		}
 	}
 }
@@ -460,7 +471,8 @@ var storeErrors = []error{ErrNotFound, ErrStaleOwner, ErrInFlight, ErrLeaseLost,
 
 // transient reports whether err, returned by a write run under ctx, is a
 // transport failure that a retry may cure: the command may or may not have
-// run. Not: a Redis reply (the command ran and answered), a store sentinel
+// run; or a LOADING, MASTERDOWN, CLUSTERDOWN or TRYAGAIN reply (it did not
+// run). Not: another Redis reply (the command ran and answered), a store sentinel
 // (a reply mapped, or an argument refused before sending), a closed client,
 // or ctx itself ending (the write's budget is spent).
 func transient(ctx context.Context, err error) bool {
@@ -468,7 +480,13 @@ func transient(ctx context.Context, err error) bool {
 		return false
 	}
 	var re *rueidis.RedisError
-	if errors.As(err, &re) || errors.Is(err, rueidis.ErrClosing) {
+	if errors.As(err, &re) {
+		// A server that is loading its data after a restart, or a cluster
+		// or replica not serving yet, ran nothing: try again.
+		code, _, _ := strings.Cut(re.Error(), " ")
+		return code == "LOADING" || code == "MASTERDOWN" || code == "CLUSTERDOWN" || code == "TRYAGAIN"
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
 		return false
 	}
 	for _, s := range storeErrors {
@@ -495,12 +513,12 @@ const finalWriteBudget = 5 * time.Second
 // (or on its error), the heartbeat is stopped again.
 func takeLease(ctx context.Context, lease time.Duration, sentinel error, extend extendFunc, take func(sent *time.Time) (bool, error)) (*heartbeat, time.Time, error) {
 	hb := startHeartbeat(ctx, lease, time.Now(), "do", sentinel, extend)
-	var sent time.Time
-	won, err := take(&sent)
+	sent := &hb.claimSent // on the heartbeat, which is on the heap anyway
+	won, err := take(sent)
 	if err != nil || !won {
 		hb.stop()
 	}
-	return hb, sent, err
+	return hb, *sent, err
 }
 
 // runLease runs fn under the lease l that hb keeps (its claim sent at sent),
@@ -513,7 +531,13 @@ func takeLease(ctx context.Context, lease time.Duration, sentinel error, extend 
 // retried on transport failures (retryLost): it only gives the id back and
 // claims nothing, so a retry that finds the lease gone (the first attempt
 // landed) or another caller's (left alone) is a success.
-func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, fn func(context.Context) error,
+//
+// hold keeps the heartbeat beating through the give-back and the final
+// write, whose budget is then the lease it holds (heldFor: as long as the
+// lease is held, at least finalWriteBudget) instead of finalWriteBudget:
+// Records.Do's outcome survives an outage as long as its lease does.
+// finish then gets the deadline and loss as they stood when fn returned.
+func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, hold bool, fn func(context.Context) error,
 	giveBack func(context.Context) error, keep func(error) bool,
 	finish func(ctx context.Context, fnErr error, deadline time.Time, lost bool) (Outcome, error)) (Outcome, error) {
 	hb.confirm(l, sent)
@@ -530,10 +554,24 @@ func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, fn fu
 	}()
 	fnErr := fn(hb)
 	done = true
-	deadline, lost := hb.stop()
 	// The effect has happened (or failed): write it even if ctx was
 	// cancelled meanwhile, so a redelivery does not run it again.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	var (
+		deadline time.Time
+		lost     bool
+		wctx     context.Context
+		cancel   context.CancelFunc
+	)
+	if hold {
+		hb.mu.Lock()
+		deadline, lost = hb.deadline, hb.lost
+		hb.mu.Unlock()
+		wctx, cancel = heldFor(context.WithoutCancel(ctx), hb)
+		defer hb.stop()
+	} else {
+		deadline, lost = hb.stop()
+		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	}
 	defer cancel()
 	if fnErr != nil && (keep == nil || !keep(fnErr)) {
 		if err := retryLost(wctx, giveBack); err != nil {
@@ -543,4 +581,49 @@ func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, fn fu
 		return outReleased, fnErr
 	}
 	return finish(wctx, fnErr, deadline, lost)
+}
+
+// heldFor returns a context for a Do's final write after fn returned, the
+// heartbeat still beating: it ends once both finalWriteBudget has passed and
+// the heartbeat's local lease deadline has (the deadline moves with every
+// renewal, so a write retried through an outage goes on for as long as the
+// lease is held, and at least finalWriteBudget). Past the deadline another
+// caller may take the record over; a fenced write then fails with
+// ErrStaleOwner, so trying up to it costs nothing but time.
+func heldFor(parent context.Context, h *heartbeat) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	floor := time.Now().Add(finalWriteBudget)
+	var mu sync.Mutex
+	var t *time.Timer
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		h.mu.Lock()
+		until := h.deadline
+		if h.lost {
+			until = time.Time{}
+		}
+		h.mu.Unlock()
+		if floor.After(until) {
+			until = floor
+		}
+		if d := time.Until(until); d > 0 {
+			t = time.AfterFunc(d, check)
+			return
+		}
+		cancel()
+	}
+	check()
+	return ctx, func() {
+		cancel()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+	}
 }

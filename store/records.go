@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -32,6 +35,12 @@ const (
 	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
 	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
 	MaxTokenLen = 256
+	// MaxSmallPayloadLen is the largest payload Do's final write stores when
+	// Redis is out of memory (maxmemory under noeviction): that write
+	// (complete.lua) runs anyway, so an effect that happened is recorded, and
+	// grows memory by at most this much. A larger result is then not stored:
+	// the record is marked failed with a note saying so.
+	MaxSmallPayloadLen = 1024
 )
 
 // MaxFence is the largest fence a record holds: 9999999999999999999, the
@@ -250,6 +259,9 @@ type recordsBackend interface {
 	get(ctx context.Context, key string) (Record, bool, error)
 	// update is update.lua with u, checked as f.
 	update(ctx context.Context, op, key string, u Update, f updateFields) error
+	// complete is complete.lua: the fenced final write of a small outcome
+	// (checked by checkSmall), which Redis runs even when memory is full.
+	complete(ctx context.Context, op, key, token string, status Status, payload []byte) error
 	// del is delete.lua: fenced by token, or unconditional with "". True
 	// when it removed a record.
 	del(ctx context.Context, op, key, token string) (bool, error)
@@ -513,13 +525,24 @@ func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool
 // that fails on the way (a lost connection, a failed redial) is retried: it
 // is idempotent, and a retry that applies proves the record still holds this
 // owner's token, so nobody took it over. The final write runs even when ctx is
-// cancelled, bounded by 5 seconds.
+// cancelled, with the lease still renewed while it does: it is retried
+// through an outage for as long as the lease is held (the local lease
+// deadline, which every renewal moves; at least 5 seconds), so a Redis
+// paused or restarted for less than the lease leaves the outcome stored, not
+// a pending record the next Do would run again.
 //
 // A caller that crashes stops renewing, and the next Do takes the record
 // over once o.Lease passes: pick a lease of a few seconds, not the length of
-// fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
-// the payload, is refused; Do returns that error and the next Do runs fn again
-// after the lease.
+// fn. Under a full Redis (maxmemory, noeviction) Redis refuses update.lua,
+// and the final write goes through complete.lua, which runs anyway
+// (allow-oom): it stores a result of at most MaxSmallPayloadLen (1 KiB) as
+// usual; a larger one is not stored, the record is marked failed with a note
+// saying so (every later Do returns ErrFailed with it, fn does not run
+// again), and Do returns the result with an error wrapping Redis's OOM.
+// Meanwhile Redis refuses acquire.lua (it may create a record): Do then
+// answers a key that holds a record from a read — the stored result
+// replayed, ErrFailed, or ErrInFlight — and only a new key gets the OOM
+// error.
 //
 // A store made with NewMemoryRecords runs the same flow; its owner lives in
 // this process, so a running Do's lease never passes there (as if renewed
@@ -551,8 +574,18 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		start = time.Now()
 	}
 	token := newToken()
+	// finishing: fn has returned and the heartbeat goes on through the
+	// give-back or the final write (runLease's hold). A renewal that finds
+	// the record no longer pending or gone then meets that write's own
+	// doing (or a restart that lost the record, which the final write
+	// creates again): not a loss to report; a takeover shows in the fenced
+	// write's ErrStaleOwner.
+	var finishing atomic.Bool
 	renew := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
 		n, err := s.b.renew(ctx, key, token, o.Lease, sent)
+		if err == nil && n != 1 && finishing.Load() {
+			return true, nil
+		}
 		return n == 1, err
 	})
 	if s.ev.obs != nil {
@@ -577,6 +610,17 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		return err
 	}
 	err = try()
+	if isOOM(err) {
+		// Memory is full (maxmemory, noeviction): Redis refuses acquire.lua,
+		// which may create a record, up front. A record already there is
+		// still answered from a read: replayed, ErrFailed or ErrInFlight.
+		if r, ok, gerr := s.b.get(ctx, key); gerr == nil && ok {
+			rec, err = r, nil
+			if o.Fingerprint != "" && r.Fingerprint != "" && o.Fingerprint != r.Fingerprint {
+				err = errorf("do", key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
+			}
+		}
+	}
 	if err == nil && !acquired && rec.Status == StatusPending && o.Wait > 0 {
 		// In flight: wait for the owner's final write, then look again
 		// (each look a fresh acquire, with a heartbeat of its own if it
@@ -615,9 +659,10 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		return err
 	}
 	var ret []byte // what Do returns: nil unless the final write ran
-	out, err = runLease(ctx, hb, Lease{ID: key, Token: token, Fence: rec.Fence}, sent,
+	out, err = runLease(ctx, hb, Lease{ID: key, Token: token, Fence: rec.Fence}, sent, true,
 		func(ctx context.Context) (err error) {
 			result, err = fn(ctx)
+			finishing.Store(true)
 			return err
 		}, giveBack, storeFailure,
 		func(ctx context.Context, fnErr error, _ time.Time, _ bool) (out Outcome, err error) {
@@ -637,9 +682,12 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 // caller got there first.
 func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token string, result []byte, fnErr error) ([]byte, Outcome, error) {
 	write := func(status Status, payload []byte) error {
-		err := retryLost(ctx, func(ctx context.Context) error {
+		err := retryLostPaced(ctx, outcomePause, func(ctx context.Context) error {
 			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
 		})
+		if isOOM(err) {
+			return s.completeSmall(ctx, key, token, status, payload, err)
+		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -696,6 +744,20 @@ func (o AcquireOptions) check(op, key string) error {
 		return errorf(op, key, ErrInvalidArgument, "negative wait %v", o.Wait)
 	case len(o.Fingerprint) > MaxFingerprintLen:
 		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}
+
+// checkSmall checks complete.lua's arguments.
+func checkSmall(op, key, token string, status Status, payload []byte) error {
+	if err := checkToken(op, key, token); err != nil {
+		return err
+	}
+	switch {
+	case status == "" || len(status) > MaxStatusLen || status == StatusPending:
+		return errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, not pending", MaxStatusLen)
+	case len(payload) > MaxSmallPayloadLen:
+		return errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxSmallPayloadLen)
 	}
 	return nil
 }
@@ -762,4 +824,39 @@ func (c config) recordsTTL() time.Duration {
 		return c.ttl
 	}
 	return DefaultRecordsTTL
+}
+
+// outcomePause is the longest pause between attempts of Do's outcome write
+// (retryLostPaced).
+const outcomePause = 50 * time.Millisecond
+
+// isOOM reports whether err is Redis's refusal of a write script when
+// maxmemory is reached under noeviction (an "OOM ..." error reply).
+func isOOM(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+}
+
+// completeSmall is Do's final write when Redis refused the full one for
+// memory (oom): complete.lua, which runs anyway, stores the outcome if it
+// fits in MaxSmallPayloadLen, else marks the record failed with a note that
+// the result was not stored, so that no later Do runs fn again (it gets
+// ErrFailed with the note) and the caller gets an error wrapping oom.
+func (s *Records) completeSmall(ctx context.Context, key, token string, status Status, payload []byte, oom error) error {
+	write := func(status Status, payload []byte) error {
+		if err := checkSmall("do", key, token, status, payload); err != nil {
+			return err
+		}
+		return retryLostPaced(ctx, outcomePause, func(ctx context.Context) error {
+			return s.b.complete(ctx, "do", key, token, status, payload)
+		})
+	}
+	if len(payload) <= MaxSmallPayloadLen {
+		return write(status, payload)
+	}
+	note := fmt.Sprintf("the result (%d bytes) was not stored: Redis was out of memory (maxmemory) at the final write", len(payload))
+	if err := write(StatusFailed, []byte(note)); err != nil {
+		return errors.Join(oom, err)
+	}
+	return fmt.Errorf("redisonce: do %q: %s; the record is failed with that note, so the key does not run again: %w", key, note, oom)
 }

@@ -186,6 +186,13 @@ func (s *memRecords) update(_ context.Context, op, key string, _ Update, f updat
 	return nil
 }
 
+// complete is complete.lua: a fenced update of a final status and a small
+// payload (memory is never full here).
+func (s *memRecords) complete(ctx context.Context, op, key, token string, status Status, payload []byte) error {
+	st := string(status)
+	return s.update(ctx, op, key, Update{}, updateFields{status: &st, payload: &payload, token: token})
+}
+
 // del is delete.lua: fenced by token, or unconditional with "".
 func (s *memRecords) del(_ context.Context, op, key, token string) (bool, error) {
 	s.mu.Lock()

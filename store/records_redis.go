@@ -9,11 +9,12 @@ import (
 )
 
 var (
-	scriptAcquire = mustScript("acquire")
-	scriptGet     = mustScript("get")
-	scriptUpdate  = mustScript("update")
-	scriptDelete  = mustScript("delete")
-	scriptRenew   = mustScript("renew")
+	scriptAcquire  = mustScript("acquire")
+	scriptGet      = mustScript("get")
+	scriptUpdate   = mustScript("update")
+	scriptDelete   = mustScript("delete")
+	scriptRenew    = mustScript("renew")
+	scriptComplete = mustScript("complete")
 )
 
 // redisRecords is Records' Redis backend: one string per key, prefix+key
@@ -96,6 +97,15 @@ func (b *redisRecords) update(ctx context.Context, op, key string, u Update, f u
 
 // del is delete.lua; unfenced (token "") it also removes a key that does
 // not hold a record.
+// complete is recordsBackend.complete: complete.lua.
+func (b *redisRecords) complete(ctx context.Context, op, key, token string, status Status, payload []byte) error {
+	n, err := replyInt(op, key, b.exec(ctx, scriptComplete, b.key(key), token, string(status), rueidis.BinaryString(payload)))
+	if err == nil && n != 1 {
+		err = errorf(op, key, ErrUnexpectedReply, "want 1, got %d", n)
+	}
+	return err
+}
+
 func (b *redisRecords) del(ctx context.Context, op, key, token string) (bool, error) {
 	n, err := replyInt(op, key, b.exec(ctx, scriptDelete, b.key(key), token))
 	return n == 1, err

@@ -7,10 +7,11 @@ import (
 )
 
 // maxBatchKeys is the most keys one batch script call (claim_many.lua,
-// seen_many.lua) carries. A script blocks the server while it runs; at about
-// 2-3 µs per key a call of 500 keys holds it for ~1-1.5 ms, and a bigger batch
-// of one slot is sent as several calls, in order, in the same round trip. It is
-// also the scripts' own limit: a call of more keys is refused (BADARG).
+// seen_many.lua) carries. A script blocks the server while it runs, so a call
+// is kept to a few hundred keys (about a millisecond of server time: see
+// BENCHMARKS.md, "Per operation, 64 goroutines"), and a bigger batch of one
+// slot is sent as several calls, in order, in the same round trip. It is also
+// the scripts' own limit: a call of more keys is refused (BADARG).
 const maxBatchKeys = redisonce.MaxBatchKeys
 
 // keySlot is the Redis Cluster hash slot of key: CRC16-XMODEM of the key, or

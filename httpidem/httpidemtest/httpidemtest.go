@@ -1,16 +1,22 @@
 // Package httpidemtest checks httpidem's middleware over a
 // *store.Records, on a real net/http server: the same suite runs on the
-// in-memory store (package httpidem's tests) and on Redis (scripts_test), and
-// a user can run it on a store of their own, as store/storetest does
-// for the store. It covers replays (status, headers, body), 422 for another
-// request under a key (query string included), 409 with a short Retry-After,
-// WithWait (duplicates answered by the push, the handler run once), a client
-// that times out or hangs up (its response kept and replayed, one run),
-// WithCancelOnDisconnect and WithShutdown, callers who share a key value
-// under WithScope and under the default credential scope (no cross replay,
-// no 422), responses not stored (5xx, panic, too large, streamed,
-// nothing written) and their events, keys quoted or bare, and problem types.
-// A store's Do must honour store.AcquireOptions.Wait for the WithWait tests.
+// in-memory store (package httpidem's tests) and on Redis, standalone and
+// cluster (scripts_test), and a user can run it on a store of their
+// own, as store/storetest does for the store. It covers replays (status,
+// headers, body), 422 for another request under a key (query string
+// included), 409 with Retry-After the holder's lease left (a dead holder
+// waited out in one or two retries), WithWait (duplicates answered by the
+// push, the handler run once), a client that times out or hangs up (its
+// response kept and replayed, one run), WithCancelOnDisconnect and
+// WithShutdown, the key spaces (WithScope, WithCredentialScope,
+// WithSharedKeys: forged keys that spell every space's prefix reach no other
+// space; an account scope replays across cookie sessions and rotated tokens),
+// every row of the package doc's outcome table that a store without faults
+// shows (5xx, nothing written, streamed, too large, streamed past the limit,
+// panics before and after a write, NotDone, WithRetry5xx, a failed record)
+// and their events, keys quoted or bare, and problem types. A store's Do
+// must honour store.AcquireOptions.Wait for the WithWait tests. The rows
+// that need a fault (an outage, a full Redis) are in scripts_test.
 package httpidemtest
 
 import (
@@ -62,6 +68,20 @@ type server struct {
 	rs   *store.Records
 }
 
+// sharedID is the record key of Idempotency-Key key under WithSharedKeys:
+// the shared key space ("k:" and the header value).
+func sharedID(key string) string { return "k:" + key }
+
+// middleware is httpidem.Middleware, failing the test on an error.
+func middleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) func(http.Handler) http.Handler {
+	t.Helper()
+	mw, err := httpidem.Middleware(rs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
 func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpidem.Option) *server {
 	t.Helper()
 	rs := h.New(t)
@@ -74,7 +94,7 @@ func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpid
 	mux := http.NewServeMux()
 	// Shared keys unless a test scopes them: the record key is the header
 	// value, which the tests read back from the store.
-	mux.Handle("/", httpidem.Middleware(rs, append([]httpidem.Option{httpidem.WithSharedKeys()}, opts...)...)(counted))
+	mux.Handle("/", middleware(t, rs, append([]httpidem.Option{httpidem.WithSharedKeys()}, opts...)...)(counted))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack
 	srv.Start()
@@ -163,6 +183,17 @@ func wantProblem(t *testing.T, r reply, status int) httpidem.Problem {
 		t.Errorf("problem %+v, want status %d, a type, a title and a detail", p, status)
 	}
 	return p
+}
+
+// wantNotReplayable checks the answer to a retry whose first run's response
+// could not be stored: the stored 500 problem saying so, replayed.
+func wantNotReplayable(t *testing.T, r reply) {
+	t.Helper()
+	p := wantProblem(t, r, http.StatusInternalServerError)
+	if !strings.Contains(p.Detail, "not replayed") || p.Header != httpidem.HeaderKey {
+		t.Errorf("problem %+v, want the not-replayable answer", p)
+	}
+	wantReplayed(t, r, true)
 }
 
 // created is a handler answering 201 with headers and a body.
@@ -275,34 +306,99 @@ func TestMiddleware(t *testing.T, h Harness) {
 		s.wantRuns(1)
 	})
 
-	t.Run("5xxNotStored", func(t *testing.T) {
-		var n atomic.Int64
+	t.Run("5xxStoredAndReplayed", func(t *testing.T) {
+		// The handler started, so its 5xx is its outcome: stored and
+		// replayed (as Stripe replays a 500), never a second run.
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
-			if n.Add(1) == 1 {
-				w.Header().Set("Retry-After", "3")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				io.WriteString(w, "provider down")
-				return
-			}
-			w.WriteHeader(http.StatusOK)
-			io.WriteString(w, "paid")
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "provider down")
 		})
 		first := s.do("POST", "/pay", "k", "x")
 		if first.status != http.StatusServiceUnavailable || first.body != "provider down" || first.header.Get("Retry-After") != "3" {
 			t.Errorf("the 503 did not reach the client as written: %s", first)
 		}
 		wantReplayed(t, first, false)
-		second := s.do("POST", "/pay", "k", "x")
-		if second.status != http.StatusOK || second.body != "paid" {
-			t.Errorf("retry after a 503: %s, want the handler to run again", second)
+		for range 2 {
+			again := s.do("POST", "/pay", "k", "x")
+			if again.status != http.StatusServiceUnavailable || again.body != "provider down" {
+				t.Errorf("retry after a 503: %s, want it replayed", again)
+			}
+			wantReplayed(t, again, true)
 		}
-		wantReplayed(t, second, false)
+		s.wantRuns(1)
+	})
+
+	t.Run("Retry5xxRunsAgain", func(t *testing.T) {
+		// WithRetry5xx: a 5xx reaches the client as written, is not
+		// stored, and the retry runs the handler again; a 2xx is stored.
+		var n atomic.Int64
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.WriteHeader(http.StatusBadGateway)
+				io.WriteString(w, "provider down")
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "paid")
+		}, httpidem.WithRetry5xx())
+		if first := s.do("POST", "/pay", "k", "x"); first.status != http.StatusBadGateway || first.body != "provider down" {
+			t.Errorf("first %s", first)
+		}
+		if second := s.do("POST", "/pay", "k", "x"); second.status != http.StatusOK || second.body != "paid" {
+			t.Errorf("retry after a 502 under WithRetry5xx: %s, want the handler to run again", second)
+		}
 		third := s.do("POST", "/pay", "k", "x")
 		if third.status != http.StatusOK || third.body != "paid" {
 			t.Errorf("third %s", third)
 		}
 		wantReplayed(t, third, true)
 		s.wantRuns(2)
+	})
+
+	t.Run("NotDoneRunsAgain", func(t *testing.T) {
+		// NotDone: the handler says its run had no effect; the response
+		// reaches the client, is not stored, and the retry runs again.
+		var n atomic.Int64
+		var marked atomic.Bool
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				marked.Store(httpidem.NotDone(r))
+				w.WriteHeader(http.StatusConflict)
+				io.WriteString(w, "card locked, nothing charged")
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged")
+		})
+		if first := s.do("POST", "/pay", "k", "x"); first.status != http.StatusConflict || first.body != "card locked, nothing charged" {
+			t.Errorf("first %s", first)
+		}
+		if !marked.Load() {
+			t.Error("NotDone reported false inside the middleware")
+		}
+		if second := s.do("POST", "/pay", "k", "x"); second.status != http.StatusCreated {
+			t.Errorf("retry after NotDone: %s, want the handler to run again", second)
+		}
+		third := s.do("POST", "/pay", "k", "x")
+		wantReplayed(t, third, true)
+		s.wantRuns(2)
+		if httpidem.NotDone(httptest.NewRequest("POST", "/", nil)) {
+			t.Error("NotDone on a request the middleware does not guard reported true")
+		}
+	})
+
+	t.Run("NothingWrittenReplayed", func(t *testing.T) {
+		// A handler that returns without writing answered 200, empty (as
+		// net/http does): that is its outcome, stored and replayed.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {})
+		first := s.do("POST", "/noop", "k", "x")
+		again := s.do("POST", "/noop", "k", "x")
+		if first.status != http.StatusOK || again.status != http.StatusOK || again.body != "" {
+			t.Errorf("first %s, retry %s", first, again)
+		}
+		wantReplayed(t, again, true)
+		s.wantRuns(1)
 	})
 
 	t.Run("4xxReplayed", func(t *testing.T) {
@@ -345,7 +441,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			wantReplayed(t, r, false)
 		}
 		s.wantRuns(6)
-		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
+		if _, ok, err := s.rs.Get(context.Background(), sharedID("k")); ok || err != nil {
 			t.Errorf("a GET with a key left a record (found %v, err %v)", ok, err)
 		}
 	})
@@ -471,78 +567,125 @@ func TestMiddleware(t *testing.T, h Harness) {
 		s.wantRuns(3)
 	})
 
-	t.Run("TooLargeSentNotStored", func(t *testing.T) {
+	t.Run("TooLargeNotReplayable", func(t *testing.T) {
+		// A response over the record limit reaches the client whole; the
+		// retry gets the not-replayable 500 problem, never a second run.
 		big := bytes.Repeat([]byte("x"), store.MaxRecordPayloadLen+1)
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
 			w.Write(big[:1000])
 			w.Write(big[1000:])
 		})
+		r := s.do("POST", "/big", "k", "")
+		if r.status != http.StatusOK || r.body != string(big) {
+			t.Errorf("status %d, %d bytes, want 200 and %d bytes", r.status, len(r.body), len(big))
+		}
+		wantReplayed(t, r, false)
 		for range 2 {
-			r := s.do("POST", "/big", "k", "")
-			if r.status != http.StatusOK || r.body != string(big) {
-				t.Errorf("status %d, %d bytes, want 200 and %d bytes", r.status, len(r.body), len(big))
-			}
-			wantReplayed(t, r, false)
+			wantNotReplayable(t, s.do("POST", "/big", "k", ""))
 		}
-		s.wantRuns(2)
-		if _, ok, err := s.rs.Get(context.Background(), "k"); ok || err != nil {
-			t.Errorf("a record is left (found %v, err %v), want it released", ok, err)
-		}
+		s.wantRuns(1)
 	})
 
-	t.Run("FlushPassesThroughUnstored", func(t *testing.T) {
+	t.Run("StreamedStoredWhenItFits", func(t *testing.T) {
+		// A flushed response goes out as written, and is stored all the
+		// same when it fits in a record.
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "part 1,")
 			w.(http.Flusher).Flush()
 			io.WriteString(w, "part 2")
 		})
-		for range 2 {
-			if r := s.do("POST", "/stream", "k", ""); r.status != http.StatusOK || r.body != "part 1,part 2" {
-				t.Errorf("stream %s", r)
-			}
+		if r := s.do("POST", "/stream", "k", ""); r.status != http.StatusOK || r.body != "part 1,part 2" {
+			t.Errorf("stream %s", r)
 		}
-		s.wantRuns(2)
+		again := s.do("POST", "/stream", "k", "")
+		if again.status != http.StatusOK || again.body != "part 1,part 2" {
+			t.Errorf("retry of a stream: %s, want it replayed", again)
+		}
+		wantReplayed(t, again, true)
+		s.wantRuns(1)
 	})
 
-	t.Run("PanicNotStored", func(t *testing.T) {
-		var n atomic.Int64
-		rs := h.New(t)
-		t.Cleanup(func() { rs.Close() })
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		mw := httpidem.Middleware(rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if n.Add(1) == 1 {
-				w.WriteHeader(http.StatusCreated)
-				panic("boom")
+	t.Run("StreamedTooLargeNotReplayable", func(t *testing.T) {
+		chunk := bytes.Repeat([]byte("y"), 64<<10)
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			for range store.MaxRecordPayloadLen/len(chunk) + 1 {
+				w.Write(chunk)
+				w.(http.Flusher).Flush()
 			}
-			w.WriteHeader(http.StatusCreated)
-		}))
-		serve := func() (rec *httptest.ResponseRecorder, recovered any) {
-			defer func() { recovered = recover() }()
-			rec = httptest.NewRecorder()
-			req := httptest.NewRequest("POST", "/p", strings.NewReader("x"))
-			req.Header.Set(httpidem.HeaderKey, "k")
-			mw.ServeHTTP(rec, req)
-			return rec, nil
+		})
+		if r := s.do("POST", "/stream", "k", ""); r.status != http.StatusOK || len(r.body) <= store.MaxRecordPayloadLen {
+			t.Errorf("stream: status %d, %d bytes", r.status, len(r.body))
 		}
-		if _, p := serve(); p != "boom" {
-			t.Fatalf("the panic became %v, want it to go on as \"boom\"", p)
+		wantNotReplayable(t, s.do("POST", "/stream", "k", ""))
+		s.wantRuns(1)
+	})
+
+	t.Run("HijackNotReplayable", func(t *testing.T) {
+		// A handler that takes the connection answers on it itself; what it
+		// sends is never seen, so the retry gets the not-replayable 500.
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			buf.Flush()
+		})
+		if r := s.do("POST", "/raw", "k", ""); r.status != http.StatusOK || r.body != "ok" {
+			t.Errorf("hijacked answer %s", r)
 		}
-		if _, ok, err := rs.Get(context.Background(), "k"); ok || err != nil {
-			t.Errorf("after the panic a record is left (found %v, err %v)", ok, err)
-		}
-		rec, p := serve()
-		if p != nil || rec.Code != http.StatusCreated || rec.Header().Get(httpidem.HeaderReplayed) != "" {
-			t.Errorf("retry after a panic: %d %v (panic %v), want the handler to run again", rec.Code, rec.Header(), p)
-		}
-		if n.Load() != 2 {
-			t.Errorf("the handler ran %d times, want 2", n.Load())
+		wantNotReplayable(t, s.do("POST", "/raw", "k", ""))
+		s.wantRuns(1)
+	})
+
+	t.Run("PanicNotReplayable", func(t *testing.T) {
+		// A panic, before or after a write, goes on (to net/http or an
+		// outer recovery); the retry gets the not-replayable 500 problem,
+		// never a second run.
+		for _, wrote := range []bool{false, true} {
+			var n atomic.Int64
+			rs := h.New(t)
+			t.Cleanup(func() { rs.Close() })
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			mw := middleware(t, rs, httpidem.WithSharedKeys(), httpidem.WithLogger(quiet))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				if wrote {
+					w.WriteHeader(http.StatusCreated)
+					io.WriteString(w, "charged")
+				}
+				panic("boom")
+			}))
+			serve := func() (rec *httptest.ResponseRecorder, recovered any) {
+				defer func() { recovered = recover() }()
+				rec = httptest.NewRecorder()
+				req := httptest.NewRequest("POST", "/p", strings.NewReader("x"))
+				req.Header.Set(httpidem.HeaderKey, "k")
+				mw.ServeHTTP(rec, req)
+				return rec, nil
+			}
+			if _, p := serve(); p != "boom" {
+				t.Fatalf("the panic became %v, want it to go on as \"boom\"", p)
+			}
+			for range 2 {
+				rec, p := serve()
+				if p != nil {
+					t.Fatalf("retry after a panic panicked: %v", p)
+				}
+				wantNotReplayable(t, reply{rec.Code, rec.Header(), rec.Body.String()})
+			}
+			if n.Load() != 1 {
+				t.Errorf("wrote %v: the handler ran %d times, want 1", wrote, n.Load())
+			}
 		}
 	})
 
 	t.Run("CancelOnDisconnect", func(t *testing.T) {
 		// WithCancelOnDisconnect: the hang-up cancels the handler's context;
-		// a handler that then writes nothing stores nothing (the retry runs
-		// it again), one that writes a status has it stored all the same.
+		// a handler that then stops before its effect says so (NotDone: the
+		// retry runs it again), one that writes a status has it stored all
+		// the same.
 		var n atomic.Int64
 		sawCancel := make(chan time.Duration, 2)
 		inside := make(chan struct{}, 2)
@@ -560,10 +703,12 @@ func TestMiddleware(t *testing.T, h Harness) {
 			case <-time.After(5 * time.Second):
 				sawCancel <- -1
 			}
-			if k == 2 {
-				w.WriteHeader(http.StatusCreated)
-				io.WriteString(w, "made after the hang-up")
+			if k == 1 {
+				httpidem.NotDone(r)
+				return
 			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "made after the hang-up")
 		}, httpidem.WithCancelOnDisconnect())
 		// hangUp sends a request and hangs up once the handler runs. A
 		// request answered before it reaches the handler (409: the previous
@@ -598,7 +743,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			}
 			t.Fatal("the request never reached the handler in 200 tries")
 		}
-		hangUp() // writes nothing: not stored
+		hangUp() // NotDone: not stored
 		hangUp() // runs again, writes 201 after the hang-up: stored
 		r := s.retry409("POST", "/p", "k", "x")
 		if r.status != http.StatusCreated || r.body != "made after the hang-up" {
@@ -636,8 +781,8 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("DefaultScopeIsTheCredential", func(t *testing.T) {
-		// Middleware with no scope option: callers with other credentials
+	t.Run("CredentialScope", func(t *testing.T) {
+		// WithCredentialScope: callers with other credentials
 		// (Authorization, here Basic and Bearer) never meet under one key
 		// value — no replay of another's response, no 422 oracle — while a
 		// caller's retry with the same credentials, and an anonymous caller's
@@ -645,7 +790,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 		rs := h.New(t)
 		t.Cleanup(func() { rs.Close() })
 		var runs atomic.Int64
-		srv := httptest.NewServer(httpidem.Middleware(rs)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := httptest.NewServer(middleware(t, rs, httpidem.WithCredentialScope())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			body, _ := io.ReadAll(r.Body)
 			w.Header().Set("X-Download-Token", fmt.Sprintf("secret-%d", n))
@@ -751,10 +896,12 @@ func TestMiddleware(t *testing.T, h Harness) {
 				w.Write(big)
 			case "/flush":
 				w.(http.Flusher).Flush()
-			case "/nothing":
+				w.Write(big)
+			case "/notdone":
+				httpidem.NotDone(r)
 			}
-		}, httpidem.WithObserver(obs), httpidem.WithLogger(logger))
-		cases := map[string]error{"/5xx": httpidem.ErrServerError, "/big": httpidem.ErrTooLarge, "/flush": httpidem.ErrStreamed, "/nothing": httpidem.ErrNothingWritten}
+		}, httpidem.WithObserver(obs), httpidem.WithLogger(logger), httpidem.WithRetry5xx())
+		cases := map[string]error{"/5xx": httpidem.ErrServerError, "/big": httpidem.ErrTooLarge, "/flush": httpidem.ErrStreamed, "/notdone": httpidem.ErrNotDone}
 		for path := range cases {
 			s.do("POST", path, "k"+path, "")
 		}
@@ -764,7 +911,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			t.Errorf("%d events, want %d: %+v", len(events), len(cases), events)
 		}
 		for _, e := range events {
-			path := strings.TrimPrefix(e.Key, "k")
+			path := strings.TrimPrefix(e.Key, sharedID("k"))
 			want, ok := cases[path]
 			if !ok || e.Store != "httpidem" || e.Op != "respond" || e.Outcome != httpidem.OutcomeNotStored || !errors.Is(e.Err, want) || !errors.Is(e.Err, httpidem.ErrNotStored) {
 				t.Errorf("event %+v, want httpidem/respond/not_stored with %v", e, want)
@@ -772,7 +919,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 		}
 		logMu.Lock()
 		defer logMu.Unlock()
-		if n := strings.Count(logs.String(), "level=WARN msg=\"httpidem: response sent but not stored"); n != len(cases) {
+		if n := strings.Count(logs.String(), "level=WARN msg=\"httpidem: response sent but not"); n != len(cases) {
 			t.Errorf("%d warnings of a response not stored, want %d:\n%s", n, len(cases), logs.String())
 		}
 	})
@@ -786,7 +933,7 @@ func TestMiddleware(t *testing.T, h Harness) {
 			var logs bytes.Buffer
 			var logMu sync.Mutex
 			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
-			opts := []httpidem.Option{httpidem.WithLogger(logger), httpidem.WithFingerprint(nil)}
+			opts := []httpidem.Option{httpidem.WithLogger(logger), httpidem.WithFingerprint(nil), httpidem.WithRetry5xx()}
 			if withKey {
 				opts = append(opts, httpidem.WithLogKey())
 			}
@@ -803,10 +950,10 @@ func TestMiddleware(t *testing.T, h Harness) {
 				status  *store.Status
 				payload []byte
 			}{{user + "-failed", &failed, []byte("declined")}, {user + "-corrupt", &done, []byte("garbage")}} {
-				if _, _, err := s.rs.AcquireWith(ctx, seed.key, store.AcquireOptions{}); err != nil {
+				if _, _, err := s.rs.AcquireWith(ctx, sharedID(seed.key), store.AcquireOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.rs.Update(ctx, seed.key, store.Update{Status: seed.status, Payload: &seed.payload}); err != nil {
+				if err := s.rs.Update(ctx, sharedID(seed.key), store.Update{Status: seed.status, Payload: &seed.payload}); err != nil {
 					t.Fatal(err)
 				}
 				wantProblem(t, s.do("POST", "/x", seed.key, ""), http.StatusInternalServerError)
@@ -874,8 +1021,9 @@ func TestMiddleware(t *testing.T, h Harness) {
 	})
 
 	t.Run("WaitRunsOut409", func(t *testing.T) {
-		// WithWait(300 ms) and a handler of 2 s: the duplicate waits 300 ms,
-		// then is told 409 with the short Retry-After hint.
+		// WithWait(300 ms) and a handler that outlasts it: the duplicate
+		// waits 300 ms, then is told 409 with Retry-After the holder's lease
+		// time left (the default lease, 30 s, renewed every 7.5 s).
 		started, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
@@ -891,8 +1039,8 @@ func TestMiddleware(t *testing.T, h Harness) {
 		took := time.Since(t0)
 		close(release)
 		wantProblem(t, r, http.StatusConflict)
-		if got := r.header.Get("Retry-After"); got != "1" {
-			t.Errorf("Retry-After %q, want 1", got)
+		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 15 || ra > 30 {
+			t.Errorf("Retry-After %q, want the holder's lease left, in 15..30 s", r.header.Get("Retry-After"))
 		}
 		if took < 300*time.Millisecond || took > 300*time.Millisecond+time.Second {
 			t.Errorf("the 409 came after %v, want the 300 ms wait (and at most a re-read more)", took)
@@ -938,9 +1086,209 @@ func TestMiddleware(t *testing.T, h Harness) {
 		})
 		s.do("POST", "/", "k", "")
 		s.do("POST", "/", "k", "")
-		if len(leases) != 1 || leases[0].ID != "k" || leases[0].Token == "" || leases[0].Fence == 0 {
+		if len(leases) != 1 || leases[0].ID != sharedID("k") || leases[0].Token == "" || leases[0].Fence == 0 {
 			t.Errorf("leases seen by the handler: %+v, want one for key k with a token and a fence", leases)
 		}
+	})
+
+	t.Run("ForgedKeysNeverCrossSpaces", func(t *testing.T) {
+		// One store, every scope mode: victims store a response under key
+		// "K" in each key space; attackers in every mode (anonymous, or
+		// another user) send keys that spell each victim's record key and
+		// every prefix form, with the victims' very body. None is replayed a
+		// victim's response, none gets a 422: each runs as a new request.
+		rs := h.New(t)
+		t.Cleanup(func() { rs.Close() })
+		var runs atomic.Int64
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "run-%d auth=%q user=%q", n, r.Header.Get("Authorization"), r.Header.Get("X-User"))
+		})
+		servers := map[string]string{}
+		for mode, opt := range map[string]httpidem.Option{
+			"shared": httpidem.WithSharedKeys(), "credential": httpidem.WithCredentialScope(), "scope": httpidem.WithScope(userScope),
+		} {
+			srv := httptest.NewServer(middleware(t, rs, opt)(handler))
+			t.Cleanup(srv.Close)
+			servers[mode] = srv.URL
+		}
+		ask := func(mode, key, auth, user string) reply {
+			req, _ := http.NewRequest("POST", servers[mode]+"/pay", strings.NewReader("amount=100"))
+			req.Header.Set(httpidem.HeaderKey, key)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			if user != "" {
+				req.Header.Set("X-User", user)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		const aliceAuth = "Bearer alice-secret-token"
+		cred := httptest.NewRequest("POST", "/", nil)
+		cred.Header.Set("Authorization", aliceAuth)
+		credScope := httpidem.CredentialScope(cred) // "cred-<hex>"
+		credHex := strings.TrimPrefix(credScope, "cred-")
+		victims := map[string]reply{
+			"shared":     ask("shared", "K", "", ""),
+			"credential": ask("credential", "K", aliceAuth, ""),
+			"anonymous":  ask("credential", "K", "", ""),
+			"scope":      ask("scope", "K", "", "alice"),
+		}
+		forged := []string{
+			"k:K", "a:K", "c:" + credHex + ":K", "s:alice:K", "s::K",
+			credScope + ":K", "alice:K", ":K", "cred-:K", "c:K", "s:K",
+			"k:k:K", "a:a:K", "s:alice%3AK", "s:alice:K:K",
+		}
+		before := runs.Load()
+		want := before
+		for mode := range servers {
+			whos := []struct{ auth, user string }{{"", ""}, {"Bearer mallory", "mallory"}}
+			if mode == "shared" {
+				whos = whos[:1] // one space for all: a second attacker would replay the first's own
+			}
+			for _, who := range whos {
+				for _, key := range forged {
+					r := ask(mode, key, who.auth, who.user)
+					want++
+					if r.status != http.StatusCreated || r.header.Get(httpidem.HeaderReplayed) != "" {
+						t.Errorf("%s, %+v, key %q: %s; want a new 201 of its own", mode, who, key, r)
+					}
+					for name, v := range victims {
+						if r.body == v.body {
+							t.Errorf("%s, %+v, key %q got the %s victim's response %q", mode, who, key, name, v.body)
+						}
+					}
+				}
+			}
+		}
+		if got := runs.Load(); got != want {
+			t.Errorf("the handler ran %d times for the forged keys, want %d (each its own request)", got-before, want-before)
+		}
+		// The victims still get their own replays.
+		for name, c := range map[string][3]string{
+			"shared": {"shared", "", ""}, "credential": {"credential", aliceAuth, ""},
+			"anonymous": {"credential", "", ""}, "scope": {"scope", "", "alice"},
+		} {
+			if r := ask(c[0], "K", c[1], c[2]); r.body != victims[name].body || r.header.Get(httpidem.HeaderReplayed) != "true" {
+				t.Errorf("the %s victim's retry: %s, want its own replay", name, r)
+			}
+		}
+	})
+
+	t.Run("AccountScopeReplaysAcrossCredentials", func(t *testing.T) {
+		// WithScope by account: a cookie-session app (the session names
+		// the account) and rotated bearer tokens of one account replay the
+		// account's response; another account never gets it.
+		accounts := map[string]string{
+			"session=s-alice-1": "acct-alice", "session=s-alice-2": "acct-alice", "session=s-bob": "acct-bob",
+			"Bearer tok-alice-old": "acct-alice", "Bearer tok-alice-new": "acct-alice",
+		}
+		account := func(r *http.Request) string {
+			if c, err := r.Cookie("session"); err == nil {
+				return accounts["session="+c.Value]
+			}
+			return accounts[r.Header.Get("Authorization")]
+		}
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "charged %s once", account(r))
+		}, httpidem.WithScope(account))
+		ask := func(cookie, auth string) reply {
+			req, _ := http.NewRequest("POST", s.url+"/pay", strings.NewReader("amount=5"))
+			req.Header.Set(httpidem.HeaderKey, "order-1")
+			if cookie != "" {
+				req.Header.Set("Cookie", cookie)
+			}
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{resp.StatusCode, resp.Header, string(b)}
+		}
+		first := ask("session=s-alice-1", "")
+		if first.body != "charged acct-alice once" {
+			t.Fatalf("alice: %s", first)
+		}
+		for _, c := range [][2]string{{"session=s-alice-2", ""}, {"", "Bearer tok-alice-old"}, {"", "Bearer tok-alice-new"}} {
+			r := ask(c[0], c[1])
+			if r.body != first.body || r.header.Get(httpidem.HeaderReplayed) != "true" {
+				t.Errorf("alice with %q %q: %s, want her replay", c[0], c[1], r)
+			}
+		}
+		if bob := ask("session=s-bob", ""); bob.body != "charged acct-bob once" || bob.header.Get(httpidem.HeaderReplayed) != "" {
+			t.Errorf("bob with alice's key: %s, want his own run", bob)
+		}
+		s.wantRuns(2)
+	})
+
+	t.Run("RetryAfterFollowsDeadHolder", func(t *testing.T) {
+		// A holder that died holds the key for the rest of its lease: the
+		// 409's Retry-After says how long, so a client that obeys it gets
+		// the key after one or two retries.
+		const lease = 3 * time.Second
+		s := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+		}, httpidem.WithLease(lease))
+		if _, _, err := s.rs.AcquireWith(context.Background(), sharedID("k"), store.AcquireOptions{Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		retries := 0
+		for {
+			r := s.do("POST", "/pay", "k", "x")
+			if r.status == http.StatusCreated {
+				break
+			}
+			wantProblem(t, r, http.StatusConflict)
+			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+			if err != nil || ra < 1 || ra > 3 {
+				t.Fatalf("Retry-After %q, want the dead holder's lease left, 1..3 s", r.header.Get("Retry-After"))
+			}
+			if retries++; retries > 3 {
+				t.Fatalf("still 409 after %d retries obeying Retry-After", retries)
+			}
+			time.Sleep(time.Duration(ra) * time.Second)
+		}
+		if retries < 1 || retries > 2 {
+			t.Errorf("%d retries obeying Retry-After before the key was free, want 1 or 2", retries)
+		}
+		s.wantRuns(1)
+		// WithRetryAfter caps it.
+		capped := newServer(t, h, func(w http.ResponseWriter, r *http.Request) {}, httpidem.WithLease(lease), httpidem.WithRetryAfter(time.Second))
+		if _, _, err := capped.rs.AcquireWith(context.Background(), sharedID("k"), store.AcquireOptions{Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if r := capped.do("POST", "/pay", "k", "x"); r.header.Get("Retry-After") != "1" {
+			t.Errorf("WithRetryAfter(1s) under a minute's lease left: Retry-After %q, want 1", r.header.Get("Retry-After"))
+		}
+	})
+
+	t.Run("FailedRecordNotReplayable", func(t *testing.T) {
+		// A record the store marked failed (a response it could not keep:
+		// Redis out of memory at the final write) is the not-replayable
+		// answer; the handler does not run.
+		s := newServer(t, h, created)
+		ctx := context.Background()
+		if _, _, err := s.rs.AcquireWith(ctx, sharedID("k"), store.AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		failed, note := store.StatusFailed, []byte("the result (2000 bytes) was not stored")
+		if err := s.rs.Update(ctx, sharedID("k"), store.Update{Status: &failed, Payload: &note}); err != nil {
+			t.Fatal(err)
+		}
+		wantNotReplayable(t, s.do("POST", "/orders", "k", ""))
+		s.wantRuns(0)
 	})
 
 	t.Run("CorruptStoredResponse500", func(t *testing.T) {
@@ -948,11 +1296,11 @@ func TestMiddleware(t *testing.T, h Harness) {
 		ctx := context.Background()
 		for i, payload := range [][]byte{nil, []byte("garbage"), {1, 0xff}, {1, 200, 1, 5, 'a'}, {2, 200, 1, 0}} {
 			key := fmt.Sprint("corrupt-", i)
-			if _, _, err := s.rs.AcquireWith(ctx, key, store.AcquireOptions{}); err != nil {
+			if _, _, err := s.rs.AcquireWith(ctx, sharedID(key), store.AcquireOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			done := store.StatusCompleted
-			if err := s.rs.Update(ctx, key, store.Update{Status: &done, Payload: &payload}); err != nil {
+			if err := s.rs.Update(ctx, sharedID(key), store.Update{Status: &done, Payload: &payload}); err != nil {
 				t.Fatal(err)
 			}
 			wantProblem(t, s.do("POST", "/orders", key, ""), http.StatusInternalServerError)

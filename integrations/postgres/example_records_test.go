@@ -50,13 +50,17 @@ func ExampleRecords_httpidem() {
 		err := tx.QueryRow(r.Context(), `INSERT INTO charges (account, amount) VALUES ($1, 100) RETURNING id`,
 			accountOf(r)).Scan(&id)
 		if err != nil {
-			http.Error(w, "charge failed", http.StatusInternalServerError) // not stored: rolled back
+			httpidem.NotDone(r) // nothing happened: rolled back, and a retry runs again
+			http.Error(w, "charge failed", http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusCreated) // stored, and committed with the charge
 		fmt.Fprintf(w, `{"charge":%d}`, id)
 	}
-	idem := httpidem.Middleware(records, httpidem.WithScope(accountOf))
+	idem, err := httpidem.Middleware(records, httpidem.WithScope(accountOf))
+	if err != nil {
+		log.Fatal(err)
+	}
 	http.Handle("POST /charges", idem(http.HandlerFunc(charge)))
 	log.Fatal(http.ListenAndServe(":8080", nil))
 }

@@ -121,8 +121,8 @@ func runWorker() error {
 			hooks.Store(id, hook)
 			wg.Go(func() {
 				ran, err := ib.Do(ctx, id, procLease, func(ctx context.Context, tx pgx.Tx) error {
-					say("fn %s", id)
 					l, _ := store.LeaseFromContext(ctx)
+					say("fn %s %d", id, l.Fence)
 					if _, err := tx.Exec(ctx, `INSERT INTO ledger (msg_id, amount, fence, worker) VALUES ($1, $2, $3::text::numeric, $4)`,
 						id, amount, strconv.FormatUint(l.Fence, 10), name); err != nil {
 						return err
@@ -192,6 +192,7 @@ type worker struct {
 	lines chan string // closed when its stdout closes
 	back  []string    // lines read by await that did not match
 	fns   map[string]int
+	fence map[string]uint64 // the fence of fn's last start, per id
 	mu    sync.Mutex
 }
 
@@ -215,14 +216,17 @@ func (e *procEnv) startWorker(name string, env ...string) *worker {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), fns: map[string]int{}}
+	w := &worker{t: t, name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 4096), fns: map[string]int{},
+		fence: map[string]uint64{}}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
-			if id, ok := strings.CutPrefix(line, "fn "); ok {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "fn" {
+				fence, _ := strconv.ParseUint(f[2], 10, 64)
 				w.mu.Lock()
-				w.fns[id]++
+				w.fns[f[1]]++
+				w.fence[f[1]] = fence
 				w.mu.Unlock()
 			}
 			w.lines <- line
@@ -582,6 +586,15 @@ func TestProcessStaleOwnerPaused(t *testing.T) {
 		}
 		fence, owner, processed := e.rowState(id)
 		t.Logf("%s: stale owner %s (%s); row fence %s owner %s processed %v", c.name, kind, msg, fence, owner[:8], processed)
+		// The new owner's lease carries a higher fence than the stale one's,
+		// and the row holds it.
+		w1.mu.Lock()
+		staleFence := w1.fence[id]
+		w1.mu.Unlock()
+		rowFence, err := strconv.ParseUint(fence, 10, 64)
+		if err != nil || staleFence == 0 || rowFence <= staleFence || !processed {
+			t.Fatalf("%s: row fence %s (processed %v) not above the stale owner's %d", c.name, fence, processed, staleFence)
+		}
 		w1.kill()
 	}
 }
@@ -735,6 +748,13 @@ func TestProcessThreeWorkers(t *testing.T) {
 		if c != 1 {
 			t.Fatalf("%s in the ledger %d times", id, c)
 		}
+	}
+	// fn read its lease's fence (LeaseFromContext): never 0, and each
+	// committed ledger row's fence is the one its inbox row holds.
+	var zero, mismatched int
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FILTER (WHERE l.fence = 0), count(*) FILTER (WHERE l.fence <> i.fence)
+		FROM ledger l JOIN redisonce_inbox i ON i.id = l.msg_id`).Scan(&zero, &mismatched); err != nil || zero != 0 || mismatched != 0 {
+		t.Fatalf("ledger fences: %d zero, %d unlike the inbox row's (%v)", zero, mismatched, err)
 	}
 	var total, processed int
 	if err := e.pool.QueryRow(e.ctx, `SELECT count(*), count(processed_at) FROM redisonce_inbox`).Scan(&total, &processed); err != nil {

@@ -228,9 +228,9 @@ func TestRecordsConcurrentDuplicates(t *testing.T) {
 	}
 }
 
-// TestRecordsResponseNotStored: a 5xx is not stored, so its transaction
-// rolls back with the handler's charge; the retry runs the handler on a
-// database the first run did not change: one charge in all.
+// TestRecordsResponseNotStored: under WithRetry5xx a 5xx is not stored, so
+// its transaction rolls back with the handler's charge; the retry runs the
+// handler on a database the first run did not change: one charge in all.
 func TestRecordsResponseNotStored(t *testing.T) {
 	srv := startRecServers(t)
 	e := srv.env(t)
@@ -256,7 +256,11 @@ func TestRecordsResponseNotStored(t *testing.T) {
 		}
 		http.Error(w, "provider unavailable", http.StatusBadGateway)
 	})
-	api := httptest.NewServer(httpidem.Middleware(s, httpidem.WithSharedKeys(), httpidem.WithLease(5*time.Second))(h))
+	mw, err := httpidem.Middleware(s, httpidem.WithSharedKeys(), httpidem.WithLease(5*time.Second), httpidem.WithRetry5xx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(mw(h))
 	defer api.Close()
 	url := api.URL
 	r := post(url, "pay-1", 100)

@@ -535,7 +535,7 @@ async function flowCorrupt(c, p, client) {
   assert.equal(await client.send(['HGET', h, 'x']), 'y', 'the hash is untouched');
 }
 
-// Issue 21: the KEYS rule, the order of checks and the edge statements of
+// The KEYS rule, the order of checks and the edge statements of
 // the README and headers (as flow_edges in flows.py).
 async function flowEdges(c, p, client) {
   const k = p + 'edges:k';

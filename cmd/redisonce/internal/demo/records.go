@@ -153,14 +153,22 @@ func newAPI(name string, recs *store.Records, p *provider, st *recordsStats, log
 			w.Header().Set("X-Served-By", name)
 			_, _ = w.Write(res)
 		case errors.Is(err, errProviderTimeout):
+			httpidem.NotDone(r) // the provider charged nothing: a retry may run again
 			http.Error(w, err.Error(), http.StatusGatewayTimeout)
-		default: // the provider's 503, or the request's context ended
+		default: // the provider's 503, or the request's context ended: nothing charged
+			httpidem.NotDone(r)
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		}
 	})
 	// One client (the demo) sends every key: one key space. An API with
 	// users scopes keys to the caller instead (httpidem.WithScope).
-	return httpidem.Middleware(recs, httpidem.WithSharedKeys(), httpidem.WithLease(recordsLease), httpidem.WithLogger(slog.New(logged)))(mux)
+	idem, err := httpidem.Middleware(recs, httpidem.WithSharedKeys(), httpidem.WithLease(recordsLease), httpidem.WithLogger(slog.New(logged)))
+	if err != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		})
+	}
+	return idem(mux)
 }
 
 // handle sends one request to the server's API, in process: the status and
@@ -506,7 +514,7 @@ func (r *recordsRun) check(ctx context.Context) (int, error) {
 		if n != 1 {
 			return 0, fmt.Errorf("%s charged %d times, want exactly 1", key, n)
 		}
-		rec, ok, err := r.servers[0].recs.Get(ctx, key)
+		rec, ok, err := r.servers[0].recs.Get(ctx, "k:"+key) // the record key in httpidem's shared key space
 		if err != nil {
 			return 0, err
 		}
