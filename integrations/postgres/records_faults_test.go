@@ -43,7 +43,7 @@ func TestRecordsKilledAfterCommit(t *testing.T) {
 			if len(ids) != 1 {
 				t.Fatalf("charges after the kill: %v, want one (the commit happened)", ids)
 			}
-			if rec, ok, err := s.lease.Get(context.Background(), "pay-1"); err != nil || !ok || rec.Status != store.StatusPending {
+			if rec, ok, err := s.lease.Get(context.Background(), recordKey("pay-1")); err != nil || !ok || rec.Status != store.StatusPending {
 				t.Fatalf("the Redis record after the kill = %+v, %v, %v; want the dead owner's pending record", rec, ok, err)
 			}
 			if flush {
@@ -62,7 +62,7 @@ func TestRecordsKilledAfterCommit(t *testing.T) {
 			if got := e.charges(t, charges, "pay-1"); !slices.Equal(got, ids) {
 				t.Errorf("charges after the retries: %v, want %v", got, ids)
 			}
-			if rec, ok, err := s.lease.Get(context.Background(), "pay-1"); err != nil || !ok || rec.Status != store.StatusCompleted {
+			if rec, ok, err := s.lease.Get(context.Background(), recordKey("pay-1")); err != nil || !ok || rec.Status != store.StatusCompleted {
 				t.Errorf("the Redis record after the retry = %+v, %v, %v; want it completed from the row", rec, ok, err)
 			}
 		})
@@ -83,7 +83,7 @@ func TestRecordsKilledBeforeCommit(t *testing.T) {
 		t.Fatalf("the killed worker answered %d %q", r.status, r.body)
 	}
 	w.killedBySIGKILL(t)
-	claim, ok, err := s.readRow(context.Background(), s.db, "pay-1")
+	claim, ok, err := s.readRow(context.Background(), s.db, recordKey("pay-1"))
 	if err != nil || !ok || claim.status != store.StatusPending {
 		t.Fatalf("row after the kill = %+v, %v, %v; want the dead worker's pending claim", claim, ok, err)
 	}
@@ -96,7 +96,7 @@ func TestRecordsKilledBeforeCommit(t *testing.T) {
 	if r.err != nil || r.status != http.StatusCreated || r.replayed || r.body != chargeBody(ids[0], 100) {
 		t.Errorf("retry = %d replayed=%v %q %v; want a first 201 for charge %d", r.status, r.replayed, r.body, r.err, ids[0])
 	}
-	if row, _, err := s.readRow(context.Background(), s.db, "pay-1"); err != nil || row.fence <= claim.fence || row.status != store.StatusCompleted {
+	if row, _, err := s.readRow(context.Background(), s.db, recordKey("pay-1")); err != nil || row.fence <= claim.fence || row.status != store.StatusCompleted {
 		t.Errorf("row = %+v, %v; want completed by the takeover (a fence above the dead claim's %d)", row, err, claim.fence)
 	}
 }
@@ -124,7 +124,7 @@ func TestRecordsStaleOwnerPaused(t *testing.T) {
 			}
 			// The paused worker cannot renew: wait until its lease has passed.
 			waitFor(t, 30*time.Second, "the paused worker's lease to pass", func() bool {
-				rec, ok, err := s.lease.Get(context.Background(), "pay-1")
+				rec, ok, err := s.lease.Get(context.Background(), recordKey("pay-1"))
 				return err == nil && ok && rec.Status == store.StatusPending && time.Now().After(rec.LeaseUntil.Add(50*time.Millisecond))
 			})
 			api := paymentsServer(t, s, charges, lease, 0, nil)
@@ -137,7 +137,7 @@ func TestRecordsStaleOwnerPaused(t *testing.T) {
 			if r.err != nil || r.status != http.StatusCreated || r.replayed || r.body != want {
 				t.Fatalf("the new owner's response = %d replayed=%v %q %v; want a first 201 %s", r.status, r.replayed, r.body, r.err, want)
 			}
-			row, _, err := s.readRow(context.Background(), s.db, "pay-1")
+			row, _, err := s.readRow(context.Background(), s.db, recordKey("pay-1"))
 			if err != nil || row.fence < 2 || row.status != store.StatusCompleted {
 				t.Fatalf("row after the takeover = %+v, %v; want completed at fence >= 2", row, err)
 			}
@@ -162,7 +162,7 @@ func TestRecordsStaleOwnerPaused(t *testing.T) {
 			if got := e.charges(t, charges, "pay-1"); !slices.Equal(got, ids) {
 				t.Errorf("charges after the stale owner resumed: %v, want %v", got, ids)
 			}
-			after, _, err := s.readRow(context.Background(), s.db, "pay-1")
+			after, _, err := s.readRow(context.Background(), s.db, recordKey("pay-1"))
 			if err != nil || after.fence != row.fence || after.token != row.token || string(after.result) != string(row.result) {
 				t.Errorf("the stale owner changed the row: %+v, was %+v (%v)", after, row, err)
 			}
@@ -270,7 +270,7 @@ func TestRecordsResponseNotStored(t *testing.T) {
 	if ids := e.charges(t, charges, "pay-1"); len(ids) != 0 {
 		t.Fatalf("charges after the 502: %v, want none (rolled back with the response)", ids)
 	}
-	if rec, ok, err := s.Get(context.Background(), "pay-1"); ok || err != nil {
+	if rec, ok, err := s.Get(context.Background(), recordKey("pay-1")); ok || err != nil {
 		t.Fatalf("record after the 502 = %+v, %v, %v; want none", rec, ok, err)
 	}
 	if n := e.count(t, `SELECT count(*) FROM `+e.table); n != 0 {
@@ -359,3 +359,7 @@ func TestRecordsConnectionLostAtCommit(t *testing.T) {
 		})
 	}
 }
+
+// recordKey is the record key httpidem gives an Idempotency-Key under
+// WithSharedKeys: its own key space, "k:".
+func recordKey(key string) string { return "k:" + key }
