@@ -14,6 +14,7 @@ type config struct {
 	ttl      time.Duration
 	ttlSet   bool
 	now      func() time.Time
+	clockSet bool // WithClock was given
 	maxUnack int      // Outbox: the most unacked messages per connection, 0 = unbounded
 	observer Observer // nil: no events
 	err      error    // the first invalid option, returned by every call
@@ -54,7 +55,7 @@ func WithTTL(d time.Duration) Option {
 // that move time by hand. Default time.Now. Redis stores always use the server's
 // clock (TIME) and ignore it.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.now = now }
+	return func(c *config) { c.now, c.clockSet = now, now != nil }
 }
 
 // WithMaxUnacked bounds an Outbox connection's unacknowledged tail: an Append of

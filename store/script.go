@@ -39,8 +39,8 @@ var scriptsByName = sync.OnceValue(func() map[string]*script {
 	m := make(map[string]*script)
 	for _, s := range redisonce.All() {
 		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly,
-			noWait:     s.Name == "extend" || s.Name == "renew" || s.Name == "watch",
-			alwaysEval: s.Name == "extend" || s.Name == "renew"}
+			noWait:     s.Name == "extend" || s.Name == "renew" || s.Name == "watch" || s.Name == "coalesce_extend",
+			alwaysEval: s.Name == "extend" || s.Name == "renew" || s.Name == "coalesce_extend"}
 	}
 	return m
 })
