@@ -135,6 +135,9 @@ func TestBadInputNeverPanics(t *testing.T) {
 			storeCase{"Claims(nil client)" + suffix, store.NewClaims(nil, opts...), true},
 			storeCase{"Outbox(nil client)" + suffix, store.NewOutbox(nil, opts...), true},
 			storeCase{"Records(nil client)" + suffix, store.NewRecords(nil, opts...), true},
+			storeCase{"Coalescer" + suffix, store.NewCoalescer(untouched(t), coalesceNop, store.CoalesceOptions{}, opts...), bad},
+			storeCase{"MemoryCoalescer" + suffix, store.NewMemoryCoalescer(coalesceNop, store.CoalesceOptions{}, opts...), bad},
+			storeCase{"Coalescer(nil client)" + suffix, store.NewCoalescer(nil, coalesceNop, store.CoalesceOptions{}, opts...), true},
 		)
 	}
 	// A typed-nil store (var c *store.Claims): every call gives
@@ -208,7 +211,10 @@ var nilReceivers = []any{
 	(*store.MemoryOutbox)(nil),
 	(*store.MemoryRecords)(nil),
 	(*store.InFlightError)(nil),
+	(*store.Coalescer)(nil),
 }
+
+func coalesceNop(context.Context, string, []byte) error { return nil }
 
 // TestNilReceiversListed reads the package's source: every exported type
 // with an exported method on a pointer receiver is in nilReceivers, so a

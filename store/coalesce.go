@@ -129,10 +129,10 @@ type Coalescer struct {
 	// memory Coalescer on an injected clock: Sweep moves it).
 	timers bool
 
-	bg   context.Context // background runs' context, cancelled by Close
-	stop context.CancelFunc
-	mu   sync.Mutex
-	watch map[string]watchTimer
+	bg     context.Context // background runs' context, cancelled by Close
+	stop   context.CancelFunc
+	mu     sync.Mutex
+	watch  map[string]watchTimer
 	closed bool
 	wg     sync.WaitGroup
 }

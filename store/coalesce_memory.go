@@ -28,14 +28,14 @@ func NewMemoryCoalescer(fn CoalesceFunc, o CoalesceOptions, opts ...Option) *Coa
 // its script, under one mutex. Times are ms since the epoch, as the scripts
 // count them.
 type coalesceMemory struct {
-	mu  sync.Mutex
-	m   map[string]*memCoalesce
+	mu sync.Mutex
+	m  map[string]*memCoalesce
 	// fences: the last fence granted for each key, kept after the key is
 	// deleted. Redis relies on its clock moving between a delete and the
 	// next grant (next_fence); a clock moved by hand may stand still.
 	fences map[string]string
 	now    func() time.Time
-	err error
+	err    error
 }
 
 // memCoalesce is one key's hash: its fields, as coalesce_trigger.lua's header

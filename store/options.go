@@ -14,7 +14,7 @@ type config struct {
 	ttl      time.Duration
 	ttlSet   bool
 	now      func() time.Time
-	clockSet bool // WithClock was given
+	clockSet bool     // WithClock was given
 	maxUnack int      // Outbox: the most unacked messages per connection, 0 = unbounded
 	observer Observer // nil: no events
 	err      error    // the first invalid option, returned by every call
