@@ -344,6 +344,9 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
 	}
+	if c.co != nil {
+		return r.coalesce(m)
+	}
 	end := r.begin(m.ClaimID)
 	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
 		defer func() {
