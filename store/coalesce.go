@@ -48,6 +48,15 @@ type CoalesceOptions struct {
 	// Permanent) waits before it runs again, unless a later trigger
 	// replaced it. Default 1 s.
 	RetryDelay time.Duration
+	// Background: a Trigger that wins the key starts its run in the
+	// background and returns at once (Ran, fn's error not known), instead
+	// of running fn in the caller's goroutine. For a consumer that
+	// delivers one message at a time (a Kafka partition, a JetStream
+	// Consume callback): its next messages arrive while the run goes on,
+	// and are kept. Acknowledging the message then is safe: the payload is
+	// in the key until its run finishes, so a process that dies mid-run
+	// leaves it to be run again after its lease. Default false.
+	Background bool
 }
 
 const (
@@ -182,8 +191,9 @@ func newCoalescer(b coalesceBackend, fn CoalesceFunc, o CoalesceOptions, timers 
 
 // Trigger triggers key with payload (at most MaxPayloadLen bytes) in the
 // store's modes: see Coalescer. It returns Ran after this call's own run
-// (the next runs handed to this process meanwhile go on in the background),
-// or Kept at once. An error with Ran false means the trigger may not have
+// (the next runs handed to this process meanwhile go on in the background;
+// with CoalesceOptions.Background, at once, the run started), or Kept at
+// once. An error with Ran false means the trigger may not have
 // been kept (a network error; ErrNotReplicated with WithWaitReplicas: kept on
 // the primary, and a failover may lose it): trigger again, or do not ack.
 func (c *Coalescer) Trigger(ctx context.Context, key string, payload []byte) (Triggered, error) {
@@ -219,8 +229,13 @@ func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o C
 	}
 	token := newToken()
 	// The heartbeat starts before the trigger is sent: a granted lease counts
-	// from the send time (see Claims.Do).
-	hb := startHeartbeat(ctx, o.Lease, time.Now(), "coalesce", ErrLeaseLost, c.extendFunc(key, token, o.Lease))
+	// from the send time (see Claims.Do). A background run's lease is the
+	// Coalescer's, not the caller's ctx's.
+	hctx := ctx
+	if o.Background {
+		hctx = c.bg
+	}
+	hb := startHeartbeat(hctx, o.Lease, time.Now(), "coalesce", ErrLeaseLost, c.extendFunc(key, token, o.Lease))
 	var sent time.Time
 	r, err := c.b.trigger(ctx, key, token, payload, o, &sent)
 	if err != nil || !r.granted {
@@ -241,7 +256,12 @@ func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o C
 		return Triggered{Kept: true, Wait: r.wait}, nil
 	}
 	fence, _ := strconv.ParseUint(r.fence, 10, 64)
-	next, fnErr, err := c.runOnce(ctx, key, token, grant{fence: r.fence, payload: payload, hb: hb, sent: sent}, o)
+	g := grant{fence: r.fence, payload: payload, hb: hb, sent: sent}
+	if o.Background {
+		c.background(key, token, &g, o)
+		return Triggered{Ran: true, Fence: fence}, nil
+	}
+	next, fnErr, err := c.runOnce(ctx, key, token, g, o)
 	if next != nil {
 		c.background(key, token, next, o)
 	}

@@ -32,7 +32,10 @@ const OutcomeCoalesced Outcome = "coalesced"
 //	context cancelled                     Nak                           OutcomeError
 //
 // While a trigger runs co's fn, every lease extension sends InProgress, as
-// Do's do. Default: no coalescing.
+// Do's do. consumer.Consume calls the handler with one message at a time:
+// make co with CoalesceOptions.Background (or Debounce) so that a run does
+// not hold the next messages back until it ends, which would leave nothing
+// to coalesce. Default: no coalescing.
 func WithCoalesce(co *store.Coalescer, key func(jetstream.Msg) (string, error)) Option {
 	return func(h *Handler) { h.co, h.coKey = co, key }
 }

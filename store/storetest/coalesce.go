@@ -172,6 +172,34 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		}
 	})
 
+	t.Run("Background", func(t *testing.T) {
+		// With Background, the trigger that wins the key returns at once and
+		// its run goes on: the next triggers are kept and cost one run.
+		l := newRunLog(h.Now)
+		release := make(chan struct{})
+		c := newC(t, l.fn(func(ctx context.Context, key string, payload []byte) error {
+			if string(payload) == "a" {
+				<-release
+			}
+			return nil
+		}), store.CoalesceOptions{Lease: 10 * h.Tick, Background: true})
+		tr, err := c.Trigger(ctx, "k", []byte("a"))
+		if err != nil || !tr.Ran || tr.Fence == 0 {
+			t.Fatalf("a background trigger = %+v, %v; want Ran at once", tr, err)
+		}
+		for _, p := range []string{"b", "c"} {
+			if tr, err := c.Trigger(ctx, "k", []byte(p)); err != nil || !tr.Kept {
+				t.Fatalf("trigger %s during the background run = %+v, %v; want Kept", p, tr, err)
+			}
+		}
+		close(release)
+		waitRuns(t, l, c, 2)
+		h.Wait(h.Tick)
+		if runs := l.snapshot(); len(runs) != 2 || runs[1].payload != "c" {
+			t.Fatalf("runs %+v; want a, then c", runs)
+		}
+	})
+
 	t.Run("IdleRunsAtOnce", func(t *testing.T) {
 		l := newRunLog(h.Now)
 		c := newC(t, l.fn(nil), store.CoalesceOptions{})
