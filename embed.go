@@ -66,12 +66,23 @@ type Script struct {
 	// ReadOnly is true for scripts whose shebang carries flags=no-writes; they may
 	// be run with EVALSHA_RO / FCALL_RO and on replicas.
 	ReadOnly bool
-	// AllowOOM is true for scripts whose shebang carries flags=allow-oom: they
-	// only remove data, so Redis runs them even when maxmemory is reached under
-	// noeviction, where it refuses every other write script up front.
+	// AllowOOM is true for scripts whose shebang carries flags=allow-oom:
+	// Redis runs them even when maxmemory is reached under noeviction, where
+	// it refuses every other write script up front. They are the scripts that
+	// remove data (ack, delete, drop, forget, release) or that end or keep
+	// alive work already under way without growing memory (commit turns a
+	// lease into the processed mark, extend and renew move an expiry): each
+	// header's "Memory" line says why it is safe.
 	AllowOOM bool
+	// NoWait is true for scripts whose header's Caller line carries
+	// flags=no-wait: a caller that waits for replicas after its writes
+	// (WAIT) does not after this one.
+	NoWait bool
+	// Eval is true for scripts whose header's Caller line carries
+	// flags=eval: callers send it as EVAL with Source, never EVALSHA.
+	Eval bool
 	// Doc is the header block between "--[[" and "]]": KEYS, ARGV, Returns, Errors,
-	// Writes, Atomicity, Complexity.
+	// Writes, Atomicity, Complexity, and where they apply Memory and Caller.
 	Doc string
 }
 
@@ -212,5 +223,22 @@ func parseScript(name, src string) (Script, error) {
 		}
 	}
 	s.NumKeys, s.MaxKeys, s.Batch = nk, mk, batch
+	if _, caller, ok := strings.Cut(s.Doc, "\n  Caller"); ok {
+		flags, _, _ := strings.Cut(strings.TrimSpace(caller), ":")
+		list, ok := strings.CutPrefix(flags, "flags=")
+		if !ok {
+			return s, fmt.Errorf("header Caller line: want \"Caller    flags=...: why\"")
+		}
+		for _, f := range strings.Split(list, ",") {
+			switch f {
+			case "no-wait":
+				s.NoWait = true
+			case "eval":
+				s.Eval = true
+			default:
+				return s, fmt.Errorf("header Caller line: unknown flag %q (want no-wait, eval)", f)
+			}
+		}
+	}
 	return s, nil
 }

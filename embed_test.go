@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The closed list of error codes a script may return (DESIGN.md, "Scripts").
+// The closed list of error codes a script may return (the package doc, embed.go).
 var errorCodes = map[string]bool{
 	"BADARG": true, "STALE_OWNER": true, "NOT_FOUND": true,
 	"FULL": true, "MISMATCH": true, "CORRUPT": true,
@@ -27,6 +27,7 @@ var writeCommands = map[string]bool{
 	"HINCRBY": true, "HSETNX": true, "HMSET": true, "INCR": true, "INCRBY": true,
 	"EXPIRE": true, "PEXPIRE": true, "PEXPIREAT": true, "EXPIREAT": true,
 	"PERSIST": true, "GETDEL": true, "GETSET": true, "RENAME": true,
+	"SETRANGE": true,
 }
 
 // Redis commands that only remove data.
@@ -347,3 +348,23 @@ func keysOf[K cmpOrdered](m map[K]bool) []K {
 }
 
 type cmpOrdered interface{ ~int | ~string }
+
+// The caller's flags come from each script's own header (its Caller line),
+// never from a list of names in Go: the heartbeats are sent as EVAL and wait
+// for no replica, the waiter's mark waits for none, every other script has
+// neither; an unknown flag or a Caller line without flags= is a bad header.
+func TestCallerFlagsFromHeader(t *testing.T) {
+	want := map[string][2]bool{"extend": {true, true}, "renew": {true, true}, "watch": {true, false}, "coalesce_extend": {true, true}}
+	for _, s := range All() {
+		w := want[s.Name]
+		if s.NoWait != w[0] || s.Eval != w[1] {
+			t.Errorf("%s: NoWait %v, Eval %v; want %v, %v", s.Name, s.NoWait, s.Eval, w[0], w[1])
+		}
+	}
+	head := "#!lua\n--[[ x.lua — x.\n  KEYS (n=1)\n    [1] k\n"
+	for _, bad := range []string{"  Caller    flags=no-wait,retry: why\n", "  Caller    no-wait: why\n"} {
+		if _, err := parseScript("x", head+bad+"]]\n"); err == nil {
+			t.Errorf("header line %q parsed; want an error", bad)
+		}
+	}
+}

@@ -11,13 +11,13 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: no panic on bad input. A nil store, a nil option, an invalid
+// No panic on bad input. A nil store, a nil option, an invalid
 // option or a nil handler gives middleware that answers every request 500
 // (fail closed: the handler never runs unguarded) saying what is wrong.
 func TestBadInputNeverPanics(t *testing.T) {
 	ran := 0
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ })
-	rs := store.NewMemoryRecords()
+	rs := mustStore(store.NewMemoryRecords())
 	for name, mw := range map[string]func() http.Handler{
 		"nil store":       func() http.Handler { return httpidem.Middleware(nil)(next) },
 		"nil option":      func() http.Handler { return httpidem.Middleware(rs, nil)(next) },

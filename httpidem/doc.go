@@ -1,6 +1,6 @@
 // Package httpidem is net/http middleware for the Idempotency-Key header
 // (Stripe's, and the IETF draft "The Idempotency-Key HTTP Header Field") over
-// any store.RecordStore: the first response to a key — status, headers and
+// any *store.Records: the first response to a key — status, headers and
 // body — is stored, and a retry with the same key gets the same response
 // again, marked with "Idempotent-Replayed: true", without the handler running.
 //

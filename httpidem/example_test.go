@@ -27,7 +27,7 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":"pay_%d","amount":%s}`, charges, body)
 	})
-	idem := httpidem.Middleware(store.NewMemoryRecords(), httpidem.WithScope(func(r *http.Request) string {
+	idem := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithScope(func(r *http.Request) string {
 		user, _, _ := r.BasicAuth() // after authentication: the caller's identity
 		return user
 	}))

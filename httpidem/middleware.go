@@ -25,6 +25,15 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
+// Store keeps the middleware's records: a *store.Records (on Redis, or its
+// memory twin), or a store of another module with the same Do, such as
+// integrations/postgres' Records, which commits the stored response in the
+// transaction that makes the handler's writes. Do runs fn at most once per
+// key across every caller and replays its result, as store.Records.Do does.
+type Store interface {
+	Do(ctx context.Context, key string, o store.AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
+}
+
 // Middleware returns middleware that makes a handler idempotent under the
 // Idempotency-Key header, with rs keeping the responses (see the package
 // documentation for the behaviour and the defaults). Give it a store with a
@@ -34,8 +43,11 @@ const (
 // length <= 0, a key length over store.MaxIDLen, a negative TTL or body
 // limit) does not panic: the middleware then answers every request 500 with
 // a problem saying what is wrong, and never runs the handler (fail closed).
-func Middleware(rs store.RecordStore, opts ...Option) func(http.Handler) http.Handler {
+func Middleware(rs Store, opts ...Option) func(http.Handler) http.Handler {
 	cfg, bad := newConfig(opts), ""
+	if r, ok := rs.(*store.Records); ok && r == nil {
+		rs = nil // a typed nil is refused like a nil store
+	}
 	switch {
 	case rs == nil:
 		bad = "httpidem: nil store"
@@ -74,7 +86,7 @@ func (m misconfigured) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 }
 
 type handler struct {
-	rs   store.RecordStore
+	rs   Store
 	cfg  *config
 	next http.Handler
 }

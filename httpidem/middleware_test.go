@@ -20,7 +20,7 @@ import (
 // The suite on the in-memory store; scripts_test runs it on Redis.
 func TestMiddlewareMemory(t *testing.T) {
 	httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-		New: func(t *testing.T) store.RecordStore { return store.NewMemoryRecords() },
+		New: func(t *testing.T) *store.Records { return mustStore(store.NewMemoryRecords()) },
 	})
 }
 
@@ -43,7 +43,7 @@ func TestMiddlewareRefusedOptions(t *testing.T) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 		req.Header.Set(httpidem.HeaderKey, tc.key)
-		httpidem.Middleware(store.NewMemoryRecords(), append([]httpidem.Option{httpidem.WithSharedKeys()}, tc.opts...)...)(next).ServeHTTP(rec, req)
+		httpidem.Middleware(mustStore(store.NewMemoryRecords()), append([]httpidem.Option{httpidem.WithSharedKeys()}, tc.opts...)...)(next).ServeHTTP(rec, req)
 		if rec.Code != tc.want || rec.Header().Get("Content-Type") != httpidem.ProblemContentType || ran {
 			t.Errorf("status %d (%s), handler ran %v; want a %d problem and no run", rec.Code, rec.Header().Get("Content-Type"), ran, tc.want)
 		}
@@ -69,7 +69,7 @@ func serveTwice(t *testing.T, h http.Handler) (first, second *httptest.ResponseR
 // WriteHeader is ignored, 1xx responses go out at once and are not stored.
 func TestMiddlewareWriterSemantics(t *testing.T) {
 	runs := 0
-	h := httpidem.Middleware(store.NewMemoryRecords(), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		w.Header().Set("Link", "</style.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
@@ -118,7 +118,7 @@ func TestMiddlewareWriterSemantics(t *testing.T) {
 // unstored, as Flusher does.
 func TestMiddlewareResponseControllerFlush(t *testing.T) {
 	runs := 0
-	h := httpidem.Middleware(store.NewMemoryRecords(), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		io.WriteString(w, "a")
 		if err := http.NewResponseController(w).Flush(); err != nil {

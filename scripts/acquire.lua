@@ -3,8 +3,8 @@
   KEYS (n=1)
     [1] prefix..key   STRING  "ro1 " created_ms updated_ms expires_ms lease_ms
                               fence, lengths of status, fp, token; then status,
-                              fp, token, payload (layout 1: README "Key
-                              layout"); a layout-0 HASH is read too
+                              fp, token, payload (docs/non-go.md, "Key
+                              layout per store")
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
                       (1..15 digits, no sign: "-1" is BADARG)
@@ -37,8 +37,7 @@
             takeover: SET of the record with token, lease_ms, updated_ms,
             fence + 1 and fp (the record's first non-empty fingerprint
             sticks), PXAT max(expires_ms, lease_ms) when that moves the key's
-            expiry (expires_ms not 0), else KEEPTTL; a layout-0 hash is
-            rewritten in layout 1
+            expiry (expires_ms not 0), else KEEPTTL
   Expiry    the records' expiry rule (see renew.lua): the key lives until
             expires_ms, or until lease_ms while a pending owner's lease runs
             past it, so a TTL shorter than the lease never expires the record
@@ -119,52 +118,16 @@ local function record_value(r)
     #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
 end
 -- </snippet>
--- <snippet:record_hash>
--- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
--- and watch when watch.lua marked it), read in one HMGET into parse_record's
--- form; nil and CORRUPT for a key of
--- another type, a missing field or a malformed one (status not 1..64 bytes, fp
--- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
--- decimal of at most 19 digits).
--- Every write script rewrites such a record in layout 1.
-local function load_hash(k)
-  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
-  if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
-  end
-  for i = 1, 9 do
-    if not r[i] then
-      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
-    end
-  end
-  for i = 3, 6 do
-    local v = r[i]
-    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-    end
-    r[i] = tonumber(v)
-  end
-  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
-    or not string.find(r[7], '^[1-9]%d*$') then
-    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-  end
-  r[10] = r[10] and true or nil
-  return r
-end
--- </snippet>
 -- <snippet:load_record>
--- The record at k: its fields as parse_record answers them, and true when it
--- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
--- is absent; nil and CORRUPT when it holds anything else.
+-- The record at k: its fields as parse_record answers them; nil when the key
+-- is absent; nil and CORRUPT when it holds anything else (another type, or a
+-- string that is not a record).
 local function load_record(k)
   local v = redis.pcall('GET', k)
   if not v then
     return nil
   elseif type(v) == 'table' then
-    local r, bad = load_hash(k)
-    return r, bad, true
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   return parse_record(v)
 end

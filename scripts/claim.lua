@@ -83,7 +83,7 @@ end
 if type(old) == 'table' then
   return redis.error_reply('CORRUPT the key holds something other than a claim string')
 end
--- "~<token>" is in flight; any other value (the seed's "1") is processed.
+-- "~<token>" is in flight; any other value ("1", as SET NX dedupers write) is processed.
 -- In flight answers how long the holder's lease has left, so the caller can
 -- come back then rather than at its broker's retry rate.
 if string.byte(old, 1) == 126 then

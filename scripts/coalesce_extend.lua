@@ -22,6 +22,12 @@
   Memory    flags=allow-oom: its HSET rewrites the lease field with a time of
             the same size, so a live owner keeps its lease when maxmemory is
             reached under noeviction
+  Caller    flags=no-wait,eval: a lease heartbeat. The caller never waits
+            for replicas after it (a lost extension only shortens a lease,
+            and a beat held up by WAIT would cancel the work while the lease
+            is held), and sends it as EVAL with its source, never EVALSHA (a
+            NOSCRIPT after a restart or failover costs a second round trip
+            that a beat may not have)
   Complexity O(1)
 ]]
 -- <snippet:one_key>

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
 --[[ get.lua — read an idempotency record, without its owner's token.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record (docs/non-go.md, "Key layout
+                              per store")
   ARGV (n=0)
   Returns   {status, payload, created_ms, updated_ms, expires_ms, lease_ms,
              fence, fp, token}: the four times integers (ms since the epoch,
@@ -13,7 +13,7 @@
             BADARG <what>    an argument was given; nothing done
             CORRUPT <what>   the key holds something other than a record
   Writes    nothing
-  Atomicity one GET (and an HMGET for a layout-0 hash) in one script
+  Atomicity one GET
   Complexity O(1) (plus the size of the payload in the reply)
 ]]
 -- <snippet:one_key>
@@ -53,52 +53,16 @@ local function parse_record(v)
   return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
 end
 -- </snippet>
--- <snippet:record_hash>
--- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
--- and watch when watch.lua marked it), read in one HMGET into parse_record's
--- form; nil and CORRUPT for a key of
--- another type, a missing field or a malformed one (status not 1..64 bytes, fp
--- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
--- decimal of at most 19 digits).
--- Every write script rewrites such a record in layout 1.
-local function load_hash(k)
-  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
-  if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
-  end
-  for i = 1, 9 do
-    if not r[i] then
-      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
-    end
-  end
-  for i = 3, 6 do
-    local v = r[i]
-    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-    end
-    r[i] = tonumber(v)
-  end
-  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
-    or not string.find(r[7], '^[1-9]%d*$') then
-    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-  end
-  r[10] = r[10] and true or nil
-  return r
-end
--- </snippet>
 -- <snippet:load_record>
--- The record at k: its fields as parse_record answers them, and true when it
--- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
--- is absent; nil and CORRUPT when it holds anything else.
+-- The record at k: its fields as parse_record answers them; nil when the key
+-- is absent; nil and CORRUPT when it holds anything else (another type, or a
+-- string that is not a record).
 local function load_record(k)
   local v = redis.pcall('GET', k)
   if not v then
     return nil
   elseif type(v) == 'table' then
-    local r, bad = load_hash(k)
-    return r, bad, true
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   return parse_record(v)
 end

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 --[[ renew.lua — keep the owner's lease on a pending idempotency record alive while its work runs.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record (docs/non-go.md, "Key layout
+                              per store")
   ARGV (n=2)
     [1] token      the owner token the caller acquired with, 1..256 bytes
     [2] lease_ms   decimal integer ms the lease lasts from now (TIME), >= 1
@@ -22,8 +22,7 @@
             CORRUPT <what>   the key is not a well-formed record (as
                              acquire.lua defines it); nothing written
   Writes    SETRANGE of the 8 bytes of lease_ms in place (only when the
-            caller owns the pending record; a layout-0 hash is rewritten in
-            layout 1, SET KEEPTTL); PEXPIREAT the key to max(expires_ms,
+            caller owns the pending record); PEXPIREAT the key to max(expires_ms,
             lease_ms) when that moves it (expires_ms not 0)
   Expiry    the records' expiry rule (acquire.lua, renew.lua, update.lua):
             expires_ms is the retention the record was given (created_ms +
@@ -35,10 +34,14 @@
   Atomicity the checks precede the first write
   Memory    flags=allow-oom: SETRANGE overwrites the 8 bytes of lease_ms in the
             header, so the value keeps its length and a live owner keeps its
-            lease when maxmemory is reached under noeviction (the one-time
-            SET that rewrites a layout-0 hash writes a string smaller than
-            the hash it replaces); its PEXPIREAT moves an expiry the key
-            already has (expires_ms is not 0)
+            lease when maxmemory is reached under noeviction; its PEXPIREAT
+            moves an expiry the key already has (expires_ms is not 0)
+  Caller    flags=no-wait,eval: a lease heartbeat. The caller never waits
+            for replicas after it (a lost extension only shortens a lease,
+            and a beat held up by WAIT would cancel the work while the lease
+            is held), and sends it as EVAL with its source, never EVALSHA (a
+            NOSCRIPT after a restart or failover costs a second round trip
+            that a beat may not have)
   Complexity O(1)
 ]]
 -- <snippet:one_key>
@@ -104,59 +107,16 @@ local function parse_record(v)
   return {s, string.sub(v, pos), c, u, e, l, f, p, tok, m == 'ro1w' or nil}
 end
 -- </snippet>
--- <snippet:record_value>
--- A record in parse_record's form as its layout-1 string.
-local function record_value(r)
-  return struct.pack('>c4ddddBc0Bc0Hc0Hc0', r[10] and 'ro1w' or 'ro1 ', r[3], r[4], r[5], r[6], #r[7], r[7],
-    #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
-end
--- </snippet>
--- <snippet:record_hash>
--- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
--- and watch when watch.lua marked it), read in one HMGET into parse_record's
--- form; nil and CORRUPT for a key of
--- another type, a missing field or a malformed one (status not 1..64 bytes, fp
--- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
--- decimal of at most 19 digits).
--- Every write script rewrites such a record in layout 1.
-local function load_hash(k)
-  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
-  if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
-  end
-  for i = 1, 9 do
-    if not r[i] then
-      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
-    end
-  end
-  for i = 3, 6 do
-    local v = r[i]
-    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-    end
-    r[i] = tonumber(v)
-  end
-  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
-    or not string.find(r[7], '^[1-9]%d*$') then
-    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-  end
-  r[10] = r[10] and true or nil
-  return r
-end
--- </snippet>
 -- <snippet:load_record>
--- The record at k: its fields as parse_record answers them, and true when it
--- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
--- is absent; nil and CORRUPT when it holds anything else.
+-- The record at k: its fields as parse_record answers them; nil when the key
+-- is absent; nil and CORRUPT when it holds anything else (another type, or a
+-- string that is not a record).
 local function load_record(k)
   local v = redis.pcall('GET', k)
   if not v then
     return nil
   elseif type(v) == 'table' then
-    local r, bad = load_hash(k)
-    return r, bad, true
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   return parse_record(v)
 end
@@ -170,7 +130,7 @@ if not lease or lease == '0' then
   return redis.error_reply('BADARG lease_ms must be a decimal integer >= 1')
 end
 
-local r, bad, old = load_record(key)
+local r, bad = load_record(key)
 if bad then
   return bad
 end
@@ -182,12 +142,8 @@ if r[1] ~= 'pending' or r[9] ~= token then
 end
 local was = r[6]
 r[6] = now_ms() + tonumber(lease)
-if old then
-  redis.call('SET', key, record_value(r), 'KEEPTTL')
-else
-  -- lease_ms is the 8 bytes at offset 28: overwritten in place.
-  redis.call('SETRANGE', key, 28, struct.pack('>d', r[6]))
-end
+-- lease_ms is the 8 bytes at offset 28: overwritten in place.
+redis.call('SETRANGE', key, 28, struct.pack('>d', r[6]))
 -- The expiry rule: the key lives until max(expires_ms, lease_ms).
 local e = r[5]
 if e ~= 0 and math.max(e, r[6]) ~= math.max(e, was) then

@@ -1,8 +1,8 @@
 #!lua
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record (docs/non-go.md, "Key layout
+                              per store")
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
@@ -34,7 +34,7 @@
                                  (another caller took the record over); nothing written
             CORRUPT <what>       the key holds something other than a record;
                                  nothing written
-  Writes    one SET of the record in layout 1 (a layout-0 hash is rewritten):
+  Writes    one SET of the record:
             PXAT max(expires_ms, lease_ms) when expires_in_ms is given or the
             expiry rule moves the key, no expiry for expires_in_ms 0, else
             KEEPTTL; DEL instead when expires_in_ms is negative. A watched
@@ -126,52 +126,16 @@ local function record_value(r)
     #r[1], r[1], #r[8], r[8], #r[9], r[9]) .. r[2]
 end
 -- </snippet>
--- <snippet:record_hash>
--- A record of layout 0, the nine-field hash written before layout 1 (status,
--- payload, created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token,
--- and watch when watch.lua marked it), read in one HMGET into parse_record's
--- form; nil and CORRUPT for a key of
--- another type, a missing field or a malformed one (status not 1..64 bytes, fp
--- or token over 256; a time not decimal ms 0..2^53-1; a fence not a canonical
--- decimal of at most 19 digits).
--- Every write script rewrites such a record in layout 1.
-local function load_hash(k)
-  local r = redis.pcall('HMGET', k, 'status', 'payload', 'created_ms', 'updated_ms',
-    'expires_ms', 'lease_ms', 'fence', 'fp', 'token', 'watch')
-  if r.err then
-    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
-  end
-  for i = 1, 9 do
-    if not r[i] then
-      return nil, redis.error_reply('CORRUPT the record hash lacks a field')
-    end
-  end
-  for i = 3, 6 do
-    local v = r[i]
-    if #v < 1 or #v > 16 or not string.find(v, '^%d+$') or tonumber(v) > 9007199254740991 then
-      return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-    end
-    r[i] = tonumber(v)
-  end
-  if r[1] == '' or #r[1] > 64 or #r[8] > 256 or #r[9] > 256 or #r[7] > 19
-    or not string.find(r[7], '^[1-9]%d*$') then
-    return nil, redis.error_reply('CORRUPT bad status, time field or fence')
-  end
-  r[10] = r[10] and true or nil
-  return r
-end
--- </snippet>
 -- <snippet:load_record>
--- The record at k: its fields as parse_record answers them, and true when it
--- is a layout-0 hash (which a write rewrites in layout 1); nil when the key
--- is absent; nil and CORRUPT when it holds anything else.
+-- The record at k: its fields as parse_record answers them; nil when the key
+-- is absent; nil and CORRUPT when it holds anything else (another type, or a
+-- string that is not a record).
 local function load_record(k)
   local v = redis.pcall('GET', k)
   if not v then
     return nil
   elseif type(v) == 'table' then
-    local r, bad = load_hash(k)
-    return r, bad, true
+    return nil, redis.error_reply('CORRUPT the key holds something other than a record')
   end
   return parse_record(v)
 end

@@ -271,7 +271,7 @@ func TestBatchScriptsCrossSlot(t *testing.T) {
 func TestClaimManySlotGrouping(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, cluster3URL(t))
-	s := store.NewClaims(c, store.WithPrefix(uniquePrefix(t)))
+	s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 	r := rand.New(rand.NewPCG(1, 2))
 	parts := []string{"{", "}", "a", "b", "{t}", "{}", "x{y", "é", "{tag1}", "{tag2}"}
 	ids := make([]string, 2000)

@@ -42,7 +42,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 	var mu sync.Mutex
 	var payloads []string
 	started := make(chan struct{}, 1)
-	co := store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
+	co := mustCoalescer(t)(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
 		runs.Add(1)
 		mu.Lock()
 		payloads = append(payloads, string(payload))
@@ -53,7 +53,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 		return nil
-	}, store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(uniquePrefix(t)))
+	}, store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(uniquePrefix(t))))
 	defer co.Close()
 	ctx := context.Background()
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
@@ -76,9 +76,9 @@ func TestCoalesceBurstCost(t *testing.T) {
 			for i := next.Add(1); i < n; i = next.Add(1) {
 				p := "t" + strconv.FormatInt(i, 10)
 				lastSent.Store(p, time.Now())
-				tr, err := co.Trigger(ctx, "k", []byte(p))
-				if err != nil || !tr.Kept {
-					t.Errorf("trigger %d during the run = %+v, %v; want Kept", i, tr, err)
+				ran, err := co.Trigger(ctx, "k", []byte(p))
+				if err != nil || ran {
+					t.Errorf("trigger %d during the run = ran %v, %v; want kept", i, ran, err)
 					return
 				}
 				kept.Add(1)
@@ -136,10 +136,10 @@ func BenchmarkCoalesceBurst(b *testing.B) {
 			var runs atomic.Int64
 			rebuild := func(context.Context) error { runs.Add(1); time.Sleep(5 * time.Millisecond); return nil }
 			prefix := benchPrefix(b)
-			co := store.NewCoalescer(c, func(ctx context.Context, _ string, _ []byte) error { return rebuild(ctx) },
-				store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(prefix))
+			co := mustCoalescer(b)(store.NewCoalescer(c, func(ctx context.Context, _ string, _ []byte) error { return rebuild(ctx) },
+				store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(prefix)))
 			defer co.Close()
-			claims := store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Minute))
+			claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Minute)))
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				b.Fatal(err)
 			}

@@ -17,8 +17,8 @@ var benchObserver = store.ObserverFunc(func(context.Context, store.Event) {})
 
 func BenchmarkClaimObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
-			store.WithObserver(benchObserver))
+		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
+			store.WithObserver(benchObserver)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -33,8 +33,8 @@ func BenchmarkClaimObserved(b *testing.B) {
 
 func BenchmarkAppendObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
-			store.WithObserver(benchObserver))
+		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
+			store.WithObserver(benchObserver)))
 		conns := benchConns(1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -46,7 +46,7 @@ func BenchmarkAppendObserved(b *testing.B) {
 
 func BenchmarkAcquireObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithObserver(benchObserver))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithObserver(benchObserver)))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {

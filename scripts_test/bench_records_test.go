@@ -47,7 +47,7 @@ func benchCompleted(b *testing.B, s *store.Records, n int) []string {
 // BenchmarkAcquire acquires a fresh key per op (the create path).
 func BenchmarkAcquire(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -64,7 +64,7 @@ func BenchmarkAcquire(b *testing.B) {
 // record comes back with its 256-byte result).
 func BenchmarkAcquireExisting(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -81,7 +81,7 @@ func BenchmarkAcquireExisting(b *testing.B) {
 // owner's token, on one of 1024 records.
 func BenchmarkUpdate(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, tokens := benchPending(b, s, 1024)
 		ctx := context.Background()
 		status, payload := store.StatusCompleted, make([]byte, 256)
@@ -95,7 +95,7 @@ func BenchmarkUpdate(b *testing.B) {
 // BenchmarkGet reads a completed record with a 256-byte result.
 func BenchmarkGet(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -111,7 +111,7 @@ func BenchmarkGet(b *testing.B) {
 // BenchmarkDelete deletes a record per op, whoever owns it.
 func BenchmarkDelete(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, _ := benchPending(b, s, b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error { return s.Delete(ctx, keys[i]) })
@@ -121,7 +121,7 @@ func BenchmarkDelete(b *testing.B) {
 // BenchmarkDeleteFenced deletes a record per op, fenced by its owner's token.
 func BenchmarkDeleteFenced(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, tokens := benchPending(b, s, b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error { return s.DeleteFenced(ctx, keys[i], tokens[i]) })
@@ -132,7 +132,7 @@ func BenchmarkDeleteFenced(b *testing.B) {
 // the fenced update to completed.
 func BenchmarkRecordsDo(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		result := make([]byte, 256)
@@ -151,7 +151,7 @@ func BenchmarkRecordsDo(b *testing.B) {
 // replaying the stored result.
 func BenchmarkRecordsDoReplay(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)))
+		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -176,7 +176,7 @@ func BenchmarkFinalWriteServerTime(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { srv.Stop() })
-	s := store.NewRecords(benchClientAt(b, srv.URL()), store.WithPrefix(benchPrefix(b)))
+	s := mustStore(store.NewRecords(benchClientAt(b, srv.URL()), store.WithPrefix(benchPrefix(b))))
 	keys, tokens := benchPending(b, s, b.N)
 	ctx := context.Background()
 	status, payload := store.StatusCompleted, make([]byte, 256)

@@ -84,13 +84,13 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 		}
 	} else {
 		obs := store.ObserverFunc(func(_ context.Context, e store.Event) {
-			if e.Outcome == store.OutcomeAcked {
+			if e.Outcome == store.Outcome("acked") {
 				acked.Add(1)
 			}
 		})
-		var claims store.ClaimStore = store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour))
+		var claims *store.Claims = mustStore(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour)))
 		if kind == "runner-memclaims" {
-			claims = store.NewMemoryClaims()
+			claims = mustStore(store.NewMemoryClaims())
 		}
 		cons, err := streams.New(c, claims, stream, group, "c1", handler, streams.WithConcurrency(concurrency), streams.WithObserver(obs))
 		if err != nil {

@@ -48,7 +48,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		}
 		b.Run("Claim/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
+				s := mustStore(store.NewClaims(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -62,7 +62,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("Append/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
+				s := mustStore(store.NewOutbox(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -73,7 +73,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("ClaimMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := store.NewClaims(benchClientAt(b, url), opts(b)...)
+				s := mustStore(store.NewClaims(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -87,7 +87,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("AppendMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := store.NewOutbox(benchClientAt(b, url), opts(b)...)
+				s := mustStore(store.NewOutbox(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {

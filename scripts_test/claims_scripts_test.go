@@ -82,7 +82,7 @@ func TestScriptClaim(t *testing.T) {
 		{name: "absent/ttl", args: []string{"5000", "1"}, want: "1", after: rawKey{Type: "string", Str: "1", PTTL: 5000}},
 		{name: "absent/lease", args: []string{"60000", "~tok"}, want: "1", after: leased},
 		{name: "processed", seed: seedDone, args: []string{"5000", "1"}, want: "0", after: done},
-		{name: "processed by the seed store", seed: [][]string{{"SET", "$K", "1", "NX", "PX", "60000"}},
+		{name: "processed by a SET NX deduper", seed: [][]string{{"SET", "$K", "1", "NX", "PX", "60000"}},
 			args: []string{"1000", "~other"}, want: "0", after: rawKey{Type: "string", Str: "1", PTTL: 60000}},
 		{name: "foreign value counts as processed", seed: [][]string{{"SET", "$K", "done"}},
 			args: []string{"0", "1"}, want: "0", after: rawKey{Type: "string", Str: "done", PTTL: -1}},

@@ -99,7 +99,7 @@ func TestCLIStatsCluster(t *testing.T) {
 	url := cluster3URL(t)
 	c := newClient(t, url)
 	prefix := fmt.Sprintf("cli-stats-%d:", time.Now().UnixNano())
-	claims := store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour))
+	claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	ctx := context.Background()
 	const n = 300
 	for i := range n {

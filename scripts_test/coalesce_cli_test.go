@@ -47,12 +47,12 @@ func coalescer(t *testing.T, e *cliEnv, o store.CoalesceOptions) (*store.Coalesc
 	t.Helper()
 	var mu sync.Mutex
 	var ran []string
-	c := store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
+	c := mustCoalescer(t)(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		ran = append(ran, string(payload))
 		return nil
-	}, o, store.WithPrefix(e.prefix))
+	}, o, store.WithPrefix(e.prefix)))
 	t.Cleanup(func() { c.Close() })
 	return c, func() []string {
 		mu.Lock()
@@ -65,9 +65,9 @@ func coalescer(t *testing.T, e *cliEnv, o store.CoalesceOptions) (*store.Coalesc
 func coTrigger(t *testing.T, e *cliEnv, id, payload string, wantRan bool) {
 	t.Helper()
 	c, _ := coalescer(t, e, store.CoalesceOptions{})
-	tr, err := c.Trigger(e.ctx, id, []byte(payload))
-	if err != nil || tr.Ran != wantRan || tr.Kept == wantRan {
-		t.Fatalf("Coalescer.Trigger(%q) = %+v, %v; want Ran %v", id, tr, err, wantRan)
+	ran, err := c.Trigger(e.ctx, id, []byte(payload))
+	if err != nil || ran != wantRan {
+		t.Fatalf("Coalescer.Trigger(%q) = %v, %v; want ran %v", id, ran, err, wantRan)
 	}
 }
 
@@ -102,11 +102,11 @@ func coRunsAfter(d time.Duration, want string) func(t *testing.T, e *cliEnv, id 
 func coHoldGo(t *testing.T, e *cliEnv, id string) {
 	t.Helper()
 	started, release := make(chan struct{}), make(chan struct{})
-	c := store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
+	c := mustCoalescer(t)(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
 		close(started)
 		<-release
 		return nil
-	}, store.CoalesceOptions{}, store.WithPrefix(e.prefix))
+	}, store.CoalesceOptions{}, store.WithPrefix(e.prefix)))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

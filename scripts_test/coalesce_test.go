@@ -1,6 +1,7 @@
 package scripts_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ func coalescerHarness(url func(*testing.T) string) func(*testing.T) {
 	return func(t *testing.T) {
 		c := newClient(t, url(t))
 		storetest.TestCoalescer(t, storetest.CoalescerHarness{
-			New: func(t *testing.T, fn store.CoalesceFunc, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer {
+			New: func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) (*store.Coalescer, error) {
 				return store.NewCoalescer(c, fn, o, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
 			},
 			Wait: time.Sleep,
@@ -25,4 +26,16 @@ func coalescerHarness(url func(*testing.T) string) func(*testing.T) {
 func TestCoalescerConformance(t *testing.T) {
 	t.Run("standalone", coalescerHarness(standaloneURL))
 	t.Run("cluster", coalescerHarness(clusterURL))
+}
+
+// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
+// Coalescer, failing the test on its error.
+func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
+	return func(co *store.Coalescer, err error) *store.Coalescer {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return co
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 10, the scripts' edges: raw keys seeded, a script run by EVALSHA, the
+// The scripts' edges: raw keys seeded, a script run by EVALSHA, the
 // reply and the raw key compared; every error case leaves the key unchanged.
 
 // edgeRun seeds key with the raw command seed (nil: absent), runs script on it and
@@ -189,7 +189,7 @@ func TestEdgeSeqExactStore(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	s := store.NewOutbox(c, store.WithPrefix(prefix))
+	s := mustStore(store.NewOutbox(c, store.WithPrefix(prefix)))
 	do(t, c, "HSET", prefix+"c", "_seq", "99999999999998", "_gen", "0", "_epoch", "1700000000000000", "_rid", outboxRid(t, c))
 	a, err := s.AppendWithID(ctx, "c", "m1", []byte("p1"))
 	if err != nil || a.Seq != 99999999999999 || !a.Created || a.Epoch != 1700000000000000 {

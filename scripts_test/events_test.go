@@ -28,7 +28,7 @@ func TestEventsNameScripts(t *testing.T) {
 	})
 	prefix := uniquePrefix(t)
 
-	claims := store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithObserver(obs))
+	claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithObserver(obs)))
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -51,7 +51,7 @@ func TestEventsNameScripts(t *testing.T) {
 	})
 	must(err)
 
-	outbox := store.NewOutbox(c, store.WithPrefix(prefix+"o:"), store.WithObserver(obs))
+	outbox := mustStore(store.NewOutbox(c, store.WithPrefix(prefix+"o:"), store.WithObserver(obs)))
 	id, _, err := outbox.Append(ctx, "k", []byte("p"))
 	must(err)
 	_, err = outbox.Unacked(ctx, "k")
@@ -66,7 +66,7 @@ func TestEventsNameScripts(t *testing.T) {
 	must(err)
 	must(outbox.DropConn(ctx, "k"))
 
-	records := store.NewRecords(c, store.WithPrefix(prefix+"r:"), store.WithObserver(obs))
+	records := mustStore(store.NewRecords(c, store.WithPrefix(prefix+"r:"), store.WithObserver(obs)))
 	rec, _, err := records.Acquire(ctx, "r", time.Minute)
 	must(err)
 	_, _, err = records.Get(ctx, "r")

@@ -26,8 +26,8 @@ import (
 // context is live, and sweeps every 100 ms. From the processes' timestamped
 // lines the test asserts, for each trial:
 //
-//   - every acknowledged trigger (Trigger returned Ran or Kept without an
-//     error) is covered by a run that started after the trigger was sent and
+//   - every acknowledged trigger (Trigger returned without an error: it ran
+//     the trigger or kept it) is covered by a run that started after the trigger was sent and
 //     completed;
 //   - runs never overlap: no run starts while another run's fn still acted
 //     (a paused run's acts end before its pause; a killed one's at its kill);
@@ -59,7 +59,7 @@ type coTrig struct {
 func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
 	const (
 		lease   = 300 * time.Millisecond
-		burst   = 3 * time.Second
+		burst   = 4 * time.Second
 		settle  = 4 * time.Second
 		workers = 3
 	)
@@ -119,8 +119,8 @@ func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
 			_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}
-	if len(faults) < 3 {
-		t.Fatalf("%d faults injected, want at least 3", len(faults))
+	if len(faults) < 2 {
+		t.Fatalf("%d faults injected, want at least 2", len(faults))
 	}
 	// Collect every process's lines: the live ones say "bye" after the
 	// settle time; the killed ones have exited.
@@ -334,7 +334,7 @@ func TestCoalesceWorkerProcess(t *testing.T) {
 	var mu sync.Mutex
 	say := func(s string) { mu.Lock(); _, _ = w.WriteString(s + "\n"); _ = w.Flush(); mu.Unlock() }
 	c := newClient(t, f[0])
-	co := store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
+	co := mustCoalescer(t)(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
 		start := time.Now().UnixNano()
 		say(fmt.Sprintf("start %s %d", payload, start))
 		last := start
@@ -352,7 +352,7 @@ func TestCoalesceWorkerProcess(t *testing.T) {
 		}
 		say(fmt.Sprintf("end %s %d %d", payload, start, last))
 		return nil
-	}, store.CoalesceOptions{Lease: lease}, store.WithPrefix(f[1]))
+	}, store.CoalesceOptions{Lease: lease}, store.WithPrefix(f[1])))
 	ctx := context.Background()
 	stop := make(chan struct{})
 	go func() {
@@ -368,11 +368,11 @@ func TestCoalesceWorkerProcess(t *testing.T) {
 	for seq, end := 0, time.Now().Add(burst); time.Now().Before(end); seq++ {
 		sent := time.Now().UnixNano()
 		payload := fmt.Sprintf("%s-%d-%d", f[2], seq, sent)
-		tr, err := co.Trigger(ctx, "k", []byte(payload))
+		ran, err := co.Trigger(ctx, "k", []byte(payload))
 		switch {
-		case err == nil && tr.Ran:
+		case err == nil && ran:
 			say(fmt.Sprintf("trig %s %d ran", payload, sent))
-		case err == nil && tr.Kept:
+		case err == nil:
 			say(fmt.Sprintf("trig %s %d kept", payload, sent))
 		}
 		time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond)

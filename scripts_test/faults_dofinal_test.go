@@ -34,7 +34,7 @@ func TestFaultConnectionLostBeforeDoFinalWrite(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	t.Run("claims", func(t *testing.T) {
-		s := store.NewClaims(c, store.WithPrefix(uniquePrefix(t)))
+		s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 		for i := range 20 {
 			id := "m" + string(rune('a'+i))
 			ran, err := s.Do(ctx, id, time.Minute, func(context.Context) error { kill(); return nil })
@@ -47,7 +47,7 @@ func TestFaultConnectionLostBeforeDoFinalWrite(t *testing.T) {
 		}
 	})
 	t.Run("records", func(t *testing.T) {
-		s := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+		s := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 		for i := range 20 {
 			key := "k" + string(rune('a'+i))
 			res, replayed, err := s.Do(ctx, key, store.AcquireOptions{Lease: time.Minute}, func(context.Context) ([]byte, error) {

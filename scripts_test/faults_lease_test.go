@@ -26,7 +26,7 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// The lease faults of issue 20: fn's context never outlives the lease, a
+// The lease faults: fn's context never outlives the lease, a
 // paused owner sees its loss on waking, a retried commit after a takeover is
 // ErrLeaseLost, a final write survives a failure that is not its own, and a
 // slow link at half the lease loses nothing. Every test records times and
@@ -156,7 +156,7 @@ func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Du
 	const id = "lease-id"
 	aOpts = append([]store.Option{store.WithPrefix(prefix)}, aOpts...)
 	if kind == "claims" {
-		sa, sb := store.NewClaims(ca, aOpts...), store.NewClaims(cb, store.WithPrefix(prefix))
+		sa, sb := mustStore(store.NewClaims(ca, aOpts...)), mustStore(store.NewClaims(cb, store.WithPrefix(prefix)))
 		do := func(s *store.Claims) func(context.Context, func(context.Context) error) error {
 			return func(ctx context.Context, fn func(context.Context) error) error {
 				_, err := s.Do(ctx, id, lease, fn)
@@ -165,7 +165,7 @@ func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Du
 		}
 		return do(sa), do(sb)
 	}
-	sa, sb := store.NewRecords(ca, aOpts...), store.NewRecords(cb, store.WithPrefix(prefix))
+	sa, sb := mustStore(store.NewRecords(ca, aOpts...)), mustStore(store.NewRecords(cb, store.WithPrefix(prefix)))
 	do := func(s *store.Records) func(context.Context, func(context.Context) error) error {
 		return func(ctx context.Context, fn func(context.Context) error) error {
 			_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
@@ -214,7 +214,7 @@ func TestLeaseRetriedCommitAfterTakeover(t *testing.T) {
 			return loseFirstCommitReply(ctx, script, cmd)
 		}}
 		prefix := uniquePrefix(t)
-		a, b := store.NewClaims(hooked, store.WithPrefix(prefix)), store.NewClaims(base, store.WithPrefix(prefix))
+		a, b := mustStore(store.NewClaims(hooked, store.WithPrefix(prefix))), mustStore(store.NewClaims(base, store.WithPrefix(prefix)))
 		bCommitted := make(chan struct{})
 		type result struct {
 			ran bool
@@ -257,7 +257,7 @@ func TestLeaseRetriedCommitAfterTakeover(t *testing.T) {
 
 	t.Run("NoTakeover", func(t *testing.T) {
 		commits.Store(0)
-		s := store.NewClaims(&hookClient{Client: base, hook: loseFirstCommitReply}, store.WithPrefix(uniquePrefix(t)))
+		s := mustStore(store.NewClaims(&hookClient{Client: base, hook: loseFirstCommitReply}, store.WithPrefix(uniquePrefix(t))))
 		ran, err := s.Do(ctx, "m", lease, func(context.Context) error { return nil })
 		if !ran || err != nil || commits.Load() != 2 {
 			t.Errorf("Do whose first commit's reply was lost = %v, %v after %d commits; want true, nil after 2", ran, err, commits.Load())

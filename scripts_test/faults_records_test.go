@@ -37,7 +37,7 @@ type recToken struct{ key, token string }
 
 func newRecordsLoad(c rueidis.Client, prefix string, tags []string) *recordsLoad {
 	return &recordsLoad{
-		s: store.NewRecords(c, store.WithPrefix(prefix)), prefix: prefix, tags: tags,
+		s: mustStore(store.NewRecords(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
 		tried: map[string]bool{}, pending: map[string]bool{}, completed: map[string]string{},
 		tokens: map[int]recToken{}, sharedWins: map[string]int{}, sharedErrs: map[string]bool{},
 	}
@@ -186,7 +186,7 @@ func (l *recordsLoad) Check(t *testing.T, c rueidis.Client) int {
 }
 
 func recordsProbes(c rueidis.Client, prefix string) []probe {
-	s := store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(time.Hour))
+	s := mustStore(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	st, payload := store.StatusCompleted, []byte("x")
 	return []probe{
 		{name: "Acquire", write: true, run: func(ctx context.Context, id string) (bool, error) {
@@ -226,6 +226,6 @@ func recordsProbes(c rueidis.Client, prefix string) []probe {
 
 // recordsSeed gives key id a pending record with a long lease.
 func recordsSeed(ctx context.Context, c rueidis.Client, prefix, id string) error {
-	_, _, err := store.NewRecords(c, store.WithPrefix(prefix)).AcquireWith(ctx, id, store.AcquireOptions{Lease: time.Hour})
+	_, _, err := mustStore(store.NewRecords(c, store.WithPrefix(prefix))).AcquireWith(ctx, id, store.AcquireOptions{Lease: time.Hour})
 	return err
 }

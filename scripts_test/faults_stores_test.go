@@ -69,7 +69,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultClaimsPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestClaims(t, storetest.ClaimsHarness{
-				New: func(t *testing.T, more ...store.Option) store.ClaimStore {
+				New: func(t *testing.T, more ...store.Option) (*store.Claims, error) {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewClaims(c, append(o, more...)...)
 				},
@@ -82,7 +82,7 @@ var reliabilityStores = []storeKind{
 		},
 		probes: claimsProbes,
 		seed: func(ctx context.Context, c rueidis.Client, prefix, id string) error {
-			_, err := store.NewClaims(c, store.WithPrefix(prefix)).Claim(ctx, id)
+			_, err := mustStore(store.NewClaims(c, store.WithPrefix(prefix))).Claim(ctx, id)
 			return err
 		},
 		wrongType: func(key string) []string { return []string{"HSET", key, "f", "v"} },
@@ -92,7 +92,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultOutboxPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestOutbox(t, storetest.OutboxHarness{
-				New: func(t *testing.T, more ...store.Option) store.OutboxStore {
+				New: func(t *testing.T, more ...store.Option) (*store.Outbox, error) {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewOutbox(c, append(o, more...)...)
 				},
@@ -112,7 +112,7 @@ var reliabilityStores = []storeKind{
 		prefix: store.DefaultRecordsPrefix,
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestRecords(t, storetest.RecordsHarness{
-				New: func(t *testing.T, more ...store.Option) store.RecordStore {
+				New: func(t *testing.T, more ...store.Option) (*store.Records, error) {
 					o := append([]store.Option{store.WithPrefix(base + uniquePrefix(t))}, opts...)
 					return store.NewRecords(c, append(o, more...)...)
 				},
@@ -131,7 +131,7 @@ var reliabilityStores = []storeKind{
 }
 
 func claimsProbes(c rueidis.Client, prefix string) []probe {
-	s := store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour))
+	s := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	return []probe{
 		{name: "Claim", write: true, run: func(ctx context.Context, id string) (bool, error) {
 			_, err := s.Claim(ctx, id)
@@ -315,7 +315,7 @@ type claimsLoad struct {
 
 func newClaimsLoad(c rueidis.Client, prefix string, tags []string) *claimsLoad {
 	return &claimsLoad{
-		s: store.NewClaims(c, store.WithPrefix(prefix)), prefix: prefix, tags: tags,
+		s: mustStore(store.NewClaims(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
 		tried: map[string]bool{}, acked: map[string]bool{},
 		sharedWins: map[string]int{}, sharedErrs: map[string]bool{},
 	}

@@ -27,9 +27,9 @@ var (
 
 var outboxModel = opModel{
 	name:      "outbox",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryOutbox(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryOutbox(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(r *opReader) []store.Option {
 		return []store.Option{store.WithMaxUnacked(int(r.byte() % 4))}
@@ -68,7 +68,7 @@ var outboxModel = opModel{
 		return o
 	},
 	apply: func(ctx context.Context, s any, o op, _ *applyEnv) result {
-		ob := s.(store.OutboxStore)
+		ob := s.(*store.Outbox)
 		var v string
 		var err error
 		switch o.Name {
@@ -127,7 +127,7 @@ var outboxModel = opModel{
 	ids:    fuzzIDs,
 	snapshot: func(ctx context.Context, s any, id string, _ *applyEnv) string {
 		// The tail, then the seq the next append gets (the hidden _seq).
-		ob := s.(store.OutboxStore)
+		ob := s.(*store.Outbox)
 		tl, err := ob.Tail(ctx, id)
 		a, err2 := ob.AppendWithID(ctx, id, "zz-probe", nil)
 		return fmt.Sprintf("epoch=%v gen=%d %s next=%d %v %v", tl.Epoch > 0, tl.Generation, renderMessages(tl.Messages), a.Seq, err, err2)

@@ -35,9 +35,9 @@ var errRetryLater = errors.New("retry later")
 
 var recordsModel = opModel{
 	name:      "records",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryRecords(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryRecords(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewRecords(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewRecords(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {
@@ -75,7 +75,7 @@ var recordsModel = opModel{
 		return o
 	},
 	apply: func(ctx context.Context, s any, o op, env *applyEnv) result {
-		rs := s.(store.RecordStore)
+		rs := s.(*store.Records)
 		token := ""
 		switch {
 		case o.Ref >= 0:
@@ -160,7 +160,7 @@ var recordsModel = opModel{
 	snapshot: func(ctx context.Context, s any, id string, env *applyEnv) string {
 		// The record, and which acquire's token owns it (the hidden token):
 		// the one whose fenced update goes through.
-		rs := s.(store.RecordStore)
+		rs := s.(*store.Records)
 		rec, found, err := rs.Get(ctx, id)
 		owner := -1
 		if found {

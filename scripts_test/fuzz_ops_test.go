@@ -205,9 +205,9 @@ var opModels = []opModel{claimsModel, outboxModel, recordsModel}
 
 var claimsModel = opModel{
 	name:      "claims",
-	newMemory: func(opts ...store.Option) any { return store.NewMemoryClaims(opts...) },
+	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryClaims(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return store.NewClaims(c, append(opts, store.WithPrefix(prefix))...)
+		return mustStore(store.NewClaims(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {
@@ -230,7 +230,7 @@ var claimsModel = opModel{
 		return o
 	},
 	apply: func(ctx context.Context, s any, o op, _ *applyEnv) result {
-		cs := s.(store.ClaimStore)
+		cs := s.(*store.Claims)
 		var v any
 		var err error
 		switch o.Name {
@@ -289,7 +289,7 @@ var claimsModel = opModel{
 	atomic: func(o op) bool { return o.Name != "Do" },
 	ids:    fuzzIDs,
 	snapshot: func(ctx context.Context, s any, id string, _ *applyEnv) string {
-		seen, err := s.(store.ClaimStore).Seen(ctx, id)
+		seen, err := s.(*store.Claims).Seen(ctx, id)
 		return fmt.Sprintf("seen=%v %v", seen, err)
 	},
 	write:  func(id string) op { return op{Name: "Claim", ID: id, Ref: -1} },

@@ -49,7 +49,7 @@ func FuzzScriptArgs(f *testing.F) {
 		[]byte("18446744073709551616\xffm1"), []byte("-1\xff1"), []byte("1e3\xff1"), []byte("\xff\xff\xff"),
 		[]byte("\xfflease_ms\xff99999999999999999"), []byte("0\xff\x00\xff0\xff0"),
 		[]byte("0\xff1\xffm1\xffp\xffm2\xffq\xffm1\xffr"), []byte("60000\xff~tok"),
-		// Issue 10's argument forms: update's durations (signed, 15 digits),
+		// The argument forms: update's durations (signed, 15 digits),
 		// the absolute names it refuses, extra arguments.
 		[]byte("\xffexpires_in_ms\xff-1"), []byte("tok\xfflease_in_ms\xff-999999999999999\xffexpires_in_ms\xff999999999999999"),
 		[]byte("\xffexpires_in_ms\xff-0"), []byte("\xfflease_in_ms\xff1000000000000000"), []byte("\xffexpires_ms\xff86400000"),
@@ -164,12 +164,12 @@ var scriptStates = []scriptState{
 		if err := outboxSeedTail(ctx, c, prefix, id); err != nil {
 			return err
 		}
-		_, err := store.NewOutbox(c, store.WithPrefix(prefix)).AckMany(ctx, id, []string{"m1", "m2"}, 5)
+		_, err := mustStore(store.NewOutbox(c, store.WithPrefix(prefix))).AckMany(ctx, id, []string{"m1", "m2"}, 5)
 		return err
 	}},
 	{"record pending", recordsSeed},
 	{"record completed", func(ctx context.Context, c rueidis.Client, prefix, id string) error {
-		s := store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(60e9))
+		s := mustStore(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(60e9)))
 		_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: 60e9, Fingerprint: "fp"}, func(context.Context) ([]byte, error) {
 			return []byte("result"), nil
 		})
@@ -181,7 +181,7 @@ var scriptStates = []scriptState{
 	{"corrupt outbox", rawSeed([]string{"HSET", "$K", "_seq", "x", "_gen", "0", "_epoch", "1", "m1", "nocolon"})},
 	{"corrupt outbox gen", rawSeed([]string{"HSET", "$K", "_seq", "1", "_gen", "99999999999999999999", "_epoch", "1", "m1", "1:p"})},
 	{"corrupt record", rawSeed([]string{"HSET", "$K", "status", "pending", "fence", "abc", "token", "tok", "lease_ms", "x"})},
-	// Issue 10's edges: seqs near and at the end of the exact range, a fence-only
+	// The edges: seqs near and at the end of the exact range, a fence-only
 	// incarnation, loose numbers that are not canonical, fences at their limit.
 	{"outbox seq 10^14", rawSeed([]string{"HSET", "$K", "_seq", "99999999999998", "_gen", "3", "_epoch", "1700000000000000", "m1", "99999999999998:p"})},
 	{"outbox seq 2^53-1", rawSeed([]string{"HSET", "$K", "_seq", "9007199254740991", "_gen", "3", "_epoch", "1700000000000000", "m1", "9007199254740991:p"})},
@@ -190,7 +190,7 @@ var scriptStates = []scriptState{
 	{"outbox no _seq", rawSeed([]string{"HSET", "$K", "_gen", "0", "_epoch", "1700000000000000", "m1", "1:p"})},
 	{"record fence max", rawSeed([]string{"HSET", "$K", "status", "pending", "payload", "", "created_ms", "1", "updated_ms", "1", "expires_ms", "0", "lease_ms", "1", "fence", "9999999999999999999", "fp", "", "token", "tok"})},
 	{"record fence 0100", rawSeed([]string{"HSET", "$K", "status", "pending", "payload", "", "created_ms", "1", "updated_ms", "1", "expires_ms", "0", "lease_ms", "1", "fence", "0100", "fp", "", "token", "tok"})},
-	// Issue 23's layout 1, at its edges and past them.
+	// Layout 1, at its edges and past them.
 	{"record layout 1 fence max", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", CreatedMS: 1, UpdatedMS: 1, LeaseMS: 1, Fence: "9999999999999999999", Token: "tok"}))})},
 	{"record layout 1 lease passed", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Payload: "p\x00", CreatedMS: 1, UpdatedMS: 1, LeaseMS: 1, Fence: "9007199254740993", FP: "fp", Token: "tok"}))})},
 	{"record layout 1 truncated", rawSeed([]string{"SET", "$K", string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Fence: "1", Token: "tok"}))[:40]})},
@@ -247,7 +247,7 @@ func FuzzRecordValue(f *testing.F) {
 			t.Fatalf("get.lua on a record Decode reads (%+v): %v", want, err)
 		}
 		got := recReply(m)
-		w := want.Map()
+		w := fieldsMap(want)
 		exp := []string{w["status"], w["payload"], w["created_ms"], w["updated_ms"], w["expires_ms"], w["lease_ms"], w["fence"], w["fp"], ""}
 		if diff := cmp.Diff(exp, got); diff != "" {
 			t.Fatalf("get.lua and recordlayout.Decode disagree on %q (-Decode +get):\n%s", v, diff)

@@ -25,8 +25,8 @@ func TestHTTPIdem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-				New: func(t *testing.T) store.RecordStore {
-					return store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+				New: func(t *testing.T) *store.Records {
+					return mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 				},
 			})
 		})
@@ -40,7 +40,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	rs := store.NewRecords(c, store.WithPrefix(prefix))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
 	h := httpidem.Middleware(rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/fail" {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -76,7 +76,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 func TestHTTPIdemClientsGiveUp(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
-	rs := store.NewRecords(c, store.WithPrefix(uniquePrefix(t)))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	var mu sync.Mutex
 	charges := map[string]int{}
 	byFirstTry := map[string]bool{} // the key's charge came from the try that gave up

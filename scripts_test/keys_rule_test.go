@@ -14,7 +14,7 @@ import (
 	"github.com/redisonce/redisonce/internal/recordlayout"
 )
 
-// Issue 21, the KEYS rule: every script refuses a wrong key count and a key
+// The KEYS rule: every script refuses a wrong key count and a key
 // outside 1..redisonce.MaxKeyLen bytes with BADARG before anything else (a
 // single-item script takes exactly one key, a batch script
 // 1..redisonce.MaxBatchKeys), by EVALSHA and by FCALL, and changes nothing.

@@ -57,7 +57,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 		id := func(i int) string { return fmt.Sprintf("9f1c6a2e-4b7d-4c1a-8e3f-%012d", i) } // 36 bytes
 
 		// Claims against a plain SET NX key.
-		claims := store.NewClaims(c, store.WithTTL(24*time.Hour))
+		claims := mustStore(store.NewClaims(c, store.WithTTL(24*time.Hour)))
 		if _, err := claims.Claim(ctx, id(1)); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 		add("setnx", "plain SET key 1 NX PX (same key length)", usage("bq:plain:"+id(1)), "bq:plain:"+id(1))
 
 		// Outbox messages against Stream entries, per message.
-		ob := store.NewOutbox(c)
+		ob := mustStore(store.NewOutbox(c))
 		perMessage := func(name, what, conn string, n, size int) {
 			t.Helper()
 			msgs := make([]store.Outgoing, n)
@@ -104,7 +104,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 
 		// A record against go-job's JSON string, both completed with the same
 		// 48-byte and 256-byte results.
-		recs := store.NewRecords(c)
+		recs := mustStore(store.NewRecords(c))
 		gj := gojobredis.NewStore(gojobRueidis{c})
 		done := idempotency.StatusCompleted
 		for _, size := range []int{48, 256} {
@@ -155,7 +155,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 			t.Errorf("%s with the default thresholds: encoding %s, want %s", k, got, want)
 		}
 	}
-	// Issue 23's goal: a completed record takes no more memory than go-job's
+	// The goal: a completed record takes no more memory than go-job's
 	// JSON string of the same result.
 	for _, size := range []string{"48", "256"} {
 		if r, g := defaults["rec-"+size], defaults["gojob-"+size]; r.bytes > g.bytes {

@@ -367,7 +367,7 @@ func TestModulesFromLocalProxy(t *testing.T) {
 	src.WriteString(`)
 
 func main() {
-	ran, err := store.NewMemoryClaims().Do(context.Background(), "m1", 1e9, func(context.Context) error { return nil })
+	ran, err := mustStore(store.NewMemoryClaims()).Do(context.Background(), "m1", 1e9, func(context.Context) error { return nil })
 	fmt.Println("ran", ran, err)
 }
 `)

@@ -50,9 +50,9 @@ func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
 		ctx:    context.Background(),
 		raw:    c,
 		prefix: prefix,
-		claims: store.NewClaims(c, store.WithPrefix(prefix)),
-		outbox: store.NewOutbox(c, store.WithPrefix(prefix)),
-		recs:   store.NewRecords(c, store.WithPrefix(prefix)),
+		claims: mustStore(store.NewClaims(c, store.WithPrefix(prefix))),
+		outbox: mustStore(store.NewOutbox(c, store.WithPrefix(prefix))),
+		recs:   mustStore(store.NewRecords(c, store.WithPrefix(prefix))),
 	}
 }
 
@@ -197,7 +197,7 @@ var redisCLICases = map[string][]cliCase{
 				if r.Fingerprint != "fp1" || r.LeaseUntil.IsZero() || r.ExpiresAt.IsZero() {
 					t.Errorf("Records.Get: fingerprint %q, lease %v, expires %v; want fp1 with a lease and an expiry", r.Fingerprint, r.LeaseUntil, r.ExpiresAt)
 				}
-				// (fn must not run; a nil fn is ErrInvalidArgument since issue 21)
+				// (fn must not run; a nil fn is ErrInvalidArgument)
 				ran := false
 				fn := func(context.Context) ([]byte, error) { ran = true; return nil, nil }
 				if _, _, err := e.recs.Do(e.ctx, key, store.AcquireOptions{Lease: time.Minute}, fn); !errors.Is(err, store.ErrInFlight) || ran {

@@ -7,12 +7,8 @@ import (
 	"github.com/redisonce/redisonce/store/storetest"
 )
 
-// Records.Do on Redis calls store.OnExtend's fn after each renew.lua that
-// kept the lease.
-func TestRecordsOnExtend(t *testing.T) {
-	for name, url := range map[string]func(*testing.T) string{"standalone": standaloneURL, "cluster": clusterURL} {
-		t.Run(name, func(t *testing.T) {
-			storetest.TestRecordsOnExtend(t, store.NewRecords(newClient(t, url(t)), store.WithPrefix(uniquePrefix(t))))
-		})
-	}
+// Records.Do on a cluster calls store.OnExtend's fn after each renew.lua
+// that kept the lease; the standalone run is store's TestRedisRecordsOnExtend.
+func TestRecordsClusterOnExtend(t *testing.T) {
+	storetest.TestRecordsOnExtend(t, mustStore(store.NewRecords(newClient(t, clusterURL(t)), store.WithPrefix(uniquePrefix(t)))))
 }

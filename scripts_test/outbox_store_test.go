@@ -27,22 +27,17 @@ func outboxPrefix(t *testing.T) string {
 	return fmt.Sprintf("outbox-test:%s:%d:", t.Name(), outboxPrefixes.Add(1))
 }
 
-func TestOutboxStore(t *testing.T) {
-	for _, topo := range []struct {
-		name string
-		url  func(*testing.T) string
-	}{{"standalone", standaloneURL}, {"cluster", clusterURL}} {
-		t.Run(topo.name, func(t *testing.T) {
-			c := newClient(t, topo.url(t))
-			storetest.TestOutbox(t, storetest.OutboxHarness{
-				New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
-					return store.NewOutbox(c, append([]store.Option{store.WithPrefix(outboxPrefix(t))}, opts...)...)
-				},
-				Wait: time.Sleep,
-				Tick: 100 * time.Millisecond,
-			})
-		})
-	}
+// TestOutboxClusterConformance runs storetest.TestOutbox on a cluster; the
+// standalone run is store's TestRedisOutbox.
+func TestOutboxClusterConformance(t *testing.T) {
+	c := newClient(t, clusterURL(t))
+	storetest.TestOutbox(t, storetest.OutboxHarness{
+		New: func(t *testing.T, opts ...store.Option) (*store.Outbox, error) {
+			return store.NewOutbox(c, append([]store.Option{store.WithPrefix(outboxPrefix(t))}, opts...)...)
+		},
+		Wait: time.Sleep,
+		Tick: 100 * time.Millisecond,
+	})
 }
 
 // TestOutboxConcurrentAppends: 8 writers, each on its own client, append 500
@@ -55,7 +50,7 @@ func TestOutboxConcurrentAppends(t *testing.T) {
 	seqs := make(chan uint64, writers*each)
 	var wg sync.WaitGroup
 	for w := range writers {
-		ob := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))
+		ob := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -90,7 +85,7 @@ func TestOutboxConcurrentAppends(t *testing.T) {
 	}
 	// The stored tail agrees: 4000 messages, seqs 1..4000 in order, and each
 	// writer's messages in its own order.
-	msgs, err := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)).Unacked(ctx, "conn")
+	msgs, err := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))).Unacked(ctx, "conn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +117,8 @@ func TestOutboxTakeoverRace(t *testing.T) {
 	url := standaloneURL(t)
 	prefix := outboxPrefix(t)
 	ctx := context.Background()
-	a := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))
-	b := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))
+	a := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+	b := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 	for round := range 5 {
 		conn := fmt.Sprintf("conn-%d", round)
 		const n = 300
@@ -201,8 +196,8 @@ func TestOutboxTwoNodes(t *testing.T) {
 			url := topo.url(t)
 			prefix := outboxPrefix(t)
 			ctx := context.Background()
-			n1 := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))
-			n2 := store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))
+			n1 := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+			n2 := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 			var seqs []uint64
 			for i := range 6 {
 				node := []*store.Outbox{n1, n2}[i%2]
@@ -244,7 +239,7 @@ func TestOutboxCorruptState(t *testing.T) {
 	url := standaloneURL(t)
 	c := newClient(t, url)
 	prefix := outboxPrefix(t)
-	ob := store.NewOutbox(c, store.WithPrefix(prefix))
+	ob := mustStore(store.NewOutbox(c, store.WithPrefix(prefix)))
 	ctx := context.Background()
 
 	outboxSeed(t, c, prefix+"foreign", map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxOldEpoch, "m": "not a seq"}, 0)
@@ -307,13 +302,13 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 	ctx := context.Background()
 	type op struct {
 		name string
-		call func(store.OutboxStore) error
+		call func(*store.Outbox) error
 	}
-	appendOp := op{"append", func(s store.OutboxStore) error { _, err := s.AppendWithID(ctx, "c", "m", nil); return err }}
-	tailOp := op{"unacked", func(s store.OutboxStore) error { _, err := s.Tail(ctx, "c"); return err }}
-	ackOp := op{"ack", func(s store.OutboxStore) error { _, err := s.AckMany(ctx, "c", []string{"a", "b"}, 1); return err }}
-	advanceOp := op{"advance", func(s store.OutboxStore) error { return s.AdvanceGeneration(ctx, "c", 1) }}
-	dropOp := op{"drop", func(s store.OutboxStore) error { return s.DropConn(ctx, "c") }}
+	appendOp := op{"append", func(s *store.Outbox) error { _, err := s.AppendWithID(ctx, "c", "m", nil); return err }}
+	tailOp := op{"unacked", func(s *store.Outbox) error { _, err := s.Tail(ctx, "c"); return err }}
+	ackOp := op{"ack", func(s *store.Outbox) error { _, err := s.AckMany(ctx, "c", []string{"a", "b"}, 1); return err }}
+	advanceOp := op{"advance", func(s *store.Outbox) error { return s.AdvanceGeneration(ctx, "c", 1) }}
+	dropOp := op{"drop", func(s *store.Outbox) error { return s.DropConn(ctx, "c") }}
 	for _, tc := range []struct {
 		reply string // Lua returning the impostor reply
 		ops   []op
@@ -347,7 +342,7 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 		{"return 2", []op{advanceOp}},
 		{"return redis.error_reply('WHAT is this')", []op{appendOp, tailOp, ackOp, advanceOp, dropOp}},
 	} {
-		s := store.NewOutbox(outboxImpostor{c, tc.reply}, store.WithPrefix(outboxPrefix(t)))
+		s := mustStore(store.NewOutbox(outboxImpostor{c, tc.reply}, store.WithPrefix(outboxPrefix(t))))
 		for _, o := range tc.ops {
 			err := o.call(s)
 			if tc.reply == "return redis.error_reply('WHAT is this')" {
@@ -371,7 +366,7 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 func TestOutboxNoScript(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	ob := store.NewOutbox(c)
+	ob := mustStore(store.NewOutbox(c))
 	ctx := context.Background()
 	flush := func() {
 		t.Helper()
@@ -437,7 +432,7 @@ func TestOutboxOpen(t *testing.T) {
 	}
 	// A borrowed client stays open.
 	c := newClient(t, url)
-	if err := store.NewOutbox(c).Close(); err != nil {
+	if err := mustStore(store.NewOutbox(c)).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
@@ -462,7 +457,7 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	ob := store.NewOutbox(c)
+	ob := mustStore(store.NewOutbox(c))
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	before := commandCount(t, c)
@@ -480,11 +475,11 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 		{"batch with a reserved id", func() error { _, err := ob.AckMany(ctx, "c", []string{"a", "_gen"}, 1); return err }, store.ErrInvalidArgument},
 		{"empty batch", func() error { _, err := ob.AckMany(ctx, "c", nil, 1); return err }, nil},
 		{"negative ttl", func() error {
-			_, _, err := store.NewOutbox(c, store.WithTTL(-time.Second)).Append(ctx, "c", nil)
+			_, err := store.NewOutbox(c, store.WithTTL(-time.Second))
 			return err
 		}, store.ErrInvalidArgument},
 		{"negative max", func() error {
-			_, _, err := store.NewOutbox(c, store.WithMaxUnacked(-1)).Append(ctx, "c", nil)
+			_, err := store.NewOutbox(c, store.WithMaxUnacked(-1))
 			return err
 		}, store.ErrInvalidArgument},
 		{"cancelled context", func() error { return ob.AdvanceGeneration(cancelled, "c", 1) }, context.Canceled},
@@ -502,8 +497,8 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 	}
 }
 
-// TestOutboxEpochAfterSnapshotRestore is the reproduction of (epoch,
-// seq) reuse, for Append and AppendMany: appends acknowledged after the last
+// TestOutboxEpochAfterSnapshotRestore: no (epoch, seq) reuse, for Append and
+// AppendMany: appends acknowledged after the last
 // snapshot are lost when the server comes back from it (a restart, like a
 // failover, gives the server a new replication ID), and the appends that
 // follow take their seqs again, so they must carry a new epoch: no (epoch,
@@ -513,7 +508,7 @@ func TestOutboxEpochAfterSnapshotRestore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
-	o := store.NewOutbox(newClient(t, srv.URL()))
+	o := mustStore(store.NewOutbox(newClient(t, srv.URL())))
 	many := func(ids ...string) []store.Outgoing {
 		out := make([]store.Outgoing, len(ids))
 		for i, id := range ids {
@@ -570,7 +565,7 @@ func TestOutboxEpochAfterSnapshotRestore(t *testing.T) {
 	}
 	// A client of its own (the old one's connections died with the server;
 	// a write is not retried on a lost connection).
-	o = store.NewOutbox(newClient(t, srv.URL()))
+	o = mustStore(store.NewOutbox(newClient(t, srv.URL())))
 	// Back from the snapshot: a3, b4 and b5 are gone; their seqs are handed
 	// out again, under a new epoch.
 	again := appendMany("one", "x3", "x4")

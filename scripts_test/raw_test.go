@@ -3,6 +3,7 @@ package scripts_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,14 +56,14 @@ func raw(t *testing.T, c rueidis.Client, key string) rawKey {
 }
 
 // rawRecord is raw, with a layout-1 record string decoded into Hash (its
-// nine fields as layout 0 names them); Hash stays nil for a string that is
+// nine fields by name, fieldsMap); Hash stays nil for a string that is
 // not a record.
 func rawRecord(t *testing.T, c rueidis.Client, key string) rawKey {
 	t.Helper()
 	k := raw(t, c, key)
 	if k.Type == "string" {
 		if f, err := recordlayout.Decode([]byte(k.Str)); err == nil {
-			k.Hash = f.Map()
+			k.Hash = fieldsMap(f)
 		}
 	}
 	return k
@@ -162,4 +163,38 @@ func errCode(err error) string {
 // keyFor returns a key unique to the test, under prefix.
 func keyFor(t *testing.T, prefix string) string {
 	return prefix + t.Name() + ":" + fmt.Sprint(time.Now().UnixNano())
+}
+
+// fieldsMap is f as a map of its nine field names (status, payload,
+// created_ms, updated_ms, expires_ms, lease_ms, fence, fp, token) to their
+// decimal strings, and watch "1" when marked: the tests' view of a record,
+// which diffs field by field.
+func fieldsMap(f recordlayout.Fields) map[string]string {
+	m := map[string]string{
+		"status": f.Status, "payload": f.Payload,
+		"created_ms": strconv.FormatInt(f.CreatedMS, 10), "updated_ms": strconv.FormatInt(f.UpdatedMS, 10),
+		"expires_ms": strconv.FormatInt(f.ExpiresMS, 10), "lease_ms": strconv.FormatInt(f.LeaseMS, 10),
+		"fence": f.Fence, "fp": f.FP, "token": f.Token,
+	}
+	if f.Watched {
+		m["watch"] = "1"
+	}
+	return m
+}
+
+// fieldsFromMap is the inverse of fieldsMap: an error when a time is not a
+// decimal integer.
+func fieldsFromMap(m map[string]string) (recordlayout.Fields, error) {
+	f := recordlayout.Fields{Status: m["status"], Payload: m["payload"], Fence: m["fence"], FP: m["fp"], Token: m["token"], Watched: m["watch"] != ""}
+	for _, t := range []struct {
+		name string
+		p    *int64
+	}{{"created_ms", &f.CreatedMS}, {"updated_ms", &f.UpdatedMS}, {"expires_ms", &f.ExpiresMS}, {"lease_ms", &f.LeaseMS}} {
+		n, err := strconv.ParseInt(m[t.name], 10, 64)
+		if err != nil {
+			return f, fmt.Errorf("%w: %s %q", recordlayout.ErrNotRecord, t.name, m[t.name])
+		}
+		*t.p = n
+	}
+	return f, nil
 }

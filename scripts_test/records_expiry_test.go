@@ -27,9 +27,8 @@ func recAt(d time.Duration) string {
 	return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10)
 }
 
-// recSeedKeyAt writes the record h (a RECORD seed: layout 1, and layout 0
-// side by side) with the key expiring at at (ms), whatever expires_ms says: a
-// record whose key a lease kept alive.
+// recSeedKeyAt writes the record h (a RECORD seed) with the key expiring at
+// at (ms), whatever expires_ms says: a record whose key a lease kept alive.
 func recSeedKeyAt(h map[string]string, at string) [][]string {
 	cmd := []string{"RECORD", "$K"}
 	for _, f := range slices.Sorted(maps.Keys(h)) {
@@ -156,7 +155,7 @@ func TestScriptRenewUnderFullMemory(t *testing.T) {
 		for i := range cmd {
 			cmd[i] = strings.ReplaceAll(cmd[i], "$K", key)
 		}
-		do(t, c, recSeedArgs(t, cmd, false)...)
+		do(t, c, recSeedArgs(t, cmd)...)
 	}
 	fillMemory(t, c)
 	full := usedMemory(t, c)

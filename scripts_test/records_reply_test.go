@@ -153,7 +153,7 @@ func TestRecordsUnexpectedReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	s := store.NewRecords(c)
+	s := mustStore(store.NewRecords(c))
 
 	// A well-formed record, in reply order.
 	rec := []any{"completed", "res", "1000", "2000", "0", "0", "1", "fp", ""}

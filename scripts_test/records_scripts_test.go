@@ -21,12 +21,6 @@ import (
 // case checks the key did not change at all (bytes and absolute expiry,
 // PEXPIRETIME).
 //
-// A case seeded with recSeed runs twice, side by side: on the record in
-// layout 1 (one string, internal/recordlayout) and on the same record in
-// layout 0 (the nine-field hash written before issue 23). Both must answer
-// the same; a script that writes leaves layout 1 either way, one that does
-// not leaves the layout-0 hash exactly as it was.
-//
 // Expected values may be "{now}" or "{now+N}" / "{now-N}": the script's TIME in
 // ms (plus N), which must lie between the server's TIME read just before and
 // just after the call.
@@ -35,8 +29,8 @@ import (
 type recRaw struct {
 	Type string
 	Str  string
-	// Hash is the record's fields: a hash's (layout 0), or a layout-1
-	// string's decoded (Layout 1); nil for a string that is not a record.
+	// Hash is the record's fields: a record string's decoded (Layout 1), or
+	// a hash's fields; nil for a string that is not a record.
 	Hash     map[string]string
 	Layout   int
 	ExpireAt int64 // PEXPIRETIME: -2 missing, -1 no expiry, else ms since the epoch
@@ -54,7 +48,7 @@ func recReadRaw(t *testing.T, c rueidis.Client, key string) recRaw {
 	case "string":
 		r.Str, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
 		if f, derr := recordlayout.Decode([]byte(r.Str)); err == nil && derr == nil {
-			r.Hash, r.Layout = f.Map(), 1
+			r.Hash, r.Layout = fieldsMap(f), 1
 		}
 	case "hash":
 		r.Hash, err = c.Do(ctx, c.B().Hgetall().Key(key).Build()).AsStrMap()
@@ -150,8 +144,8 @@ func recHash(kv ...string) map[string]string {
 }
 
 // recSeed writes the record h: a "RECORD" pseudo-command that recRunCase
-// renders as a layout-1 SET and, in the side-by-side run, as the layout-0
-// HSET; and PEXPIREAT expires_ms when it is not "0".
+// renders as the SET of the record string; and PEXPIREAT expires_ms when it
+// is not "0".
 func recSeed(h map[string]string) [][]string {
 	cmd := []string{"RECORD", "$K"}
 	for _, f := range slices.Sorted(maps.Keys(h)) {
@@ -164,9 +158,9 @@ func recSeed(h map[string]string) [][]string {
 	return out
 }
 
-// recSeedHash writes h as a layout-0 hash only: HSET of its fields in sorted
-// order, and PEXPIREAT expires_ms when it is not "0" (for malformed hashes,
-// which layout 1 cannot hold).
+// recSeedHash writes h as a hash: HSET of its fields in sorted order, and
+// PEXPIREAT expires_ms when it is not "0" (a key of the wrong type, which
+// the scripts answer CORRUPT for).
 func recSeedHash(h map[string]string) [][]string {
 	cmd := []string{"HSET", "$K"}
 	for _, f := range slices.Sorted(maps.Keys(h)) {
@@ -217,42 +211,24 @@ func runRecCases(t *testing.T, script string, cases []recCase) {
 				t.Fatalf("no script %q", script)
 			}
 			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					wrote := recRunCase(t, c, s, tc, 1)
-					if recHasRecordSeed(tc.seed) {
-						t.Run("layout0", func(t *testing.T) {
-							if wrote {
-								recRunCase(t, c, s, tc, 1)
-							} else {
-								recRunCase(t, c, s, tc, 0)
-							}
-						})
-					}
-				})
+				t.Run(tc.name, func(t *testing.T) { recRunCase(t, c, s, tc) })
 			}
 		})
 	}
 }
 
-func recHasRecordSeed(seed [][]string) bool {
-	return slices.ContainsFunc(seed, func(cmd []string) bool { return cmd[0] == "RECORD" })
-}
-
-// recSeedArgs renders a seed command: a RECORD pseudo-command as a layout-1
-// SET of the record, or (old) as the layout-0 HSET; others as they are.
-func recSeedArgs(t *testing.T, args []string, old bool) []string {
+// recSeedArgs renders a seed command: a RECORD pseudo-command as the SET of
+// the record string; others as they are.
+func recSeedArgs(t *testing.T, args []string) []string {
 	t.Helper()
 	if args[0] != "RECORD" {
 		return args
-	}
-	if old {
-		return append([]string{"HSET"}, args[1:]...)
 	}
 	h := map[string]string{}
 	for i := 2; i+1 < len(args); i += 2 {
 		h[args[i]] = args[i+1]
 	}
-	f, err := recordlayout.FromMap(h)
+	f, err := fieldsFromMap(h)
 	if err == nil {
 		err = f.Valid()
 	}
@@ -262,20 +238,17 @@ func recSeedArgs(t *testing.T, args []string, old bool) []string {
 	return []string{"SET", args[1], string(recordlayout.Encode(f))}
 }
 
-// recRunCase runs tc, its RECORD seeds in layout 1 (or, in a test named
-// ".../layout0", as layout-0 hashes), and expects the key in layout
-// afterwards (a layout-0 key must then be exactly as seeded). It reports
-// whether the script changed the key.
-func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase, layout int) (wrote bool) {
+// recRunCase runs tc, its RECORD seeds as record strings, and expects a
+// record string afterwards.
+func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase) {
 	ctx := context.Background()
 	key := keyFor(t, "rec:")
-	old := strings.HasSuffix(t.Name(), "/layout0")
 	for _, cmd := range tc.seed {
 		args := make([]string, len(cmd))
 		for i, a := range cmd {
 			args[i] = strings.ReplaceAll(a, "$K", key)
 		}
-		do(t, c, recSeedArgs(t, args, old)...)
+		do(t, c, recSeedArgs(t, args)...)
 	}
 	before := recReadRaw(t, c, key)
 	cmd := c.B().Evalsha().Sha1(s.SHA1).Numkeys(1).Key(key).Arg(tc.args...).Build()
@@ -294,9 +267,8 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase, 
 		if diff := cmp.Diff(before, after); diff != "" {
 			t.Errorf("a refused call changed the key (-before +after):\n%s", diff)
 		}
-		return false
+		return
 	}
-	wrote = !cmp.Equal(before, after)
 	if err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatalf("error = %v, want reply %q", err, tc.want)
 	}
@@ -315,15 +287,10 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase, 
 		if after.Type != "none" || after.ExpireAt != -2 {
 			t.Errorf("key afterwards = %+v, want absent", after)
 		}
-		return wrote
+		return
 	}
-	switch {
-	case layout == 0 && wrote:
-		t.Errorf("the script rewrote the layout-0 hash, but not in layout 1:\nbefore %+v\nafter  %+v", before, after)
-	case layout == 1 && after.Layout != 1:
-		t.Fatalf("key afterwards is a %s (%q), want a layout-1 record", after.Type, after.Str)
-	case layout == 0 && after.Type != "hash":
-		t.Fatalf("key afterwards is a %s, want the layout-0 hash untouched", after.Type)
+	if after.Layout != 1 {
+		t.Fatalf("key afterwards is a %s (%q), want a record string", after.Type, after.Str)
 	}
 	if diff := cmp.Diff(slices.Sorted(maps.Keys(tc.after)), slices.Sorted(maps.Keys(after.Hash))); diff != "" {
 		t.Errorf("hash fields afterwards (-want +got):\n%s", diff)
@@ -349,7 +316,6 @@ func recRunCase(t *testing.T, c rueidis.Client, s redisonce.Script, tc recCase, 
 	if (keyAt == "0") != (after.ExpireAt == -1) || (keyAt != "0" && keyAt != strconv.FormatInt(after.ExpireAt, 10)) {
 		t.Errorf("expires_ms %q, lease_ms %q disagree with PEXPIRETIME %d", after.Hash["expires_ms"], after.Hash["lease_ms"], after.ExpireAt)
 	}
-	return wrote
 }
 
 const (
@@ -490,7 +456,7 @@ func TestScriptUpdate(t *testing.T) {
 		{name: "payload of 1 MiB", seed: recSeed(leased), args: []string{"tokA", "payload", mib},
 			want:  []string{"1"},
 			after: with(leased, "payload", mib, "updated_ms", "{now}"), expireAt: recFar},
-		// Times are durations from the server's TIME (issue 10): 30000 is 30 s
+		// Times are durations from the server's TIME: 30000 is 30 s
 		// from now, never a deadline in 1970.
 		{name: "lease moves", seed: recSeed(leased), args: []string{"tokA", "lease_in_ms", "30000"},
 			want:  []string{"1"},

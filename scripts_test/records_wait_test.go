@@ -31,7 +31,7 @@ func TestRecordsWaitRaw(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	rs := store.NewRecords(c, store.WithPrefix("w:"))
+	rs := mustStore(store.NewRecords(c, store.WithPrefix("w:")))
 	loadScripts(t, c) // EVALSHA finds them: no EVAL fallback in the counts
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)

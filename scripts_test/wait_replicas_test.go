@@ -126,8 +126,8 @@ func TestWaitReplicas(t *testing.T) {
 	// The replica stalls: the writes happen on the primary and say so
 	// (through stores that wait 300 ms).
 	short := store.WithWaitReplicas(1, 300*time.Millisecond)
-	sClaims, sOutbox, sRecords := store.NewClaims(newClient(t, primary.URL()), short),
-		store.NewOutbox(newClient(t, primary.URL()), short), store.NewRecords(newClient(t, primary.URL()), short)
+	sClaims, sOutbox, sRecords := mustStore(store.NewClaims(newClient(t, primary.URL()), short)),
+		mustStore(store.NewOutbox(newClient(t, primary.URL()), short)), mustStore(store.NewRecords(newClient(t, primary.URL()), short))
 	if err := replica.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -276,28 +276,27 @@ func TestWaitReplicasCluster(t *testing.T) {
 	}
 }
 
-// TestWaitReplicasOption: the option's invalid values, and the memory twins
-// accepting and ignoring it.
+// TestWaitReplicasOption: the option's invalid values fail the
+// constructors, and the memory stores, which have no replicas, refuse it.
 func TestWaitReplicasOption(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	for _, o := range []store.Option{store.WithWaitReplicas(-1, time.Second), store.WithWaitReplicas(1, 0)} {
-		if _, err := store.NewClaims(newClient(t, standaloneURL(t)), o).Claim(ctx, "x"); !errors.Is(err, store.ErrInvalidArgument) {
-			t.Errorf("Claim with an invalid WithWaitReplicas = %v, want ErrInvalidArgument", err)
-		}
-		if _, err := store.NewMemoryClaims(o).Claim(ctx, "x"); !errors.Is(err, store.ErrInvalidArgument) {
-			t.Errorf("MemoryClaims.Claim with an invalid WithWaitReplicas = %v, want ErrInvalidArgument", err)
+		if _, err := store.NewClaims(newClient(t, standaloneURL(t)), o); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("NewClaims with an invalid WithWaitReplicas = %v, want ErrInvalidArgument", err)
 		}
 	}
 	o := store.WithWaitReplicas(3, time.Second)
-	if won, err := store.NewMemoryClaims(o).Claim(ctx, "x"); !won || err != nil {
-		t.Errorf("MemoryClaims.Claim = %v, %v", won, err)
+	if _, err := store.NewClaims(newClient(t, standaloneURL(t)), o); err != nil {
+		t.Errorf("NewClaims with WithWaitReplicas(3, 1s) = %v", err)
 	}
-	if _, err := store.NewMemoryOutbox(o).AppendWithID(ctx, "c", "m", nil); err != nil {
-		t.Errorf("MemoryOutbox.AppendWithID = %v", err)
-	}
-	if _, _, err := store.NewMemoryRecords(o).Acquire(ctx, "k", 0); err != nil {
-		t.Errorf("MemoryRecords.Acquire = %v", err)
+	for name, f := range map[string]func() error{
+		"NewMemoryClaims":  func() error { _, err := store.NewMemoryClaims(o); return err },
+		"NewMemoryOutbox":  func() error { _, err := store.NewMemoryOutbox(o); return err },
+		"NewMemoryRecords": func() error { _, err := store.NewMemoryRecords(o); return err },
+	} {
+		if err := f(); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("%s with WithWaitReplicas = %v, want ErrInvalidArgument", name, err)
+		}
 	}
 }
 
@@ -311,8 +310,8 @@ func TestWaitReplicasDo(t *testing.T) {
 	// Long enough for the claim to be confirmed on a busy machine; the final
 	// write, with the replica stalled, waits it out.
 	opt := store.WithWaitReplicas(1, 2*time.Second)
-	claims := store.NewClaims(newClient(t, primary.URL()), opt)
-	records := store.NewRecords(newClient(t, primary.URL()), opt)
+	claims := mustStore(store.NewClaims(newClient(t, primary.URL()), opt))
+	records := mustStore(store.NewRecords(newClient(t, primary.URL()), opt))
 	// fn stalls the replica (it resumes once Do has returned) and runs for
 	// three leases.
 	stall := func(fnCtx context.Context) error {
@@ -530,12 +529,12 @@ func TestWaitReplicasObserved(t *testing.T) {
 		return out
 	}
 	wait := store.WithWaitReplicas(1, 300*time.Millisecond)
-	claims := store.NewClaims(newClient(t, primary.URL()), wait, obs)
-	outbox := store.NewOutbox(newClient(t, primary.URL()), wait, obs)
-	records := store.NewRecords(newClient(t, primary.URL()), wait, obs)
+	claims := mustStore(store.NewClaims(newClient(t, primary.URL()), wait, obs))
+	outbox := mustStore(store.NewOutbox(newClient(t, primary.URL()), wait, obs))
+	records := mustStore(store.NewRecords(newClient(t, primary.URL()), wait, obs))
 	// A message to ack, through a store that does not wait (a busy machine
 	// may take longer than 300 ms to confirm it).
-	if _, err := store.NewOutbox(newClient(t, primary.URL())).AppendWithID(ctx, "c", "m0", nil); err != nil {
+	if _, err := mustStore(store.NewOutbox(newClient(t, primary.URL()))).AppendWithID(ctx, "c", "m0", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := replica.Pause(); err != nil {
@@ -576,7 +575,7 @@ func TestWaitReplicasObserved(t *testing.T) {
 			continue
 		}
 		e := got[0]
-		if e.Op != tc.want.op || e.N != tc.want.n || e.Outcome != store.OutcomeError || !errors.Is(e.Err, store.ErrNotReplicated) {
+		if e.Op != tc.want.op || e.N != tc.want.n || e.Outcome != store.Outcome("error") || !errors.Is(e.Err, store.ErrNotReplicated) {
 			t.Errorf("%s: event op %q n %d outcome %q err %v; want op %q n %d, outcome error with ErrNotReplicated",
 				tc.name, e.Op, e.N, e.Outcome, e.Err, tc.want.op, tc.want.n)
 		}
@@ -585,7 +584,7 @@ func TestWaitReplicasObserved(t *testing.T) {
 	if _, err := claims.SeenMany(ctx, []string{"o1", "o2"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := take(); len(got) != 1 || got[0].Outcome != store.OutcomeSeen || got[0].N != 2 || got[0].Err != nil {
+	if got := take(); len(got) != 1 || got[0].Outcome != store.Outcome("seen") || got[0].N != 2 || got[0].Err != nil {
 		t.Errorf("SeenMany's events %+v, want seen N=2", got)
 	}
 }

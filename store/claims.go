@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // DefaultClaimsPrefix is the key prefix of Claims unless WithPrefix says
@@ -14,25 +14,276 @@ import (
 // dedupe with `SET bq:idemp:<id> 1 NX PX ttl`.
 const DefaultClaimsPrefix = "bq:idemp:"
 
-// ClaimStore is what Claims and MemoryClaims implement; storetest.TestClaims
-// checks any implementation against the contract.
-type ClaimStore interface {
-	Claim(ctx context.Context, id string) (bool, error)
-	ClaimMany(ctx context.Context, ids []string) ([]bool, error)
-	Seen(ctx context.Context, id string) (bool, error)
-	SeenMany(ctx context.Context, ids []string) ([]bool, error)
-	Remember(ctx context.Context, id string) error
-	Forget(ctx context.Context, id string) error
-	Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error)
-	Close() error
+// Claims dedupes message ids: key prefix+id holds "1" once the message is
+// processed, or "~<token>" while a consumer running Do holds a lease on it.
+// NewClaims and OpenClaims keep them in Redis, NewMemoryClaims in this
+// process; both run the same Go code around their backend, so validation,
+// events and the Do flow are the same. It is safe for concurrent use.
+type Claims struct {
+	core
+	b   claimsBackend
+	ttl time.Duration // 0 = never expire
 }
 
-// runLeased is Do after a won claim, shared by Claims and MemoryClaims: run fn
-// with the lease kept alive (hb, started before the claim was sent and
-// confirmed once it was won), then commit on success or release on failure
-// or panic. Commit and release run even when ctx is already cancelled,
-// bounded by a budget of their own, and are retried on transport failures
-// (retryLost). commit returns commit.lua's reply.
+// claimsBackend is where Claims' keys live: Redis (one script per method)
+// or memory (the same statements in Go). It only runs the operation; the
+// arguments were checked by Claims. Replies are the scripts' integers.
+type claimsBackend interface {
+	// claim is claim.lua: value ("1", or "~<token>" for Do's lease) under
+	// id for ttl (0: no expiry); 1 created, 0 processed, -(ms left on the
+	// holder's lease) in flight. sent, when not nil, receives the time the
+	// command that ran was sent. op names the operation in errors.
+	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, error)
+	// seen is seen.lua: 1 claimed, processed or in flight, else 0.
+	seen(ctx context.Context, id string) (int64, error)
+	// forget is forget.lua: 1 removed, 0 absent.
+	forget(ctx context.Context, id string) (int64, error)
+	// extend is extend.lua: 1 the lease is token's and now runs lease
+	// from now, else 0.
+	extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error)
+	// commit is commit.lua: 1 token's lease became "1" with ttl, 2 the key
+	// was absent and "1" was written, 0 the key holds "1", -1 another lease.
+	commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error)
+	// release is release.lua: the key is deleted if it holds token's lease.
+	release(ctx context.Context, id, token string) error
+	// batch runs claim.lua (claim true, with ttl) or seen.lua over distinct,
+	// checked ids as ClaimMany and SeenMany describe, passing every reply
+	// to read; ok (when not nil) is set for every id read without an error.
+	batch(ctx context.Context, claim bool, ids []string, ttl time.Duration, read func(int64) (result, valid bool), t *tally, ok []bool) ([]bool, error)
+	close() error
+}
+
+// NewClaims returns a claims store on a client the caller keeps: Close does not
+// close it. Options: WithPrefix (default "bq:idemp:"), WithTTL (default 0: a
+// processed id is remembered forever, and its key is never freed; set a TTL a
+// little longer than the longest time a message may be redelivered),
+// WithWaitReplicas, WithObserver. An invalid option, one that does not
+// apply (Option), or a nil client fails here.
+//
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenClaims does:
+// the store never uses client-side caching.
+func NewClaims(c rueidis.Client, opts ...Option) (*Claims, error) {
+	cfg, err := redisConfig("claims", DefaultClaimsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, false)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
+}
+
+// OpenClaims connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns
+// a claims store that owns the client: Close
+// closes it. An invalid option fails here, before connecting; errors show the
+// URL without its password.
+func OpenClaims(url string, opts ...Option) (*Claims, error) {
+	cfg, c, err := openRedis("claims", DefaultClaimsPrefix, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisClaims{redisStore: newRedisStore(c, cfg, true)}
+	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
+}
+
+// NewMemoryClaims returns an empty claims store in this process's memory,
+// with the same behaviour as a Redis one (the storetest suite checks both):
+// for tests and single-process programs. Options: WithTTL (default 0: never
+// expire), WithClock (default time.Now), WithObserver.
+func NewMemoryClaims(opts ...Option) (*Claims, error) {
+	cfg, err := memoryConfig("claims", DefaultClaimsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &memClaims{m: map[string]memClaim{}, now: cfg.now}
+	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}, nil
+}
+
+// Close closes the client if the store opened it (OpenClaims); for a store
+// made with NewClaims or NewMemoryClaims it does nothing. On a nil *Claims
+// it returns nil: there is nothing to close.
+func (s *Claims) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.b.close()
+}
+
+// Claim marks id processed if no one has claimed it, and reports whether it
+// did: true for the first delivery, false for an id already processed or in
+// flight. It stores "1" under prefix+id with the store's TTL, the data of a
+// `SET key 1 NX PX ttl` dedupe.
+//
+// Claim is a dedupe mark taken BEFORE the effect: if the effect then fails,
+// or the process dies, the id is still marked and every redelivery is
+// dropped. Use it for effects that are idempotent themselves or cheap to
+// lose; use Do to apply an effect exactly once. Do not retry a Claim that
+// failed with a network error and treat its false as a duplicate: the first
+// call may have landed, and the message would be dropped (Do has no such
+// window: a retry of Do after a network error finds the lease and answers
+// ErrInFlight until it expires).
+func (s *Claims) Claim(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("claim", id, "Claims")
+	}
+	return s.claim(ctx, "claim", id)
+}
+
+// claim is Claim, reported as op.
+func (s *Claims) claim(ctx context.Context, op, id string) (bool, error) {
+	var n int64
+	err := s.observe(ctx, op, "claim", id, func() (Outcome, error) {
+		err := s.check(ctx, "claim", id)
+		if err == nil {
+			n, err = s.b.claim(ctx, "claim", id, "1", s.ttl, nil)
+		}
+		return claimOutcome(n), err
+	})
+	return n == 1, err
+}
+
+// Seen reports whether id is claimed, processed or in flight.
+func (s *Claims) Seen(ctx context.Context, id string) (bool, error) {
+	if s == nil {
+		return false, nilStore("seen", id, "Claims")
+	}
+	var n int64
+	err := s.observe(ctx, "seen", "seen", id, func() (Outcome, error) {
+		err := s.check(ctx, "seen", id)
+		if err == nil {
+			n, err = s.b.seen(ctx, id)
+		}
+		return seenOutcome(n == 1), err
+	})
+	return n == 1, err
+}
+
+// Remember marks id processed; it is Claim without the answer (and, like
+// Claim, a mark taken whatever the effect does).
+func (s *Claims) Remember(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("remember", id, "Claims")
+	}
+	_, err := s.claim(ctx, "remember", id)
+	return err
+}
+
+// Forget removes id's claim, processed or in flight, so it can be claimed again.
+// Forgetting an unknown id is not an error.
+func (s *Claims) Forget(ctx context.Context, id string) error {
+	if s == nil {
+		return nilStore("forget", id, "Claims")
+	}
+	return s.observe(ctx, "forget", "forget", id, func() (Outcome, error) {
+		var n int64
+		err := s.check(ctx, "forget", id)
+		if err == nil {
+			n, err = s.b.forget(ctx, id)
+		}
+		return found(n == 1, outForgotten), err
+	})
+}
+
+// Do applies fn's effect exactly once per id across every consumer (as long
+// as fn itself completes or fails as a whole), and guarantees a message is
+// never dropped because a consumer crashed:
+//
+//   - it claims id with a lease ("~<token>" expiring after lease);
+//   - an id already processed: (false, nil), ack the message;
+//   - an id another consumer holds: (false, ErrInFlight), redeliver it later,
+//     since the holder may yet fail. RetryAfter(err) is the time left on
+//     the holder's lease, the delay worth giving the redelivery;
+//   - otherwise fn runs, and while it runs the lease is extended every
+//     lease/4 (extend.lua, fenced by the token), so a live consumer never
+//     loses it however long fn takes. fn's context carries the Lease
+//     (LeaseFromContext) and never outlives the lease: Do keeps a local
+//     lease deadline (the send time of the last successful claim or
+//     extension, plus lease, minus 1% and up to 20 ms), cancels fn's context
+//     there with a cause wrapping ErrLeaseLost (context.Cause) unless an
+//     extension moved it, and reports it as ctx.Deadline(); ctx.Err() reads
+//     the clock, so fn sees the loss at once after a pause. An extension
+//     that finds the lease lost (the id was forgotten, or taken by another
+//     consumer) cancels it at once; one that fails is retried while the
+//     deadline lasts. With a round trip up to lease/2 the lease holds.
+//   - If fn fails (or panics) the lease is released so a redelivery can retry,
+//     and fn's error is returned with ran = true.
+//   - If fn succeeds the lease is committed into a processed mark with the
+//     store's TTL. The commit is never refused for memory (commit.lua carries
+//     allow-oom); one that finds the key absent (the lease expired and nobody
+//     took the id) writes the mark and succeeds. Only a key held by another
+//     consumer's lease, or already processed by another consumer, returns
+//     (true, ErrLeaseLost): the effect may have run twice.
+//
+// A commit that fails on the way (a lost connection, a failed redial) is
+// retried for up to 5 seconds. A retry that finds the mark already there
+// succeeds only when the mark is provably this commit's own earlier attempt:
+// the lease was never found lost and the retry's reply came back before the
+// local lease deadline, so it ran while nobody else could have held the id.
+// Otherwise the mark, a plain "1", may be another consumer's, and Do returns
+// (true, ErrLeaseLost).
+//
+// A consumer that crashes holding a lease stops extending it and lets it
+// expire, and the next delivery runs fn: pick a lease a little longer than the
+// longest pause you accept before a redelivery takes over (seconds, not the
+// length of fn). lease must be > 0.
+func (s *Claims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
+	if s == nil {
+		return false, nilStore("do", id, "Claims")
+	}
+	err = s.observeDo(ctx, id, func() (out Outcome, err error) {
+		ran, out, err = s.do(ctx, id, lease, fn)
+		return out, err
+	})
+	return ran, err
+}
+
+// do is Do, with its outcome.
+func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
+	if err := s.check(ctx, "do", id); err != nil {
+		return false, outcome(err, outError), err
+	}
+	if fn == nil {
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+	}
+	if lease <= 0 {
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	value := newLeaseValue()
+	token := value[1:] // the token shares the value's string
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := s.b.extend(ctx, id, token, lease, sent)
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
+	}
+	var n int64
+	hb, sent, err := takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
+		var err error
+		n, err = s.b.claim(ctx, "do", id, value, lease, sent)
+		return n == 1, err
+	})
+	if err != nil {
+		return false, outcome(err, outError), err
+	}
+	switch {
+	case n == 0:
+		return false, outDuplicate, nil
+	case n < 0:
+		// claim.lua answers -(ms left on the holder's lease)
+		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
+	}
+	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token}, sent, fn, release, nil,
+		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
+			return s.commit(ctx, id, token, deadline, lost)
+		})
+	return true, out, err
+}
+
+// commit is Do's final write after fn succeeded: commit.lua, under ctx (the
+// final write's own budget), retried on transport failures (retryLost).
+// deadline and lost are the lease as the heartbeat last knew it.
 //
 // Which commit replies are a success, and why each is sound:
 //   - 1: the key held this Do's "~<token>", which nobody else writes: the
@@ -53,70 +304,34 @@ type ClaimStore interface {
 //     another caller may have taken the id over, run and committed, and a
 //     success would hide a double effect: ErrLeaseLost.
 //   - -1: another caller's lease: ErrLeaseLost.
-//
-// A release retried after a transport failure reports success whatever its
-// retry finds (our lease deleted by the first attempt, or another caller's
-// lease left alone): it only gives the id back, and claims nothing.
-func runLeased(ctx context.Context, hb *heartbeat, id string, fn func(context.Context) error,
-	commit func(context.Context) (int64, error), release func(context.Context) error) (out Outcome, err error) {
-	done := false
-	defer func() {
-		if done {
-			return
-		}
-		// fn panicked: give the id back before the panic goes on.
-		hb.stop()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
-		defer cancel()
-		_ = retryLost(rctx, release)
-	}()
-	fnErr := fn(hb)
-	done = true
-	deadline, lost := hb.stop()
-	if fnErr != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
-		defer cancel()
-		if rerr := retryLost(rctx, release); rerr != nil {
-			// The lease will expire on its own; report both.
-			return OutcomeError, errors.Join(fnErr, rerr)
-		}
-		return OutcomeReleased, fnErr
-	}
-	// The effect has happened: commit even if ctx was cancelled meanwhile, so a
-	// redelivery does not run it again.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
-	defer cancel()
+func (s *Claims) commit(ctx context.Context, id, token string, deadline time.Time, lost bool) (Outcome, error) {
 	var n int64
 	var answered time.Time
 	attempts := 0
-	err = retryLost(cctx, func(ctx context.Context) (err error) {
+	err := retryLost(ctx, func(ctx context.Context) (err error) {
 		attempts++
-		n, err = commit(ctx)
+		n, err = s.b.commit(ctx, id, token, s.ttl)
 		answered = time.Now()
 		return err
 	})
 	if err != nil {
-		return outcome(err, OutcomeError), err
+		return outcome(err, outError), err
 	}
 	switch {
 	case n == 1 || n == 2:
-		return OutcomeCommitted, nil
+		return outCommitted, nil
 	case n == 0 && attempts > 1 && !lost && answered.Before(deadline):
 		// A retry found the mark while the lease was provably still ours:
 		// the first attempt landed.
-		return OutcomeCommitted, nil
+		return outCommitted, nil
 	case n == 0 && attempts > 1:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "a retried commit found the id processed after the lease may have passed: another consumer may have processed it too")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "a retried commit found the id processed after the lease may have passed: another consumer may have processed it too")
 	case n == 0:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer processed the id")
 	default:
-		return OutcomeLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
+		return outLeaseLost, errorf("do", id, ErrLeaseLost, "another consumer holds the id")
 	}
 }
-
-// finalWriteBudget bounds a Do's final write (commit, release, the record's
-// outcome) with its retries; it runs even when the Do's ctx is cancelled.
-const finalWriteBudget = 5 * time.Second
 
 // newLeaseValue returns "~" and a newToken in one allocation.
 func newLeaseValue() string {
@@ -126,25 +341,4 @@ func newLeaseValue() string {
 	v[0] = '~'
 	hex.Encode(v[1:], b[:])
 	return string(v[:])
-}
-
-// Wrap adapts a ClaimStore's Do to a message handler: the returned handler runs h
-// at most once per id(msg) and is safe to call on every delivery.
-//
-// It returns nil for a duplicate of a processed message (ack it), the store's
-// ErrInFlight while another consumer holds the message (nack it so it is
-// redelivered later: store.RetryAfter(err) says when its holder's lease can
-// have ended), and h's error when h fails (the claim is released so the
-// redelivery retries). A nil s, id or h gives a handler that returns
-// ErrInvalidArgument.
-func Wrap[M any](s ClaimStore, lease time.Duration, id func(M) string, h func(context.Context, M) error) func(context.Context, M) error {
-	if s == nil || id == nil || h == nil {
-		return func(context.Context, M) error {
-			return fmt.Errorf("redisonce: wrap: %w: a nil store, id func or handler", ErrInvalidArgument)
-		}
-	}
-	return func(ctx context.Context, msg M) error {
-		_, err := s.Do(ctx, id(msg), lease, func(ctx context.Context) error { return h(ctx, msg) })
-		return err
-	}
 }

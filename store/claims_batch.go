@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -40,13 +41,12 @@ func (s *Claims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
 	if s == nil {
 		return nil, nilStore("claim_many", "", "Claims")
 	}
-	args := []string{s.ttlMS.ms(s.ttl), "1"}
 	if s.ev.obs == nil {
-		return s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, readClaim, nil, false, nil)
+		return s.many(ctx, "claim", ids, readClaim, nil, false, nil)
 	}
-	t := newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
-	out, err := s.many(ctx, "claim", ids, scriptClaim, scriptClaimMany, args, t.counting(readClaim, claimOutcome), t,
-		false, func(bool) Outcome { return OutcomeDuplicate })
+	t := newTally(outClaimed, outDuplicate, outInFlight)
+	out, err := s.many(ctx, "claim", ids, t.counting(readClaim, claimOutcome), t,
+		false, func(bool) Outcome { return outDuplicate })
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "claim_many", "claim_many", "", len(ids))
 	return out, err
@@ -60,10 +60,10 @@ func (s *Claims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
 		return nil, nilStore("seen_many", "", "Claims")
 	}
 	if s.ev.obs == nil {
-		return s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, readSeen, nil, true, nil)
+		return s.many(ctx, "seen", ids, readSeen, nil, true, nil)
 	}
-	t := newTally(OutcomeSeen, OutcomeNotSeen)
-	out, err := s.many(ctx, "seen", ids, scriptSeen, scriptSeenMany, nil, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t,
+	t := newTally(outSeen, outNotSeen)
+	out, err := s.many(ctx, "seen", ids, t.counting(readSeen, func(n int64) Outcome { return seenOutcome(n == 1) }), t,
 		true, seenOutcome)
 	t.end(out, len(ids), err)
 	t.report(ctx, &s.ev, "seen_many", "seen_many", "", len(ids))
@@ -84,7 +84,7 @@ func readSeen(n int64) (bool, bool) { return n == 1, n == 0 || n == 1 }
 // it is true (SeenMany: one read answers both). t is the observer's tally of
 // read's counts, or nil; a repeat counts as repeat's outcome of its first
 // occurrence's result, or as failed when its first occurrence's group failed.
-func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *script, args []string,
+func (s *Claims) many(ctx context.Context, op string, ids []string,
 	read func(int64) (result, valid bool), t *tally, copyRepeats bool, repeat func(first bool) Outcome) ([]bool, error) {
 	if len(ids) == 0 {
 		// An empty batch sends nothing, but bad input is still refused.
@@ -99,10 +99,10 @@ func (s *Claims) many(ctx context.Context, op string, ids []string, one, many *s
 	}
 	uniq, pos := firstOccurrences(ids)
 	if pos == nil {
-		return s.batch(ctx, op, ids, one, many, args, read, t, nil)
+		return s.b.batch(ctx, op == "claim", ids, s.ttl, read, t, nil)
 	}
 	ok := make([]bool, len(uniq))
-	res, err := s.batch(ctx, op, uniq, one, many, args, read, t, ok)
+	res, err := s.b.batch(ctx, op == "claim", uniq, s.ttl, read, t, ok)
 	out := make([]bool, len(ids))
 	for i, p := range pos {
 		if p >= 0 {
@@ -174,13 +174,18 @@ func firstOccurrences(ids []string) (uniq []string, pos []int) {
 	return uniq, pos
 }
 
-// batch runs one (single-key script) or many (batch script) per slot group of
-// ids in one DoMulti and reads one integer per id; valid reports whether an
-// integer is a reply the script can give. The items of a group its replicas
-// did not confirm move, in t, from their verdicts to the errors. ok, when not
-// nil, is set true for every id whose group was read without an error.
-func (s *Claims) batch(ctx context.Context, op string, ids []string, one, many *script, args []string,
+// batch runs claim.lua or seen.lua (single-key scripts) or their batch
+// scripts per slot group of ids in one DoMulti and reads one integer per
+// id; valid reports whether an integer is a reply the script can give. The
+// items of a group its replicas did not confirm move, in t, from their
+// verdicts to the errors. ok, when not nil, is set true for every id whose
+// group was read without an error.
+func (s *redisClaims) batch(ctx context.Context, claim bool, ids []string, ttl time.Duration,
 	read func(int64) (result, valid bool), t *tally, ok []bool) ([]bool, error) {
+	op, one, many, args := "seen", scriptSeen, scriptSeenMany, []string(nil)
+	if claim {
+		op, one, many, args = "claim", scriptClaim, scriptClaimMany, []string{s.ttlMS.ms(ttl), "1"}
+	}
 	out := make([]bool, len(ids))
 	if len(ids) == 0 {
 		return out, nil

@@ -100,7 +100,7 @@ func TestClaimManyDedupesInGo(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			for _, seen := range []bool{false, true} {
 				c, rec := newBatchRecorder(t, 1)
-				s := store.NewClaims(c, store.WithPrefix("p:"))
+				s := mustStore(store.NewClaims(c, store.WithPrefix("p:")))
 				var got []bool
 				var err error
 				if seen {
@@ -146,7 +146,7 @@ func TestClaimManyOneGroupStandalone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, rec := newBatchRecorder(t, 1)
-	s := store.NewClaims(c, store.WithWaitReplicas(1, time.Second))
+	s := mustStore(store.NewClaims(c, store.WithWaitReplicas(1, time.Second)))
 	ids := make([]string, 2100)
 	for i := range ids {
 		ids[i] = fmt.Sprint("m", i)
@@ -182,13 +182,13 @@ func TestClaimManyRepeatsObserved(t *testing.T) {
 		c, _ := newBatchRecorder(t, 1)
 		got := map[store.Outcome]int{}
 		obs := store.ObserverFunc(func(_ context.Context, e store.Event) { got[e.Outcome] += e.N })
-		s := store.NewClaims(c, store.WithObserver(obs))
+		s := mustStore(store.NewClaims(c, store.WithObserver(obs)))
 		ids := []string{"a", "b", "a", "c", "a"}
 		var err error
-		want := map[store.Outcome]int{store.OutcomeClaimed: 3, store.OutcomeDuplicate: 2}
+		want := map[store.Outcome]int{store.Outcome("claimed"): 3, store.Outcome("duplicate"): 2}
 		if seen {
 			_, err = s.SeenMany(ctx, ids)
-			want = map[store.Outcome]int{store.OutcomeSeen: 5}
+			want = map[store.Outcome]int{store.Outcome("seen"): 5}
 		} else {
 			_, err = s.ClaimMany(ctx, ids)
 		}

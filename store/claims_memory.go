@@ -2,307 +2,142 @@ package store
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 )
 
-// MemoryClaims is the in-memory reference implementation of ClaimStore, with the
-// same behaviour as Claims (the storetest suite checks both). It is for tests and
-// single-process programs; it is safe for concurrent use. WithClock sets its clock.
-type MemoryClaims struct {
+// memClaims is Claims' memory backend: claim.lua, seen.lua, forget.lua,
+// extend.lua, commit.lua and release.lua restated in Go on a map, with
+// WithClock's clock in place of the server's TIME.
+type memClaims struct {
 	mu  sync.Mutex
 	m   map[string]memClaim
-	ttl time.Duration
 	now func() time.Time
-	err error
-	ev  events
 }
 
 type memClaim struct {
 	value   string    // "1" or "~<token>", as in Redis
 	expires time.Time // zero: never
 	// running: a Do in this process holds the lease and is extending it, so
-	// it does not expire (see Do).
+	// it does not expire: its owner lives in this process, so a running
+	// Do's lease is as if extended continuously (a fake clock moved past it
+	// cannot take it away).
 	running bool
 }
 
-var _ ClaimStore = (*MemoryClaims)(nil)
-
-// NewMemoryClaims returns an empty in-memory claims store. Options: WithTTL
-// (default 0: never expire), WithClock (default time.Now).
-func NewMemoryClaims(opts ...Option) *MemoryClaims {
-	cfg := newConfig(DefaultClaimsPrefix, opts)
-	return &MemoryClaims{m: map[string]memClaim{}, ttl: cfg.ttl, now: cfg.now, err: cfg.err, ev: newEvents("claims", cfg)}
-}
-
 // get returns id's live entry, dropping an expired one. Callers hold mu.
-func (s *MemoryClaims) get(id string, now time.Time) (memClaim, bool) {
-	e, ok := s.m[id]
+func (b *memClaims) get(id string, now time.Time) (memClaim, bool) {
+	e, ok := b.m[id]
 	if ok && !e.running && !e.expires.IsZero() && !now.Before(e.expires) {
-		delete(s.m, id)
+		delete(b.m, id)
 		return memClaim{}, false
 	}
 	return e, ok
 }
 
-// claim is claim.lua: 1 created, 0 processed, -(ms left on the lease, at
-// least 1) in flight.
-func (s *MemoryClaims) claim(id, value string, ttl time.Duration, running bool) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if e, ok := s.get(id, now); ok {
-		if strings.HasPrefix(e.value, "~") {
+// claimLocked is claim.lua. Callers hold mu.
+func (b *memClaims) claimLocked(id, value string, ttl time.Duration, now time.Time) int64 {
+	if e, ok := b.get(id, now); ok {
+		if e.value[0] == '~' {
 			return -max(e.expires.Sub(now).Milliseconds(), 1)
 		}
 		return 0
 	}
-	s.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: running}
+	b.m[id] = memClaim{value: value, expires: expiryAt(now, ttl), running: value[0] == '~'}
 	return 1
 }
 
-// Claim is Claims.Claim.
-func (s *MemoryClaims) Claim(ctx context.Context, id string) (bool, error) {
-	if s == nil {
-		return false, nilStore("claim", id, "MemoryClaims")
-	}
-	return s.claimOp(ctx, "claim", id)
+func (b *memClaims) claim(_ context.Context, _, id, value string, ttl time.Duration, sent *time.Time) (int64, error) {
+	stamp(sent)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.claimLocked(id, value, ttl, b.now()), nil
 }
 
-// claimOp is Claim, reported as op.
-func (s *MemoryClaims) claimOp(ctx context.Context, op, id string) (bool, error) {
-	var start time.Time
-	if s.ev.obs != nil {
-		start = time.Now()
-	}
-	var n int64
-	err := s.check(ctx, "claim", id)
-	if err == nil {
-		n = s.claim(id, "1", s.ttl, false)
-	}
-	if s.ev.obs != nil {
-		s.ev.report(ctx, op, "", id, 1, outcome(err, claimOutcome(n)), start, err)
-	}
-	return n == 1, err
+func (b *memClaims) seen(_ context.Context, id string) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.get(id, b.now())
+	return flag(ok), nil
 }
 
-// ClaimMany is Claims.ClaimMany.
-func (s *MemoryClaims) ClaimMany(ctx context.Context, ids []string) ([]bool, error) {
-	if s == nil {
-		return nil, nilStore("claim_many", "", "MemoryClaims")
+func (b *memClaims) forget(_ context.Context, id string) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.get(id, b.now())
+	delete(b.m, id)
+	return flag(ok), nil
+}
+
+func (b *memClaims) extend(_ context.Context, id, token string, lease time.Duration, _ *time.Time) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	e, ok := b.get(id, now)
+	if !ok || e.value[0] != '~' || e.value[1:] != token {
+		return 0, nil
 	}
-	var tally *tally
-	if s.ev.obs != nil {
-		tally = newTally(OutcomeClaimed, OutcomeDuplicate, OutcomeInFlight)
-		defer func() { tally.report(ctx, &s.ev, "claim_many", "", "", len(ids)) }()
+	e.expires = expiryAt(now, lease)
+	b.m[id] = e
+	return 1, nil
+}
+
+func (b *memClaims) commit(_ context.Context, id, token string, ttl time.Duration) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	reply := int64(1)
+	e, ok := b.get(id, now)
+	switch {
+	case !ok:
+		reply = 2
+	case e.value == "1":
+		return 0, nil
+	case e.value[1:] != token:
+		return -1, nil
 	}
-	if len(ids) == 0 {
-		if err := s.checkBatch(ctx, "claim"); err != nil {
-			tally.fail(err)
-			return nil, err
-		}
+	b.m[id] = memClaim{value: "1", expires: expiryAt(now, ttl)}
+	return reply, nil
+}
+
+func (b *memClaims) release(_ context.Context, id, token string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.get(id, b.now()); ok && e.value[0] == '~' && e.value[1:] == token {
+		delete(b.m, id)
 	}
-	for _, id := range ids {
-		if err := s.check(ctx, "claim", id); err != nil {
-			tally.fail(err)
-			return nil, err
-		}
-	}
+	return nil
+}
+
+// batch is claim_many.lua or seen_many.lua: one consistent step for the
+// whole batch.
+func (b *memClaims) batch(_ context.Context, claim bool, ids []string, ttl time.Duration, read func(int64) (bool, bool), _ *tally, ok []bool) ([]bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
 	out := make([]bool, len(ids))
 	for i, id := range ids {
-		n := s.claim(id, "1", s.ttl, false)
-		tally.add(claimOutcome(n))
-		out[i] = n == 1
+		var n int64
+		if claim {
+			n = b.claimLocked(id, "1", ttl, now)
+		} else {
+			_, found := b.get(id, now)
+			n = flag(found)
+		}
+		out[i], _ = read(n)
+		if ok != nil {
+			ok[i] = true
+		}
 	}
 	return out, nil
 }
 
-// Seen is Claims.Seen.
-func (s *MemoryClaims) Seen(ctx context.Context, id string) (bool, error) {
-	if s == nil {
-		return false, nilStore("seen", id, "MemoryClaims")
-	}
-	var start time.Time
-	if s.ev.obs != nil {
-		start = time.Now()
-	}
-	ok, err := false, s.check(ctx, "seen", id)
-	if err == nil {
-		s.mu.Lock()
-		_, ok = s.get(id, s.now())
-		s.mu.Unlock()
-	}
-	if s.ev.obs != nil {
-		s.ev.report(ctx, "seen", "", id, 1, outcome(err, seenOutcome(ok)), start, err)
-	}
-	return ok, err
-}
+func (b *memClaims) close() error { return nil }
 
-// SeenMany is Claims.SeenMany: one consistent read of every id.
-func (s *MemoryClaims) SeenMany(ctx context.Context, ids []string) ([]bool, error) {
-	if s == nil {
-		return nil, nilStore("seen_many", "", "MemoryClaims")
+// flag is a script's 1 or 0.
+func flag(ok bool) int64 {
+	if ok {
+		return 1
 	}
-	var tally *tally
-	if s.ev.obs != nil {
-		tally = newTally(OutcomeSeen, OutcomeNotSeen)
-		defer func() { tally.report(ctx, &s.ev, "seen_many", "", "", len(ids)) }()
-	}
-	if len(ids) == 0 {
-		if err := s.checkBatch(ctx, "seen"); err != nil {
-			tally.fail(err)
-			return nil, err
-		}
-	}
-	for _, id := range ids {
-		if err := s.check(ctx, "seen", id); err != nil {
-			tally.fail(err)
-			return nil, err
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	out := make([]bool, len(ids))
-	for i, id := range ids {
-		_, out[i] = s.get(id, now)
-		tally.add(seenOutcome(out[i]))
-	}
-	return out, nil
-}
-
-// Remember is Claims.Remember.
-func (s *MemoryClaims) Remember(ctx context.Context, id string) error {
-	if s == nil {
-		return nilStore("remember", id, "MemoryClaims")
-	}
-	_, err := s.claimOp(ctx, "remember", id)
-	return err
-}
-
-// Forget is Claims.Forget.
-func (s *MemoryClaims) Forget(ctx context.Context, id string) error {
-	if s == nil {
-		return nilStore("forget", id, "MemoryClaims")
-	}
-	var start time.Time
-	if s.ev.obs != nil {
-		start = time.Now()
-	}
-	ok, err := false, s.check(ctx, "forget", id)
-	if err == nil {
-		s.mu.Lock()
-		_, ok = s.get(id, s.now())
-		delete(s.m, id)
-		s.mu.Unlock()
-	}
-	if s.ev.obs != nil {
-		s.ev.report(ctx, "forget", "", id, 1, outcome(err, found(ok, OutcomeForgotten)), start, err)
-	}
-	return err
-}
-
-// Do is Claims.Do. Its owner lives in this process, so a running Do's lease
-// never expires here (as if extended continuously; a fake clock moved past it
-// cannot take it away); the heartbeat still runs every lease/4, moves the
-// expiry and cancels fn's context when the lease is lost (a Forget), and
-// fn's context has the same local lease deadline (by the real clock, not a
-// fake one) as Claims.Do's.
-func (s *MemoryClaims) Do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (ran bool, err error) {
-	if s == nil {
-		return false, nilStore("do", id, "MemoryClaims")
-	}
-	if s.ev.obs == nil {
-		ran, _, err = s.do(ctx, id, lease, fn)
-		return ran, err
-	}
-	start, out := time.Now(), OutcomeReleased // a panic in fn releases the id
-	defer func() { s.ev.report(ctx, "do", "", id, 1, out, start, err) }()
-	ran, out, err = s.do(ctx, id, lease, fn)
-	return ran, err
-}
-
-// do is Do, with its outcome.
-func (s *MemoryClaims) do(ctx context.Context, id string, lease time.Duration, fn func(context.Context) error) (bool, Outcome, error) {
-	if err := s.check(ctx, "do", id); err != nil {
-		return false, outcome(err, OutcomeError), err
-	}
-	if fn == nil {
-		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
-	}
-	if lease <= 0 {
-		return false, OutcomeInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
-	}
-	token := newToken()
-	held := "~" + token
-	sent := time.Now() // the local lease deadline counts from here
-	switch n := s.claim(id, held, lease, true); {
-	case n == 0:
-		return false, OutcomeDuplicate, nil
-	case n < 0:
-		return false, OutcomeInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
-	}
-	extend := extendFunc(func(context.Context, *time.Time) (bool, error) { // extend.lua
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		now := s.now()
-		e, ok := s.get(id, now)
-		if !ok || e.value != held {
-			return false, nil
-		}
-		e.expires = expiryAt(now, lease)
-		s.m[id] = e
-		return true, nil
-	})
-	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "", OutcomeLeaseLost, extend)
-	}
-	hb := startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
-	hb.confirm(Lease{ID: id, Token: token}, sent)
-	out, err := runLeased(ctx, hb, id, fn,
-		func(context.Context) (int64, error) { // commit.lua
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			now := s.now()
-			reply := int64(1)
-			e, ok := s.get(id, now)
-			switch {
-			case !ok:
-				reply = 2
-			case e.value == "1":
-				return 0, nil
-			case e.value != held:
-				return -1, nil
-			}
-			s.m[id] = memClaim{value: "1", expires: expiryAt(now, s.ttl)}
-			return reply, nil
-		},
-		func(context.Context) error { // release.lua
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if e, ok := s.get(id, s.now()); ok && e.value == held {
-				delete(s.m, id)
-			}
-			return nil
-		})
-	return true, out, err
-}
-
-// Close does nothing; it is there to satisfy ClaimStore.
-func (s *MemoryClaims) Close() error { return nil }
-
-// checkBatch validates the options and the context of an empty batch.
-func (s *MemoryClaims) checkBatch(ctx context.Context, op string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkCtx(ctx, op, "")
-}
-
-func (s *MemoryClaims) check(ctx context.Context, op, id string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkID(ctx, op, id)
+	return 0
 }

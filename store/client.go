@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/internal/redact"
 )
 
 // ClientOptions returns the rueidis options that OpenClaims, OpenOutbox and
@@ -64,56 +66,13 @@ func ClientOptions(rawURL string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// RedactURL returns rawURL for a message or a log: its password, if it has
-// one, replaced by "xxxxx". It does not rely on the URL parsing: the userinfo
-// is the text between "://" (without one: the start) and the LAST "@", as its
-// writer means it (a password may hold "/", "?", "#", "@" or a bad "%"
-// escape; a host never holds "@"), and the password is what follows the
-// userinfo's first ":". Every error of OpenClaims, OpenOutbox, OpenRecords and
-// ClientOptions shows the URL this way.
-func RedactURL(rawURL string) string {
-	head, user, _, tail, ok := splitUserinfo(rawURL)
-	switch {
-	case !ok:
-		return rawURL
-	case head == "":
-		return "xxxxx@" + tail
-	}
-	return head + user + ":xxxxx@" + tail
-}
-
-// splitUserinfo cuts rawURL around its password (see RedactURL): head is up
-// to the userinfo ("redis://"), user the user name, pw the password as
-// written (still %-escaped) and tail what follows the last "@". ok is false
-// when there is no password.
-func splitUserinfo(rawURL string) (head, user, pw, tail string, ok bool) {
-	i := strings.Index(rawURL, "://")
-	at := strings.LastIndex(rawURL, "@")
-	if i < 0 {
-		// No scheme: everything before the last "@" may be a secret.
-		if at < 0 {
-			return "", "", "", "", false
-		}
-		return "", "", rawURL[:at], rawURL[at+1:], true
-	}
-	start := i + len("://")
-	if at < start {
-		return "", "", "", "", false
-	}
-	user, pw, ok = strings.Cut(rawURL[start:at], ":")
-	if !ok {
-		return "", "", "", "", false
-	}
-	return rawURL[:start], user, pw, rawURL[at+1:], true
-}
-
 // checkUserinfo refuses a URL whose user or password url.Parse (and so
 // rueidis.ParseURL) would not read as written: an unescaped "/", "?" or "#"
 // in the password ends the URL's authority there, so the password's first
 // part would be taken for the host and dialed (and shown in a dial error),
 // and a bad "%" escape fails to parse.
 func checkUserinfo(rawURL string) error {
-	_, user, pw, _, ok := splitUserinfo(rawURL)
+	_, user, pw, _, ok := redact.SplitUserinfo(rawURL)
 	if !ok {
 		return nil
 	}
@@ -126,18 +85,18 @@ func checkUserinfo(rawURL string) error {
 		}
 	}
 	return fmt.Errorf("redisonce: open %q: %w: the URL's user or password holds an unescaped \"/\", \"?\" or \"#\", "+
-		"or a bad %%-escape; %%-escape them (/ %%2F, ? %%3F, # %%23, %% %%25, @ %%40, : %%3A)", RedactURL(rawURL), ErrInvalidArgument)
+		"or a bad %%-escape; %%-escape them (/ %%2F, ? %%3F, # %%23, %% %%25, @ %%40, : %%3A)", redact.URL(rawURL), ErrInvalidArgument)
 }
 
 // openError is err from opening rawURL, for an error message: the URL
-// without its password (RedactURL), and err's text with the password cut out
+// without its password (redact.URL), and err's text with the password cut out
 // too (url.Parse quotes the whole URL). When the password had to be cut from
 // err's text, the result wraps ErrInvalidArgument instead of err, so no
 // errors.Unwrap reaches the password either.
 func openError(rawURL string, err error) error {
-	shown := strconv.Quote(RedactURL(rawURL))
+	shown := strconv.Quote(redact.URL(rawURL))
 	text := err.Error()
-	if _, _, pw, _, ok := splitUserinfo(rawURL); ok && pw != "" {
+	if _, _, pw, _, ok := redact.SplitUserinfo(rawURL); ok && pw != "" {
 		secrets := []string{pw}
 		if dec, derr := url.PathUnescape(pw); derr == nil && dec != pw {
 			secrets = append(secrets, dec)

@@ -9,21 +9,15 @@ import (
 	"time"
 )
 
-// DefaultCoalescePrefix is the key prefix of a Coalescer unless WithPrefix
+// defaultCoalescePrefix is the key prefix of a Coalescer unless WithPrefix
 // says otherwise.
-const DefaultCoalescePrefix = "redisonce:coalesce:"
+const defaultCoalescePrefix = "redisonce:coalesce:"
 
-// CoalesceFunc is a coalescing key's work: fn(ctx, key, payload) runs with the
-// latest payload triggered for key. ctx is the lease's, as in Claims.Do: it
-// carries the Lease (LeaseFromContext; its Fence grows with every run of the
-// key) and ends before another run of the key can start. A nil error ends
-// the run; an error keeps payload as the key's next, retried after
-// CoalesceOptions.RetryDelay unless a later trigger replaced it, and an error
-// marked Permanent drops it.
-type CoalesceFunc func(ctx context.Context, key string, payload []byte) error
+// coalesceFunc is a coalescing key's work (see Coalescer).
+type coalesceFunc = func(ctx context.Context, key string, payload []byte) error
 
 // CoalesceOptions are a Coalescer's modes, for the store (NewCoalescer) or
-// for one call (TriggerWith). The zero value is keep-last-if-active with a
+// for one call (Trigger's last argument). The zero value is keep-last-if-active with a
 // 10 s lease.
 type CoalesceOptions struct {
 	// Lease is how long a run holds its key without an extension; while fn
@@ -85,8 +79,8 @@ func (o CoalesceOptions) withDefaults(op, key string) (CoalesceOptions, error) {
 	return o, nil
 }
 
-// Triggered is what Trigger did with a trigger.
-type Triggered struct {
+// triggered is what a trigger did.
+type triggered struct {
 	// Ran: no run held the key and the trigger was due, so this call ran fn
 	// with its payload (Trigger's error is fn's, or the final write's).
 	Ran bool
@@ -102,14 +96,15 @@ type Triggered struct {
 	Fence uint64
 }
 
-// Coalescer runs a key's work once per burst of triggers, with the latest
-// payload, and never loses a trigger that arrives while a run holds the key:
+// Coalescer runs a key's work, fn(ctx, key, payload), once per burst of
+// triggers, with the latest payload, and never loses a trigger that arrives
+// while a run holds the key:
 //
 //   - no run holds the key: Trigger runs fn with its payload, under a lease
 //     on the key (the same lease engine as Claims.Do);
 //   - a run holds it: the payload is kept as the key's next (a later trigger
 //     replaces an earlier one that has not started) and Trigger returns at
-//     once, Kept;
+//     once (not ran, a nil error);
 //   - when a run ends, the key's next runs: handed to the same process by
 //     the script that ends the run (atomically, so nobody else can start in
 //     between), or, if the holder died, taken by whoever comes next — a
@@ -121,7 +116,14 @@ type Triggered struct {
 // the triggers that arrive during one run cost at most one more run. A run
 // whose holder died before it finished is run again: an acknowledged trigger
 // is never lost. Modes (CoalesceOptions): keep-last-if-active (the default),
-// debounce, throttle; per store or per call (TriggerWith).
+// debounce, throttle; per store or per call.
+//
+// fn's ctx is the lease's, as in Claims.Do: it carries the Lease
+// (LeaseFromContext; its Fence grows with every run of the key) and ends
+// before another run of the key can start. A nil error ends the run; an
+// error keeps payload as the key's next, retried after
+// CoalesceOptions.RetryDelay unless a later trigger replaced it, and an
+// error marked Permanent drops it.
 //
 // Redis: one hash per key (prefix + key, docs/non-go.md "Coalescing"), one
 // script per operation: coalesce_trigger, coalesce_take, coalesce_extend,
@@ -130,10 +132,9 @@ type Triggered struct {
 // next (coalesce_finish checks its token and fence). A Coalescer is safe for
 // concurrent use; Close stops its timers and background runs.
 type Coalescer struct {
-	b   coalesceBackend
-	fn  CoalesceFunc
-	o   CoalesceOptions
-	err error // an invalid option or argument, returned by every call
+	b  coalesceBackend
+	fn coalesceFunc
+	o  CoalesceOptions
 	// timers: this process's watch timers arm themselves (false for a
 	// memory Coalescer on an injected clock: Sweep moves it).
 	timers bool
@@ -172,60 +173,59 @@ type coalesceBackend interface {
 	finish(ctx context.Context, key, token, fence string, retry bool, o CoalesceOptions, sent *time.Time) (coalesceReply, error)
 	// keys calls fn with the keys (without the prefix) that may hold work.
 	keys(ctx context.Context, fn func(key string) error) error
-	check(ctx context.Context, op, key string) error
 	close() error
 }
 
-func newCoalescer(b coalesceBackend, fn CoalesceFunc, o CoalesceOptions, timers bool) *Coalescer {
-	c := &Coalescer{b: b, fn: fn, timers: timers, watch: map[string]watchTimer{}}
+// coalescerArgs checks a constructor's fn and modes.
+func coalescerArgs(fn coalesceFunc, o CoalesceOptions) (CoalesceOptions, error) {
+	if fn == nil {
+		return o, fmt.Errorf("redisonce: coalesce: %w: a nil fn", ErrInvalidArgument)
+	}
+	return o.withDefaults("coalesce", "")
+}
+
+func newCoalescer(b coalesceBackend, fn coalesceFunc, o CoalesceOptions, timers bool) *Coalescer {
+	c := &Coalescer{b: b, fn: fn, o: o, timers: timers, watch: map[string]watchTimer{}}
 	c.bg, c.stop = context.WithCancel(context.Background())
-	var err error
-	if c.o, err = o.withDefaults("coalesce", ""); err != nil {
-		c.err = err
-	}
-	if fn == nil && c.err == nil {
-		c.err = fmt.Errorf("redisonce: coalesce: %w: a nil CoalesceFunc", ErrInvalidArgument)
-	}
 	return c
 }
 
 // Trigger triggers key with payload (at most MaxPayloadLen bytes) in the
-// store's modes: see Coalescer. It returns Ran after this call's own run
-// (the next runs handed to this process meanwhile go on in the background;
-// with CoalesceOptions.Background, at once, the run started), or Kept at
-// once. An error with Ran false means the trigger may not have
-// been kept (a network error; ErrNotReplicated with WithWaitReplicas: kept on
-// the primary, and a failover may lose it): trigger again, or do not ack.
-func (c *Coalescer) Trigger(ctx context.Context, key string, payload []byte) (Triggered, error) {
+// store's modes, or in o's for this call (at most one; its zero fields take
+// their defaults, not the store's): see Coalescer.
+//
+// ran: this call won the key and ran fn with payload (the error is fn's, or
+// the final write's); with CoalesceOptions.Background it returns once the
+// run started. Not ran and a nil error: the payload was kept as the key's
+// next (a run holds the key, or the trigger is not due yet): a run that
+// starts later covers it — acknowledge the message that carried it. Not ran
+// and an error: the trigger may not have been kept (a network error;
+// ErrNotReplicated with WithWaitReplicas: kept on the primary only, and a
+// failover may lose it): trigger again, or do not acknowledge. The next runs
+// handed to this process go on in the background.
+func (c *Coalescer) Trigger(ctx context.Context, key string, payload []byte, o ...CoalesceOptions) (ran bool, err error) {
 	if c == nil {
-		return Triggered{}, nilStore("coalesce", key, "Coalescer")
+		return false, nilStore("coalesce", key, "Coalescer")
 	}
-	return c.trigger(ctx, key, payload, c.o)
+	mode := c.o
+	switch {
+	case len(o) > 1:
+		return false, errorf("coalesce", key, ErrInvalidArgument, "%d CoalesceOptions, want at most one", len(o))
+	case len(o) == 1:
+		if mode, err = o[0].withDefaults("coalesce", key); err != nil {
+			return false, err
+		}
+	}
+	tr, err := c.trigger(ctx, key, payload, mode)
+	return tr.Ran, err
 }
 
-// TriggerWith is Trigger in the modes of o for this call (its zero fields
-// take their defaults, not the store's): the pending next's due time is
-// computed with o, and the run this call makes ends with o's Throttle.
-func (c *Coalescer) TriggerWith(ctx context.Context, key string, payload []byte, o CoalesceOptions) (Triggered, error) {
-	if c == nil {
-		return Triggered{}, nilStore("coalesce", key, "Coalescer")
-	}
-	o, err := o.withDefaults("coalesce", key)
-	if err != nil {
-		return Triggered{}, err
-	}
-	return c.trigger(ctx, key, payload, o)
-}
-
-func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o CoalesceOptions) (Triggered, error) {
-	if c.err != nil {
-		return Triggered{}, c.err
-	}
-	if err := c.b.check(ctx, "coalesce", key); err != nil {
-		return Triggered{}, err
+func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o CoalesceOptions) (triggered, error) {
+	if err := checkID(ctx, "coalesce", key); err != nil {
+		return triggered{}, err
 	}
 	if len(payload) > MaxPayloadLen {
-		return Triggered{}, errorf("coalesce", key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxPayloadLen)
+		return triggered{}, errorf("coalesce", key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxPayloadLen)
 	}
 	token := newToken()
 	// The heartbeat starts before the trigger is sent: a granted lease counts
@@ -247,25 +247,25 @@ func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o C
 		// payload, kept in the key as the run's, is taken after it.
 		if r.granted {
 			c.watchKey(key, o.Lease)
-			return Triggered{}, err
+			return triggered{}, err
 		}
-		return Triggered{Kept: r.wait > 0, Wait: r.wait}, err
+		return triggered{Kept: r.wait > 0, Wait: r.wait}, err
 	}
 	if !r.granted {
 		c.watchKey(key, r.wait)
-		return Triggered{Kept: true, Wait: r.wait}, nil
+		return triggered{Kept: true, Wait: r.wait}, nil
 	}
 	fence, _ := strconv.ParseUint(r.fence, 10, 64)
 	g := grant{fence: r.fence, payload: payload, hb: hb, sent: sent}
 	if o.Background {
 		c.background(key, token, &g, o)
-		return Triggered{Ran: true, Fence: fence}, nil
+		return triggered{Ran: true, Fence: fence}, nil
 	}
 	next, fnErr, err := c.runOnce(ctx, key, token, g, o)
 	if next != nil {
 		c.background(key, token, next, o)
 	}
-	return Triggered{Ran: true, Fence: fence}, errors.Join(fnErr, err)
+	return triggered{Ran: true, Fence: fence}, errors.Join(fnErr, err)
 }
 
 // grant is a run the caller won: its fence and payload, and the heartbeat
@@ -457,9 +457,6 @@ func (c *Coalescer) takeAndRun(ctx context.Context, key string) (ran bool, err e
 func (c *Coalescer) Sweep(ctx context.Context) (int, error) {
 	if c == nil {
 		return 0, nilStore("sweep", "", "Coalescer")
-	}
-	if c.err != nil {
-		return 0, c.err
 	}
 	if err := checkCtx(ctx, "sweep", ""); err != nil {
 		return 0, err

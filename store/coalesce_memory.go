@@ -13,15 +13,19 @@ import (
 // suite checks both): for tests and single-process programs. Options:
 // WithClock (default time.Now). With WithClock, nothing runs on a timer: a
 // kept next whose time has come runs on the next Trigger of its key or on
-// Sweep, so a test moves the clock and calls Sweep.
-func NewMemoryCoalescer(fn CoalesceFunc, o CoalesceOptions, opts ...Option) *Coalescer {
-	cfg := newConfig(DefaultCoalescePrefix, opts)
-	b := &coalesceMemory{m: map[string]*memCoalesce{}, fences: map[string]string{}, now: cfg.now, err: cfg.err}
-	c := newCoalescer(b, fn, o, !cfg.clockSet)
-	if cfg.err != nil {
-		c.err = cfg.err
+// Sweep, so a test moves the clock and calls Sweep. It fails with
+// ErrInvalidArgument like NewCoalescer (WithWaitReplicas: it has no
+// replicas).
+func NewMemoryCoalescer(fn func(ctx context.Context, key string, payload []byte) error, o CoalesceOptions, opts ...Option) (*Coalescer, error) {
+	cfg, err := memoryConfig("coalesce", defaultCoalescePrefix, opts)
+	if err != nil {
+		return nil, err
 	}
-	return c
+	if o, err = coalescerArgs(fn, o); err != nil {
+		return nil, err
+	}
+	b := &coalesceMemory{m: map[string]*memCoalesce{}, fences: map[string]string{}, now: cfg.now}
+	return newCoalescer(b, fn, o, !cfg.clockSet), nil
 }
 
 // coalesceMemory restates the coalescing scripts in plain Go: each method is
@@ -53,13 +57,6 @@ type memCoalesce struct {
 	// running: a run in this process holds the key and extends its lease,
 	// so it does not pass (as MemoryClaims' leases, on a clock moved by hand).
 	running bool
-}
-
-func (b *coalesceMemory) check(ctx context.Context, op, key string) error {
-	if b.err != nil {
-		return b.err
-	}
-	return checkID(ctx, op, key)
 }
 
 func (b *coalesceMemory) close() error { return nil }
@@ -205,9 +202,6 @@ func (b *coalesceMemory) finish(_ context.Context, key, token, fence string, ret
 }
 
 func (b *coalesceMemory) keys(ctx context.Context, fn func(key string) error) error {
-	if b.err != nil {
-		return b.err
-	}
 	b.mu.Lock()
 	keys := make([]string, 0, len(b.m))
 	for k := range b.m {

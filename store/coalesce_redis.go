@@ -19,26 +19,25 @@ var (
 // caller keeps (Close does not close it). o are the store's modes (see
 // CoalesceOptions for the defaults). Options: WithPrefix (default
 // "redisonce:coalesce:"), WithWaitReplicas (every trigger, take and final
-// write waits for the replicas: a Kept trigger is then on n replicas, and a
-// failover does not lose it). An invalid option or o, or a nil fn, is
-// returned by every call.
-func NewCoalescer(c rueidis.Client, fn CoalesceFunc, o CoalesceOptions, opts ...Option) *Coalescer {
-	cfg := newConfig(DefaultCoalescePrefix, opts)
-	co := newCoalescer(&coalesceRedis{redisStore: newRedisStore(c, cfg)}, fn, o, true)
-	if cfg.err != nil {
-		co.err = cfg.err
+// write waits for the replicas: a kept trigger is then on n replicas, and a
+// failover does not lose it). It fails with ErrInvalidArgument on a nil
+// client or fn, a negative duration in o, or an invalid option (WithClock:
+// Redis runs on the server's clock).
+func NewCoalescer(c rueidis.Client, fn func(ctx context.Context, key string, payload []byte) error, o CoalesceOptions, opts ...Option) (*Coalescer, error) {
+	cfg, err := redisConfig("coalesce", defaultCoalescePrefix, c, opts)
+	if err != nil {
+		return nil, err
 	}
-	return co
+	if o, err = coalescerArgs(fn, o); err != nil {
+		return nil, err
+	}
+	return newCoalescer(&coalesceRedis{redisStore: newRedisStore(c, cfg, false)}, fn, o, true), nil
 }
 
 // coalesceRedis runs the coalescing scripts.
 type coalesceRedis struct {
 	redisStore
 	msCache [5]msCache // lease, debounce, max wait, throttle, retry: the same every call
-}
-
-func (b *coalesceRedis) check(ctx context.Context, op, key string) error {
-	return b.redisStore.check(ctx, op, key)
 }
 
 func (b *coalesceRedis) close() error { return b.redisStore.close() }
@@ -69,9 +68,6 @@ func (b *coalesceRedis) finish(ctx context.Context, key, token, fence string, re
 
 // keys scans every node for the prefix's keys (SCAN MATCH, never KEYS).
 func (b *coalesceRedis) keys(ctx context.Context, fn func(key string) error) error {
-	if b.err != nil {
-		return b.err
-	}
 	seen := map[string]bool{}
 	match := globEscape(b.prefix) + "*"
 	for _, n := range b.c.Nodes() {

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ func TestMemoryCoalescer(t *testing.T) {
 	t.Run("FakeClock", func(t *testing.T) {
 		clock := storetest.NewClock()
 		storetest.TestCoalescer(t, storetest.CoalescerHarness{
-			New: func(t *testing.T, fn store.CoalesceFunc, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer {
+			New: func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) (*store.Coalescer, error) {
 				return store.NewMemoryCoalescer(fn, o, append(opts, store.WithClock(clock.Now))...)
 			},
 			Wait: clock.Advance,
@@ -24,7 +25,7 @@ func TestMemoryCoalescer(t *testing.T) {
 	})
 	t.Run("RealClock", func(t *testing.T) {
 		storetest.TestCoalescer(t, storetest.CoalescerHarness{
-			New: func(t *testing.T, fn store.CoalesceFunc, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer {
+			New: func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) (*store.Coalescer, error) {
 				return store.NewMemoryCoalescer(fn, o, opts...)
 			},
 			Wait: time.Sleep,

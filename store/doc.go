@@ -5,7 +5,7 @@
 //     once across N concurrent consumers, keeps its lease alive while the
 //     effect runs, and lets a crashed consumer's lease expire so the message
 //     is retried. Claim alone is a dedupe mark taken before the effect. A
-//     duplicate of an id in flight gets an *InFlightError: RetryAfter says
+//     duplicate of an id in flight gets ErrInFlight, and RetryAfter(err) says
 //     when the holder's lease can have ended. Package
 //     github.com/redisonce/redisonce/streams runs a Redis Streams consumer
 //     group around Claims.Do.
@@ -14,15 +14,18 @@
 //
 // Every Redis operation is ONE embedded Lua script (package redisonce) run with
 // EVALSHA through rueidis, so it is atomic and runs unchanged on Redis Cluster: each
-// operation touches exactly one key, prefix + id. The Go types only marshal
-// arguments and parse replies; the memory stores restate the same logic in Go and
-// the conformance suites in store/storetest keep both in agreement.
+// operation touches exactly one key, prefix + id. Each store is one type over a
+// private backend: the type validates, reports events and runs the Do flows; its
+// Redis backend marshals the script's arguments and parses its reply, and its
+// memory backend (NewMemoryClaims, NewMemoryOutbox, NewMemoryRecords) restates
+// the script in Go. The conformance suites in store/storetest run against both.
 //
-// Bad input (an empty or oversize id, a negative duration) is refused in Go with
-// ErrInvalidArgument before anything is sent, and again by the script before its
-// first write. So is a nil context, a nil fn, a store built on a nil client, and a
-// call on a nil store (var c *Claims; c.Do(...)): no method panics on them, and
-// Close on a nil store returns nil.
+// A constructor fails with ErrInvalidArgument on a bad option, a nil client, or
+// an option that does not apply to the store. Bad input (an empty or oversize id,
+// a negative duration) is refused in Go with ErrInvalidArgument before anything
+// is sent, and again by the script before its first write. So is a nil context, a
+// nil fn, and a call on a nil store (var c *Claims; c.Do(...)): no method panics
+// on them, and Close on a nil store returns nil.
 //
 // Do (Claims and Records) puts the caller's Lease in fn's context; see
 // LeaseFromContext.
@@ -47,5 +50,5 @@
 //	opt.TLSConfig.RootCAs = pool // x509.NewCertPool() + AppendCertsFromPEM(caPEM)
 //	c, err := rueidis.NewClient(opt)
 //	// handle err
-//	claims := store.NewClaims(c)
+//	claims, err := store.NewClaims(c)
 package store

@@ -19,18 +19,20 @@ func docCoalesce(ctx context.Context, msg message) error {
 		return err
 	}
 	defer client.Close()
-	index := store.NewCoalescer(client, rebuildSearchIndex, store.CoalesceOptions{
+	index, err := store.NewCoalescer(client, rebuildSearchIndex, store.CoalesceOptions{
 		Lease:    10 * time.Second,
 		Debounce: 200 * time.Millisecond, // wait for a quiet 200 ms; at most 2 s (MaxWait's default)
 	})
+	if err != nil {
+		return err
+	}
 	defer index.Close()
 
 	// In the consumer: every change of product 42 triggers its rebuild.
-	tr, err := index.Trigger(ctx, "product-42", msg.Body)
-	switch {
-	case err != nil && !tr.Ran: // not kept (a network error): redeliver
+	ran, err := index.Trigger(ctx, "product-42", msg.Body)
+	if err != nil && !ran { // not kept (a network error): redeliver
 		msg.Nack()
-	default: // tr.Ran: rebuilt now (a failure is retried by the Coalescer); tr.Kept: a later rebuild covers it
+	} else { // ran: rebuilt now (a failure is retried by the Coalescer); kept: a later rebuild covers it
 		msg.Ack()
 	}
 	// snippet:end

@@ -115,10 +115,11 @@ func docSentinel() error {
 }
 
 // docSlog is docs/operating.md's observer.
-func docSlog(client rueidis.Client) {
+func docSlog(client rueidis.Client) error {
 	// snippet:slog
 	obs := store.SlogObserver(slog.Default()) // Debug for routine outcomes, Warn for the ones worth a look, Error for errors
-	claims := store.NewClaims(client, store.WithObserver(obs))
+	claims, err := store.NewClaims(client, store.WithObserver(obs))
 	// snippet:end
 	_ = claims
+	return err
 }

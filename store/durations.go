@@ -48,8 +48,7 @@ func untilMS(t time.Time) string {
 	} else {
 		ms = -max((-d).Milliseconds(), 1) // toward zero, never 0
 	}
-	const limit = 999999999999999
-	ms = max(min(ms, limit), -limit)
+	ms = max(min(ms, maxMS), -maxMS)
 	return strconv.FormatInt(ms, 10)
 }
 

@@ -19,8 +19,8 @@ var (
 	// owner; nothing was changed (script code STALE_OWNER).
 	ErrStaleOwner = errors.New("stale owner")
 	// ErrInFlight: another holder's lease on the id is still live; retry later.
-	// Claims.Do and Records.Do return it as an *InFlightError, which says how
-	// long the holder's lease has left (RetryAfter).
+	// RetryAfter reads, from Claims.Do's and Records.Do's error, how long the
+	// holder's lease has left.
 	ErrInFlight = errors.New("in flight")
 	// ErrLeaseLost: Claims.Do's commit found the id held or processed by
 	// another consumer (the lease ran out while extensions failed, or the id
@@ -93,88 +93,54 @@ func errorf(op, id string, sentinel error, format string, args ...any) error {
 	return fmt.Errorf("redisonce: %s %q: %w: %s", op, id, sentinel, fmt.Sprintf(format, args...))
 }
 
-// InFlightError is the error Claims.Do and Records.Do (and their memory
-// twins) return when another holder's lease covers the id: errors.Is(err,
-// ErrInFlight) matches it, and errors.As or RetryAfter read the time left.
+// inFlightError is the error Claims.Do and Records.Do return when another
+// holder's lease covers the id: errors.Is(err, ErrInFlight) matches it, and
+// RetryAfter reads the time its holder's lease had left.
+type inFlightError struct {
+	op, id string
+	left   time.Duration // the holder's lease time left; 0 = unknown (no lease)
+}
+
+// Error renders `redisonce: do "m1": in flight (lease ends in 1.5s)`.
+func (e *inFlightError) Error() string {
+	if e.left <= 0 {
+		return fmt.Sprintf("redisonce: %s %q: %v", e.op, e.id, ErrInFlight)
+	}
+	return fmt.Sprintf("redisonce: %s %q: %v (lease ends in %v)", e.op, e.id, ErrInFlight, e.left)
+}
+
+// Is reports whether target is ErrInFlight.
+func (e *inFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// RetryAfter is how long to wait before a delivery of an id that err
+// reports in flight (ErrInFlight, from Claims.Do or Records.Do) is worth
+// trying again, and true; 0 and false when err does not say (any other
+// error, or a record pending without a lease, which never expires).
 //
-// Left is the time the holder's lease had left when the store looked, as the
+// It is the time the holder's lease had left when the store looked, as the
 // Redis server's clock counts it (claim.lua replies it; Records.Do takes it
 // from the record's lease deadline, against this process's clock). Come back
 // after it: by then the holder has committed (a duplicate: ack), released
 // after a failure (the redelivery runs), or died and let the lease expire (the
 // redelivery runs) — or it is still running, extending its lease, and the
-// answer is ErrInFlight again with a new Left. So redeliveries of an in-flight
-// message are paced by the lease, not by the broker's retry rate. Left is 0
-// when it is unknown: a record pending without a lease, which never expires.
-type InFlightError struct {
-	Op   string        // the operation: "do"
-	ID   string        // the message id or record key
-	Left time.Duration // the holder's lease time left; 0 = unknown (no lease)
-}
-
-// Error renders `redisonce: do "m1": in flight (lease ends in 1.5s)`.
-func (e *InFlightError) Error() string {
-	if e == nil {
-		return "redisonce: " + ErrInFlight.Error()
-	}
-	if e.Left <= 0 {
-		return fmt.Sprintf("redisonce: %s %q: %v", e.Op, e.ID, ErrInFlight)
-	}
-	return fmt.Sprintf("redisonce: %s %q: %v (lease ends in %v)", e.Op, e.ID, ErrInFlight, e.Left)
-}
-
-// Is reports whether target is ErrInFlight, so errors.Is(err, ErrInFlight)
-// holds for an *InFlightError.
-func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
-
-// RetryAfter is Left: how long to wait before the next delivery of the id is
-// worth trying (0 = unknown, and on a nil *InFlightError).
-func (e *InFlightError) RetryAfter() time.Duration {
-	if e == nil {
-		return 0
-	}
-	return e.Left
-}
-
-// RetryAfter returns the time left on the lease of the holder of an id that
-// err reports in flight, and true, when err is (or wraps) an *InFlightError
-// that knows it; otherwise 0 and false. A broker integration delays the
-// redelivery by it (NATS NakWithDelay, a Streams entry left pending that
-// long), e.g.
+// answer is ErrInFlight again with a new time. So redeliveries of an in-flight
+// message are paced by the lease, not by the broker's retry rate. Every
+// integration of this module delays its redelivery by it, e.g.
 //
 //	if d, ok := store.RetryAfter(err); ok {
 //		return msg.NakWithDelay(d)
 //	}
 func RetryAfter(err error) (time.Duration, bool) {
-	var e *InFlightError
-	if errors.As(err, &e) && e.Left > 0 {
-		return e.Left, true
+	var e *inFlightError
+	if errors.As(err, &e) && e.left > 0 {
+		return e.left, true
 	}
 	return 0, false
 }
 
-// RedeliverAfter is how long to hold back a delivery whose id another caller
-// holds: the time left on the holder's lease (RetryAfter) plus 10 ms, so the
-// redelivery lands after that lease can have run out rather than a hair
-// before it; fallback (a consumer's own lease, say) when err does not say.
-// A live holder keeps extending its lease, so each redelivery meanwhile is
-// held back again for about a lease: redeliveries of an in-flight message are
-// paced by the lease, not by a broker's retry rate. The broker integrations
-// (streams, jetstream, kafka, watermill) use it; asynq reports the time left
-// itself, and its RetryDelay adds a second.
-func RedeliverAfter(err error, fallback time.Duration) time.Duration {
-	if d, ok := RetryAfter(err); ok {
-		return d + redeliverMargin
-	}
-	return fallback
-}
-
-// redeliverMargin is what RedeliverAfter adds to the holder's time left.
-const redeliverMargin = 10 * time.Millisecond
-
-// inFlight is the *InFlightError of op on id with left on the holder's lease.
+// inFlight is the in-flight error of op on id with left on the holder's lease.
 func inFlight(op, id string, left time.Duration) error {
-	return &InFlightError{Op: op, ID: id, Left: left}
+	return &inFlightError{op: op, id: id, left: left}
 }
 
 // nilStore is the error of a method called on a nil *typ (var c *Claims;

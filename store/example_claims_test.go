@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -15,7 +16,10 @@ import (
 // the memory twin here behaves the same.
 func ExampleClaims_Do() {
 	ctx := context.Background()
-	claims := store.NewMemoryClaims(store.WithTTL(24 * time.Hour))
+	claims, err := store.NewMemoryClaims(store.WithTTL(24 * time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer claims.Close()
 
 	deliveries := []string{"order-1", "order-2", "order-1", "order-3", "order-2"}
@@ -43,7 +47,10 @@ func ExampleClaims_Do() {
 
 func ExampleClaims_ClaimMany() {
 	ctx := context.Background()
-	claims := store.NewMemoryClaims()
+	claims, err := store.NewMemoryClaims()
+	if err != nil {
+		log.Fatal(err)
+	}
 	first, err := claims.ClaimMany(ctx, []string{"a", "b", "a"})
 	fmt.Println(first, err)
 	again, err := claims.ClaimMany(ctx, []string{"b", "c"})
@@ -51,23 +58,4 @@ func ExampleClaims_ClaimMany() {
 	// Output:
 	// [true true false] <nil>
 	// [false true] <nil>
-}
-
-func ExampleWrap() {
-	type Message struct{ ID, Body string }
-	claims := store.NewMemoryClaims()
-	handle := store.Wrap(claims, time.Minute,
-		func(m Message) string { return m.ID },
-		func(ctx context.Context, m Message) error {
-			fmt.Println("handling", m.Body)
-			return nil
-		})
-	for _, m := range []Message{{"1", "hello"}, {"1", "hello (redelivered)"}, {"2", "world"}} {
-		if err := handle(context.Background(), m); err != nil {
-			fmt.Println("nack:", err)
-		}
-	}
-	// Output:
-	// handling hello
-	// handling world
 }

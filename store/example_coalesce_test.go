@@ -30,24 +30,27 @@ func ExampleCoalescer() {
 		}
 		return nil
 	}
-	co := store.NewMemoryCoalescer(rebuild, store.CoalesceOptions{Lease: 10 * time.Second})
+	co, err := store.NewMemoryCoalescer(rebuild, store.CoalesceOptions{Lease: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
 	defer co.Close()
 
-	first := make(chan store.Triggered)
+	first := make(chan bool)
 	go func() {
-		tr, _ := co.Trigger(ctx, "sku-42", []byte("v1"))
-		first <- tr
+		ran, _ := co.Trigger(ctx, "sku-42", []byte("v1"))
+		first <- ran
 	}()
 	<-rebuilding
 	for _, v := range []string{"v2", "v3", "v4"} {
-		tr, _ := co.Trigger(ctx, "sku-42", []byte(v))
+		ran, _ := co.Trigger(ctx, "sku-42", []byte(v))
 		mu.Lock()
-		fmt.Println(v, "kept for the next rebuild:", tr.Kept)
+		fmt.Println(v, "kept for the next rebuild:", !ran)
 		mu.Unlock()
 	}
-	tr := <-first
+	ran := <-first
 	time.Sleep(100 * time.Millisecond) // the next rebuild runs in the background
-	fmt.Println("v1 ran:", tr.Ran)
+	fmt.Println("v1 ran:", ran)
 	// Output:
 	// rebuild sku-42 from v1
 	// v2 kept for the next rebuild: true

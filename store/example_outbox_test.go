@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
@@ -19,7 +20,10 @@ import (
 // memory twin here behaves the same.
 func ExampleOutbox() {
 	ctx := context.Background()
-	outbox := store.NewMemoryOutbox(store.WithTTL(time.Hour))
+	outbox, err := store.NewMemoryOutbox(store.WithTTL(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer outbox.Close()
 
 	// Node A, generation 1: send and remember.
@@ -49,7 +53,7 @@ func ExampleOutbox() {
 	}
 
 	// A's ack arrives late, with the old generation: refused, nothing changed.
-	err := outbox.Ack(ctx, "conn-42", replay[1].ID, 1)
+	err = outbox.Ack(ctx, "conn-42", replay[1].ID, 1)
 	fmt.Println("A's late ack is stale:", errors.Is(err, store.ErrStaleOwner))
 	left, _ := outbox.Unacked(ctx, "conn-42")
 	fmt.Println("still unacked:", len(left))
@@ -69,7 +73,10 @@ func ExampleOutbox() {
 // anew (after DropConn or TTL expiry), when Seq starts again at 1.
 func ExampleOutbox_AppendWithID() {
 	ctx := context.Background()
-	outbox := store.NewMemoryOutbox(store.WithMaxUnacked(100))
+	outbox, err := store.NewMemoryOutbox(store.WithMaxUnacked(100))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	first, _ := outbox.AppendWithID(ctx, "conn-7", "msg-1", []byte("hi"))
 	retry, _ := outbox.AppendWithID(ctx, "conn-7", "msg-1", []byte("hi"))

@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"time"
 
 	"github.com/redisonce/redisonce/store"
-	// The seed's example below reads as it did against the seed's package.
+	// The example below imports the package under the name idempotency, as
+	// an application may.
 	idempotency "github.com/redisonce/redisonce/store"
 )
 
@@ -27,7 +29,10 @@ import (
 // store.OpenRecords("redis://localhost:6379") (records live 24 hours); the
 // memory twin here behaves the same.
 func ExampleRecords_Do() {
-	records := store.NewMemoryRecords()
+	records, err := store.NewMemoryRecords()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer records.Close()
 	orders := 0
 	errDeclined := errors.New("card declined")
@@ -99,11 +104,14 @@ func ExampleRecords_Do() {
 	// 402 false card declined
 }
 
-// The seed contract's example, verbatim but for the constructor: the API
+// The contract's example: the API
 // acquires a key before it enqueues a job, and the worker stores the job's
 // status when it is done.
-func ExampleMemoryRecords() {
-	store := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
+func ExampleNewMemoryRecords() {
+	store, err := idempotency.NewMemoryRecords() // or idempotency.NewRecords(redisClient)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	// API path: acquire before enqueueing.

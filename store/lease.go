@@ -446,3 +446,69 @@ func transient(ctx context.Context, err error) bool {
 	}
 	return true
 }
+
+// The lease engine: the one flow Claims.Do and Records.Do run, from the
+// claim (or acquire) that takes an id or key with a lease to the final write.
+// Each store gives it its own claim, extension, give-back and final write.
+
+// finalWriteBudget bounds a Do's final write (commit, release, the record's
+// outcome) with its retries; it runs even when the Do's ctx is cancelled.
+const finalWriteBudget = 5 * time.Second
+
+// takeLease sends take, the claim of a lease of length lease, with its
+// heartbeat (extend; sentinel for a lost lease) started before it is sent:
+// the local lease deadline counts from the send time, and on a slow link the
+// first extension may have to leave before the claim's reply is back. take
+// writes its send time to sent and reports whether it won; unless it won
+// (or on its error), the heartbeat is stopped again.
+func takeLease(ctx context.Context, lease time.Duration, sentinel error, extend extendFunc, take func(sent *time.Time) (bool, error)) (*heartbeat, time.Time, error) {
+	hb := startHeartbeat(ctx, lease, time.Now(), "do", sentinel, extend)
+	var sent time.Time
+	won, err := take(&sent)
+	if err != nil || !won {
+		hb.stop()
+	}
+	return hb, sent, err
+}
+
+// runLease runs fn under the lease l that hb keeps (its claim sent at sent),
+// then ends it: a panic in fn, or an error keep does not keep (nil: none),
+// gives the id back (giveBack) before the panic goes on or the error is
+// returned; otherwise finish makes the final write, with the lease as the
+// heartbeat last knew it (its local deadline, and whether it was lost). The
+// give-back and the final write run even when ctx is already cancelled,
+// under a budget of their own (finalWriteBudget), and the give-back is
+// retried on transport failures (retryLost): it only gives the id back and
+// claims nothing, so a retry that finds the lease gone (the first attempt
+// landed) or another caller's (left alone) is a success.
+func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, fn func(context.Context) error,
+	giveBack func(context.Context) error, keep func(error) bool,
+	finish func(ctx context.Context, fnErr error, deadline time.Time, lost bool) (Outcome, error)) (Outcome, error) {
+	hb.confirm(l, sent)
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// fn panicked: give the id back before the panic goes on.
+		hb.stop()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+		defer cancel()
+		_ = retryLost(rctx, giveBack)
+	}()
+	fnErr := fn(hb)
+	done = true
+	deadline, lost := hb.stop()
+	// The effect has happened (or failed): write it even if ctx was
+	// cancelled meanwhile, so a redelivery does not run it again.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	defer cancel()
+	if fnErr != nil && (keep == nil || !keep(fnErr)) {
+		if err := retryLost(wctx, giveBack); err != nil {
+			// The lease will expire on its own; report both.
+			return outcome(err, outError), errors.Join(fnErr, err)
+		}
+		return outReleased, fnErr
+	}
+	return finish(wctx, fnErr, deadline, lost)
+}

@@ -289,7 +289,7 @@ func TestObserveExtendCutShortByStop(t *testing.T) {
 	var got []Event
 	ev := events{obs: ObserverFunc(func(_ context.Context, e Event) { got = append(got, e) }), store: "claims", prefix: "p:"}
 	inFlight := make(chan struct{})
-	extend := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(ctx context.Context, _ *time.Time) (bool, error) {
+	extend := ev.observeExtend("m", "extend", outLeaseLost, func(ctx context.Context, _ *time.Time) (bool, error) {
 		close(inFlight)
 		<-ctx.Done()
 		return false, ctx.Err()
@@ -303,25 +303,25 @@ func TestObserveExtendCutShortByStop(t *testing.T) {
 
 	// A speculative extension (sent before the claim's reply) that finds
 	// no lease is not reported either: it may have overtaken the claim.
-	spec := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(context.Context, *time.Time) (bool, error) { return false, nil })
+	spec := ev.observeExtend("m", "extend", outLeaseLost, func(context.Context, *time.Time) (bool, error) { return false, nil })
 	if held, _ := spec(context.WithValue(context.Background(), speculativeKey{}, true), new(time.Time)); held || len(got) != 0 {
 		t.Errorf("speculative lost extension: held %v, events %+v; want none", held, got)
 	}
-	if _, _ = spec(context.Background(), new(time.Time)); len(got) != 1 || got[0].Outcome != OutcomeLeaseLost {
+	if _, _ = spec(context.Background(), new(time.Time)); len(got) != 1 || got[0].Outcome != outLeaseLost {
 		t.Errorf("confirmed lost extension: events %+v, want one lease_lost", got)
 	}
 	got = nil
 
 	bctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	timedOut := ev.observeExtend("m", "extend", OutcomeLeaseLost, func(ctx context.Context, _ *time.Time) (bool, error) {
+	timedOut := ev.observeExtend("m", "extend", outLeaseLost, func(ctx context.Context, _ *time.Time) (bool, error) {
 		<-ctx.Done()
 		return false, ctx.Err()
 	})
 	if _, err := timedOut(bctx, new(time.Time)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("timed-out extension: err %v", err)
 	}
-	if len(got) != 1 || got[0].Outcome != OutcomeError || !errors.Is(got[0].Err, context.DeadlineExceeded) {
+	if len(got) != 1 || got[0].Outcome != outError || !errors.Is(got[0].Err, context.DeadlineExceeded) {
 		t.Errorf("timed-out extension: events %+v, want one error event", got)
 	}
 }

@@ -10,7 +10,7 @@ import (
 func TestMemoryClaims(t *testing.T) {
 	clock := storetest.NewClock()
 	storetest.TestClaims(t, storetest.ClaimsHarness{
-		New: func(t *testing.T, opts ...store.Option) store.ClaimStore {
+		New: func(t *testing.T, opts ...store.Option) (*store.Claims, error) {
 			return store.NewMemoryClaims(append(opts, store.WithClock(clock.Now))...)
 		},
 		Wait: clock.Advance,
@@ -20,7 +20,7 @@ func TestMemoryClaims(t *testing.T) {
 func TestMemoryOutbox(t *testing.T) {
 	clock := storetest.NewClock()
 	storetest.TestOutbox(t, storetest.OutboxHarness{
-		New: func(t *testing.T, opts ...store.Option) store.OutboxStore {
+		New: func(t *testing.T, opts ...store.Option) (*store.Outbox, error) {
 			return store.NewMemoryOutbox(append(opts, store.WithClock(clock.Now))...)
 		},
 		Wait: clock.Advance,
@@ -30,7 +30,7 @@ func TestMemoryOutbox(t *testing.T) {
 func TestMemoryRecords(t *testing.T) {
 	clock := storetest.NewClock()
 	storetest.TestRecords(t, storetest.RecordsHarness{
-		New: func(t *testing.T, opts ...store.Option) store.RecordStore {
+		New: func(t *testing.T, opts ...store.Option) (*store.Records, error) {
 			return store.NewMemoryRecords(append(opts, store.WithClock(clock.Now))...)
 		},
 		Wait: clock.Advance,

@@ -48,7 +48,7 @@ type Event struct {
 	// claim, commit, release or final write are not reported apart), and
 	// "extend" for each lease extension while fn runs; a Records.Do that
 	// takes a record over from an owner whose lease had passed also reports
-	// "acquire" with OutcomeTakenOver, before its "do".
+	// "acquire" with outTakenOver, before its "do".
 	Op string
 	// Script is the name of the script the operation ran ("claim" for
 	// claim.lua; a batch names its batch script, "claim_many", even when a
@@ -68,7 +68,7 @@ type Event struct {
 	// none when it was empty.
 	N int
 	// Outcome says how it ended, in the store's own words (see the Outcome
-	// constants); OutcomeError when Err is not a store verdict.
+	// constants); outError when Err is not a store verdict.
 	Outcome Outcome
 	// Start is when the operation began; Duration how long it took.
 	Start    time.Time
@@ -140,11 +140,10 @@ func errorKind(err error) string {
 	return "error"
 }
 
-// Outcome is how an operation ended, in a store's words. Its values are
-// stable: alert and dashboard on them.
-type Outcome string
-
-// Outcomes, by store and operation:
+// Outcome is how an operation ended, in a store's words: one of the values
+// below, by store and operation. They are stable: alert and dashboard on
+// them (e.Outcome == "lease_lost"). Integrations (the streams runner,
+// httpidem) report their own operations with the same vocabulary.
 //
 //	claims  claim, remember, claim_many  claimed, duplicate, in_flight
 //	        seen, seen_many              seen, not_seen
@@ -169,38 +168,41 @@ type Outcome string
 // whose fn panics reports released (the claim or record is given back).
 // Records' do reports replayed for a stored failure too, with Err wrapping
 // ErrFailed.
+type Outcome string
+
+// The outcomes, for the stores' own code.
 const (
-	OutcomeClaimed       Outcome = "claimed"
-	OutcomeDuplicate     Outcome = "duplicate"
-	OutcomeInFlight      Outcome = "in_flight"
-	OutcomeCommitted     Outcome = "committed"
-	OutcomeReleased      Outcome = "released"
-	OutcomeLeaseLost     Outcome = "lease_lost"
-	OutcomeExtended      Outcome = "extended"
-	OutcomeSeen          Outcome = "seen"
-	OutcomeNotSeen       Outcome = "not_seen"
-	OutcomeForgotten     Outcome = "forgotten"
-	OutcomeAppended      Outcome = "appended"
-	OutcomeRetriedAppend Outcome = "retried_append"
-	OutcomeFull          Outcome = "full"
-	OutcomeAcked         Outcome = "acked"
-	OutcomeStaleOwner    Outcome = "stale_owner"
-	OutcomeAdvanced      Outcome = "advanced"
-	OutcomeDropped       Outcome = "dropped"
-	OutcomeRead          Outcome = "read"
-	OutcomeAcquired      Outcome = "acquired"
-	OutcomeTakenOver     Outcome = "taken_over"
-	OutcomeExisting      Outcome = "existing"
-	OutcomeReplayed      Outcome = "replayed"
-	OutcomeMismatch      Outcome = "mismatch"
-	OutcomeCompleted     Outcome = "completed"
-	OutcomeFailed        Outcome = "failed"
-	OutcomeUpdated       Outcome = "updated"
-	OutcomeDeleted       Outcome = "deleted"
-	OutcomeNotFound      Outcome = "not_found"
-	OutcomeUnchanged     Outcome = "unchanged" // advance: the floor was already at or above the generation
-	OutcomeInvalid       Outcome = "invalid"
-	OutcomeError         Outcome = "error"
+	outClaimed       Outcome = "claimed"
+	outDuplicate     Outcome = "duplicate"
+	outInFlight      Outcome = "in_flight"
+	outCommitted     Outcome = "committed"
+	outReleased      Outcome = "released"
+	outLeaseLost     Outcome = "lease_lost"
+	outExtended      Outcome = "extended"
+	outSeen          Outcome = "seen"
+	outNotSeen       Outcome = "not_seen"
+	outForgotten     Outcome = "forgotten"
+	outAppended      Outcome = "appended"
+	outRetriedAppend Outcome = "retried_append"
+	outFull          Outcome = "full"
+	outAcked         Outcome = "acked"
+	outStaleOwner    Outcome = "stale_owner"
+	outAdvanced      Outcome = "advanced"
+	outDropped       Outcome = "dropped"
+	outRead          Outcome = "read"
+	outAcquired      Outcome = "acquired"
+	outTakenOver     Outcome = "taken_over"
+	outExisting      Outcome = "existing"
+	outReplayed      Outcome = "replayed"
+	outMismatch      Outcome = "mismatch"
+	outCompleted     Outcome = "completed"
+	outFailed        Outcome = "failed"
+	outUpdated       Outcome = "updated"
+	outDeleted       Outcome = "deleted"
+	outNotFound      Outcome = "not_found"
+	outUnchanged     Outcome = "unchanged" // advance: the floor was already at or above the generation
+	outInvalid       Outcome = "invalid"
+	outError         Outcome = "error"
 )
 
 // SlogObserver logs every event to l: Debug for routine outcomes, Warn for
@@ -238,9 +240,9 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	}
 	level := slog.LevelDebug
 	switch e.Outcome {
-	case OutcomeStaleOwner, OutcomeLeaseLost, OutcomeTakenOver, OutcomeMismatch, OutcomeFull, OutcomeInvalid:
+	case outStaleOwner, outLeaseLost, outTakenOver, outMismatch, outFull, outInvalid:
 		level = slog.LevelWarn
-	case OutcomeError:
+	case outError:
 		level = slog.LevelError
 	}
 	if !o.l.Enabled(ctx, level) {
@@ -273,6 +275,9 @@ type events struct {
 	obs    Observer
 	store  string
 	prefix string
+	// scripts: the backend runs scripts (Redis), so events name them;
+	// a memory backend's events have no Script.
+	scripts bool
 }
 
 func newEvents(store string, c config) events {
@@ -286,6 +291,9 @@ func (ev *events) report(ctx context.Context, op, script, key string, n int, out
 	if ctx == nil {
 		ctx = context.Background() // a call refused for its nil context is reported too
 	}
+	if !ev.scripts {
+		script = ""
+	}
 	ev.obs.Observe(ctx, Event{
 		Store: ev.store, Op: op, Script: script, Prefix: ev.prefix, Key: key, N: n,
 		Outcome: out, Start: start, Duration: time.Since(start), Err: err,
@@ -293,38 +301,38 @@ func (ev *events) report(ctx context.Context, op, script, key string, n int, out
 }
 
 // outcome is how an operation that returned err ended: ok without an error,
-// a store's verdict by its sentinel, else OutcomeError.
+// a store's verdict by its sentinel, else outError.
 func outcome(err error, ok Outcome) Outcome {
 	switch {
 	case err == nil:
 		return ok
 	case errors.Is(err, ErrInvalidArgument):
-		return OutcomeInvalid
+		return outInvalid
 	case errors.Is(err, ErrStaleOwner):
-		return OutcomeStaleOwner
+		return outStaleOwner
 	case errors.Is(err, ErrInFlight):
-		return OutcomeInFlight
+		return outInFlight
 	case errors.Is(err, ErrLeaseLost):
-		return OutcomeLeaseLost
+		return outLeaseLost
 	case errors.Is(err, ErrOutboxFull):
-		return OutcomeFull
+		return outFull
 	case errors.Is(err, ErrFingerprintMismatch):
-		return OutcomeMismatch
+		return outMismatch
 	case errors.Is(err, ErrNotFound):
-		return OutcomeNotFound
+		return outNotFound
 	}
-	return OutcomeError
+	return outError
 }
 
 // claimOutcome is claim.lua's reply in words.
 func claimOutcome(n int64) Outcome {
 	switch n {
 	case 1:
-		return OutcomeClaimed
+		return outClaimed
 	case 0:
-		return OutcomeDuplicate
+		return outDuplicate
 	}
-	return OutcomeInFlight
+	return outInFlight
 }
 
 // found is the outcome of an operation on something that may be absent.
@@ -332,7 +340,7 @@ func found(ok bool, yes Outcome) Outcome {
 	if ok {
 		return yes
 	}
-	return OutcomeNotFound
+	return outNotFound
 }
 
 // observeExtend wraps a Do flow's lease extension so that each one is
@@ -351,7 +359,7 @@ func (ev *events) observeExtend(key, script string, lost Outcome, extend extendF
 		if err == nil && !held && ctx.Value(speculativeKey{}) != nil {
 			return held, err // it overtook the claim: no loss (heartbeat)
 		}
-		out := OutcomeExtended
+		out := outExtended
 		if !held {
 			out = lost
 		}
@@ -363,9 +371,9 @@ func (ev *events) observeExtend(key, script string, lost Outcome, extend extendF
 // seenOutcome is Seen's answer in words.
 func seenOutcome(seen bool) Outcome {
 	if seen {
-		return OutcomeSeen
+		return outSeen
 	}
-	return OutcomeNotSeen
+	return outNotSeen
 }
 
 // tally counts a batch's items by outcome, for its events: one event per
@@ -480,7 +488,7 @@ func (t *tally) counting(read func(int64) (bool, bool), out func(int64) Outcome)
 // report sends the batch's events (none for an empty batch).
 func (t *tally) report(ctx context.Context, ev *events, op, script, key string, items int) {
 	if t.whole {
-		ev.report(ctx, op, script, key, items, outcome(t.err, OutcomeError), t.start, t.err)
+		ev.report(ctx, op, script, key, items, outcome(t.err, outError), t.start, t.err)
 		return
 	}
 	for i, out := range t.outs {
@@ -489,24 +497,24 @@ func (t *tally) report(ctx context.Context, ev *events, op, script, key string, 
 		}
 	}
 	if t.fails > 0 {
-		ev.report(ctx, op, script, key, t.fails, outcome(t.err, OutcomeError), t.start, t.err)
+		ev.report(ctx, op, script, key, t.fails, outcome(t.err, outError), t.start, t.err)
 	}
 }
 
 // appendOutcome is what an append without an error did.
 func appendOutcome(created bool) Outcome {
 	if created {
-		return OutcomeAppended
+		return outAppended
 	}
-	return OutcomeRetriedAppend
+	return outRetriedAppend
 }
 
 // advanceOutcome is what an AdvanceGeneration without an error did.
 func advanceOutcome(raised bool) Outcome {
 	if raised {
-		return OutcomeAdvanced
+		return outAdvanced
 	}
-	return OutcomeUnchanged
+	return outUnchanged
 }
 
 // reportAck reports an ack of ids message ids that removed n of them: acked
@@ -515,16 +523,16 @@ func advanceOutcome(raised bool) Outcome {
 func reportAck(ctx context.Context, ev *events, op, script, conn string, ids, n int, start time.Time, err error) {
 	switch {
 	case err != nil:
-		ev.report(ctx, op, script, conn, ids, outcome(err, OutcomeError), start, err)
+		ev.report(ctx, op, script, conn, ids, outcome(err, outError), start, err)
 		return
 	case ids == 0:
 		return
 	}
 	if n > 0 {
-		ev.report(ctx, op, script, conn, n, OutcomeAcked, start, nil)
+		ev.report(ctx, op, script, conn, n, outAcked, start, nil)
 	}
 	if n < ids {
-		ev.report(ctx, op, script, conn, ids-n, OutcomeNotFound, start, nil)
+		ev.report(ctx, op, script, conn, ids-n, outNotFound, start, nil)
 	}
 }
 
@@ -533,9 +541,9 @@ func reportAck(ctx context.Context, ev *events, op, script, conn string, ids, n 
 func acquireOutcome(acquired bool, fence uint64) Outcome {
 	switch {
 	case !acquired:
-		return OutcomeExisting
+		return outExisting
 	case fence > 1:
-		return OutcomeTakenOver
+		return outTakenOver
 	}
-	return OutcomeAcquired
+	return outAcquired
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/redisonce/redisonce/store/storetest"
 )
 
-// Issue 21: one rule for every observer. The key, and any error text that
+// One rule for every observer. The key, and any error text that
 // quotes it, appear only with the option that says so (SlogWithKey here,
 // WithKey in the OpenTelemetry adapter); observe/otel and observe/prometheus
 // run the same operations.

@@ -26,7 +26,7 @@ func TestSlogObserver(t *testing.T) {
 		name:  "routine outcome at debug",
 		level: slog.LevelDebug,
 		e: store.Event{Store: "claims", Op: "claim", Script: "claim", Prefix: "once:", Key: "order-1",
-			N: 1, Outcome: store.OutcomeDuplicate, Start: t0, Duration: 1500 * time.Microsecond},
+			N: 1, Outcome: store.Outcome("duplicate"), Start: t0, Duration: 1500 * time.Microsecond},
 		want: map[string]any{"level": "DEBUG", "msg": "redisonce claims claim", "store": "claims",
 			"op": "claim", "script": "claim", "outcome": "duplicate", "duration": 1.5e6},
 	}, {
@@ -34,44 +34,44 @@ func TestSlogObserver(t *testing.T) {
 		level: slog.LevelDebug,
 		opts:  []store.SlogOption{store.SlogWithKey()},
 		e: store.Event{Store: "claims", Op: "claim", Script: "claim", Prefix: "once:", Key: "order-1",
-			N: 1, Outcome: store.OutcomeDuplicate, Start: t0, Duration: 1500 * time.Microsecond},
+			N: 1, Outcome: store.Outcome("duplicate"), Start: t0, Duration: 1500 * time.Microsecond},
 		want: map[string]any{"level": "DEBUG", "msg": "redisonce claims claim", "store": "claims",
 			"op": "claim", "script": "claim", "key": "order-1", "outcome": "duplicate", "duration": 1.5e6},
 	}, {
 		name:  "routine outcome dropped at info",
 		level: slog.LevelInfo,
-		e:     store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeClaimed},
+		e:     store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.Outcome("claimed")},
 	}, {
 		name:  "stale owner is a warning",
 		level: slog.LevelInfo,
 		e: store.Event{Store: "outbox", Op: "ack_many", Script: "ack", Key: "conn-1", N: 3,
-			Outcome: store.OutcomeStaleOwner, Duration: time.Millisecond, Err: store.ErrStaleOwner},
+			Outcome: store.Outcome("stale_owner"), Duration: time.Millisecond, Err: store.ErrStaleOwner},
 		want: map[string]any{"level": "WARN", "msg": "redisonce outbox ack_many", "store": "outbox",
 			"op": "ack_many", "script": "ack", "n": 3.0, "outcome": "stale_owner",
 			"duration": 1e6, "err": store.ErrStaleOwner.Error()},
 	}, {
 		name:  "batch without key, memory twin without script",
 		level: slog.LevelWarn,
-		e:     store.Event{Store: "outbox", Op: "append", Key: "c", N: 1, Outcome: store.OutcomeFull, Err: store.ErrOutboxFull},
+		e:     store.Event{Store: "outbox", Op: "append", Key: "c", N: 1, Outcome: store.Outcome("full"), Err: store.ErrOutboxFull},
 		want: map[string]any{"level": "WARN", "msg": "redisonce outbox append", "store": "outbox",
 			"op": "append", "outcome": "full", "duration": 0.0, "err": store.ErrOutboxFull.Error()},
 	}, {
 		name:  "taken over, lease lost, mismatch, invalid are warnings",
 		level: slog.LevelWarn,
-		e:     store.Event{Store: "records", Op: "acquire", N: 1, Outcome: store.OutcomeTakenOver},
+		e:     store.Event{Store: "records", Op: "acquire", N: 1, Outcome: store.Outcome("taken_over")},
 		want: map[string]any{"level": "WARN", "msg": "redisonce records acquire", "store": "records",
 			"op": "acquire", "outcome": "taken_over", "duration": 0.0},
 	}, {
 		name:  "error is an error",
 		level: slog.LevelError,
-		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.OutcomeError, Err: boom},
+		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.Outcome("error"), Err: boom},
 		want: map[string]any{"level": "ERROR", "msg": "redisonce claims claim", "store": "claims",
 			"op": "claim", "script": "claim", "outcome": "error", "duration": 0.0, "err": "redisonce: claim: connection refused"},
 	}, {
 		name:  "an error quoting the key as it is only with SlogWithKey",
 		level: slog.LevelError,
 		opts:  []store.SlogOption{store.SlogWithKey()},
-		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.OutcomeError, Err: boom},
+		e:     store.Event{Store: "claims", Op: "claim", Script: "claim", Key: "order-9", N: 1, Outcome: store.Outcome("error"), Err: boom},
 		want: map[string]any{"level": "ERROR", "msg": "redisonce claims claim", "store": "claims",
 			"op": "claim", "script": "claim", "key": "order-9", "outcome": "error", "duration": 0.0, "err": boom.Error()},
 	}}
@@ -104,8 +104,8 @@ func TestSlogObserver(t *testing.T) {
 		})
 	}
 	// every warning outcome the doc names, at Warn
-	for _, o := range []store.Outcome{store.OutcomeStaleOwner, store.OutcomeLeaseLost, store.OutcomeTakenOver,
-		store.OutcomeMismatch, store.OutcomeFull, store.OutcomeInvalid} {
+	for _, o := range []store.Outcome{store.Outcome("stale_owner"), store.Outcome("lease_lost"), store.Outcome("taken_over"),
+		store.Outcome("mismatch"), store.Outcome("full"), store.Outcome("invalid")} {
 		var buf bytes.Buffer
 		l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		store.SlogObserver(l).Observe(context.Background(), store.Event{Store: "s", Op: "o", N: 1, Outcome: o})
@@ -127,9 +127,9 @@ func TestObserverAllocs(t *testing.T) {
 		if obs != nil {
 			opts = append(opts, store.WithObserver(obs))
 		}
-		claims := store.NewMemoryClaims(opts...)
-		outbox := store.NewMemoryOutbox(opts...)
-		records := store.NewMemoryRecords(opts...)
+		claims := mustStore(store.NewMemoryClaims(opts...))
+		outbox := mustStore(store.NewMemoryOutbox(opts...))
+		records := mustStore(store.NewMemoryRecords(opts...))
 		if _, err := claims.Claim(ctx, "m"); err != nil {
 			t.Fatal(err)
 		}

@@ -8,5 +8,5 @@ import (
 )
 
 func TestMemoryRecordsOnExtend(t *testing.T) {
-	storetest.TestRecordsOnExtend(t, store.NewMemoryRecords())
+	storetest.TestRecordsOnExtend(t, mustStore(store.NewMemoryRecords()))
 }

@@ -5,8 +5,11 @@ import (
 	"time"
 )
 
-// Option configures a store. Options that do not apply to a store are ignored
-// by it (WithMaxUnacked on Claims, for example).
+// Option configures a store. A store's constructor fails with
+// ErrInvalidArgument on an invalid option, and on one that does not apply to
+// it: WithMaxUnacked outside an Outbox, WithClock on a Redis store (they run
+// on the server's clock), WithWaitReplicas on a memory store (it has no
+// replicas).
 type Option func(*config)
 
 type config struct {
@@ -14,21 +17,39 @@ type config struct {
 	ttl      time.Duration
 	ttlSet   bool
 	now      func() time.Time
-	clockSet bool     // WithClock was given
 	maxUnack int      // Outbox: the most unacked messages per connection, 0 = unbounded
 	observer Observer // nil: no events
-	err      error    // the first invalid option, returned by every call
+	err      error    // the first invalid option
 
 	waitReplicas int           // WithWaitReplicas: replicas per write, 0 = none
 	waitTimeout  time.Duration // WithWaitReplicas: WAIT's timeout
+
+	// The options given that apply to some stores only, by name.
+	clockSet, maxUnackSet, waitSet bool
+}
+
+// validFor is the error of a constructor of store on backend ("redis" or
+// "memory") given cfg: the first invalid option, or the first that does not
+// apply.
+func (c config) validFor(store, backend string) error {
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.maxUnackSet && store != "outbox":
+		return fmt.Errorf("redisonce: WithMaxUnacked: %w: only an Outbox has a tail to bound", ErrInvalidArgument)
+	case c.clockSet && backend == "redis":
+		return fmt.Errorf("redisonce: WithClock: %w: a Redis store runs on the server's clock (TIME); WithClock is for memory stores", ErrInvalidArgument)
+	case c.waitSet && backend == "memory":
+		return fmt.Errorf("redisonce: WithWaitReplicas: %w: a memory store has no replicas", ErrInvalidArgument)
+	}
+	return nil
 }
 
 // WithPrefix sets the key prefix; a key is prefix + id, built in Go, so the
 // prefix may hold a hash tag like "{app}:". Defaults: Claims "bq:idemp:",
 // Outbox "gateway:outbox:", Records "idempotency:". At most MaxPrefixLen
 // bytes (so that every key fits the scripts' redisonce.MaxKeyLen); a longer
-// one is invalid: Open* fails with ErrInvalidArgument, and a store made with
-// New* returns that error from every call.
+// one is invalid.
 func WithPrefix(p string) Option {
 	return func(c *config) { c.prefix = p }
 }
@@ -39,8 +60,7 @@ func WithPrefix(p string) Option {
 // redelivery, e.g. 7 days). Records: the lifetime of a record acquired with a
 // zero AcquireOptions.TTL (or Acquire's ttl 0), counted from its creation;
 // default DefaultRecordsTTL (24 hours); WithTTL(0): records never expire.
-// Negative values are invalid: Open* fails with ErrInvalidArgument, and a
-// store made with New* returns that error from every call. Sub-millisecond
+// Negative values are invalid. Sub-millisecond
 // durations round up to 1 ms so that a positive TTL never becomes "no expiry".
 func WithTTL(d time.Duration) Option {
 	return func(c *config) {
@@ -51,25 +71,24 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithClock sets the clock of an in-memory store (MemoryClaims, MemoryRecords...), for tests
-// that move time by hand. Default time.Now. Redis stores always use the server's
-// clock (TIME) and ignore it.
+// WithClock sets the clock of a memory store (NewMemoryClaims,
+// NewMemoryRecords...), for tests that move time by hand. Default time.Now.
+// Redis stores always use the server's clock (TIME): their constructors
+// refuse it.
 func WithClock(now func() time.Time) Option {
-	return func(c *config) { c.now, c.clockSet = now, now != nil }
+	return func(c *config) { c.now, c.clockSet = now, true }
 }
 
 // WithMaxUnacked bounds an Outbox connection's unacknowledged tail: an Append of
 // a new message while the tail holds n messages fails with ErrOutboxFull and
 // writes nothing (an idempotent retry of an id already in the tail still
-// succeeds). Default 0: unbounded. Negative values are invalid: OpenOutbox
-// fails with ErrInvalidArgument, and an Outbox made with NewOutbox returns that
-// error from every call. Other stores ignore it.
+// succeeds). Default 0: unbounded. Negative values are invalid. Outbox only.
 func WithMaxUnacked(n int) Option {
 	return func(c *config) {
 		if n < 0 && c.err == nil {
 			c.err = fmt.Errorf("redisonce: WithMaxUnacked(%d): %w: negative limit", n, ErrInvalidArgument)
 		}
-		c.maxUnack = n
+		c.maxUnack, c.maxUnackSet = n, true
 	}
 }
 
@@ -96,16 +115,15 @@ func WithMaxUnacked(n int) Option {
 //
 // Default n = 0: no WAIT. n > 0 needs timeout > 0 (WAIT 0 would block for
 // ever; sub-millisecond timeouts round up to 1 ms); a negative n or, with
-// n > 0, a timeout <= 0 is invalid (every call then returns
-// ErrInvalidArgument). The in-memory stores accept the option and ignore it:
-// they have no replicas.
+// n > 0, a timeout <= 0 is invalid. Redis stores only: a memory store has
+// no replicas.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) {
 		if (n < 0 || (n > 0 && timeout <= 0)) && c.err == nil {
 			c.err = fmt.Errorf("redisonce: WithWaitReplicas(%d, %v): %w: want n >= 0 and, with n > 0, a timeout > 0",
 				n, timeout, ErrInvalidArgument)
 		}
-		c.waitReplicas, c.waitTimeout = n, timeout
+		c.waitReplicas, c.waitTimeout, c.waitSet = n, timeout, true
 	}
 }
 

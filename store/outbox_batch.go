@@ -22,57 +22,10 @@ type Outgoing struct {
 	Payload []byte
 }
 
-// AppendMany appends a burst of messages to conn's tail in one script call
-// (append_many.lua) and returns, per message in order, what AppendWithID
-// would have returned for it:
-//
-//   - all or nothing: when the new messages do not all fit under
-//     WithMaxUnacked it fails with ErrOutboxFull and appends none;
-//   - idempotent per message id: an id already in the tail gets its stored
-//     Seq with Created false (its stored payload is kept); of an id given
-//     twice in one burst the first occurrence is appended, the later ones get
-//     its Seq with Created false;
-//   - the new messages get consecutive seqs, in the order given, and one
-//     Epoch.
-//
-// Every message is validated before anything is sent; at most MaxAppendMany
-// messages per call. With no messages it sends nothing. The Epoch is re-minted
-// after a failover as AppendWithID's is (see Appended.Epoch), also when every
-// message is a retry. With WithWaitReplicas a burst its replicas did not
-// confirm returns its results with ErrNotReplicated.
-func (s *Outbox) AppendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
-	if s == nil {
-		return nil, nilStore("append_many", conn, "Outbox")
-	}
-	if s.ev.obs == nil {
-		return s.appendMany(ctx, conn, msgs)
-	}
-	start := time.Now()
-	out, err := s.appendMany(ctx, conn, msgs)
-	reportAppendMany(ctx, &s.ev, "append_many", conn, len(msgs), out, start, err)
-	return out, err
-}
-
-func (s *Outbox) appendMany(ctx context.Context, conn string, msgs []Outgoing) ([]Appended, error) {
-	if err := checkAppendMany(ctx, s.err, conn, msgs); err != nil {
-		return nil, err
-	}
-	if len(msgs) == 0 {
-		return []Appended{}, nil
-	}
-	ids := mintIDs(msgs)
-	args := make([]string, 0, 2+2*len(msgs))
-	args = append(args, s.ttlMS.ms(s.ttl), s.max)
-	for i, m := range msgs {
-		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
-	}
-	return parseAppendedMany("append_many", conn, ids, s.exec(ctx, scriptAppendMany, s.key(conn), args...))
-}
-
-// checkAppendMany validates AppendMany's input as checkOutboxAppend does one
+// checkAppendMany validates AppendMany's input as checkAppend does one
 // message's (an empty ID is minted, so it passes).
-func checkAppendMany(ctx context.Context, cfgErr error, conn string, msgs []Outgoing) error {
-	if err := checkOutbox(ctx, cfgErr, "append_many", conn); err != nil {
+func (s *Outbox) checkAppendMany(ctx context.Context, conn string, msgs []Outgoing) error {
+	if err := s.check(ctx, "append_many", conn); err != nil {
 		return err
 	}
 	if len(msgs) > MaxAppendMany {
@@ -96,7 +49,7 @@ func checkAppendMany(ctx context.Context, cfgErr error, conn string, msgs []Outg
 // when it did not (all or nothing). An empty burst reports nothing.
 func reportAppendMany(ctx context.Context, ev *events, script, conn string, n int, out []Appended, start time.Time, err error) {
 	if err != nil {
-		ev.report(ctx, "append_many", script, conn, n, outcome(err, OutcomeError), start, err)
+		ev.report(ctx, "append_many", script, conn, n, outcome(err, outError), start, err)
 		return
 	}
 	created := 0
@@ -106,10 +59,10 @@ func reportAppendMany(ctx context.Context, ev *events, script, conn string, n in
 		}
 	}
 	if created > 0 {
-		ev.report(ctx, "append_many", script, conn, created, OutcomeAppended, start, nil)
+		ev.report(ctx, "append_many", script, conn, created, outAppended, start, nil)
 	}
 	if created < len(out) {
-		ev.report(ctx, "append_many", script, conn, len(out)-created, OutcomeRetriedAppend, start, nil)
+		ev.report(ctx, "append_many", script, conn, len(out)-created, outRetriedAppend, start, nil)
 	}
 }
 
@@ -123,6 +76,15 @@ func mintIDs(msgs []Outgoing) []string {
 		}
 	}
 	return ids
+}
+
+func (b *redisOutbox) appendMany(ctx context.Context, conn string, ids []string, msgs []Outgoing) ([]Appended, error) {
+	args := make([]string, 0, 2+2*len(msgs))
+	args = append(args, b.ttlMS.ms(b.ttl), b.max)
+	for i, m := range msgs {
+		args = append(args, ids[i], rueidis.BinaryString(m.Payload))
+	}
+	return parseAppendedMany("append_many", conn, ids, b.exec(ctx, scriptAppendMany, b.key(conn), args...))
 }
 
 // parseAppendedMany reads append_many.lua's {epoch, seq1, created1, ...};

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redisonce/redisonce/internal/redact"
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: no error of Open*, ClientOptions or RedactURL shows a Redis
+// No error of Open*, ClientOptions or RedactURL shows a Redis
 // password, for any URL a user can write, parsable or not. Each password is
 // three distinctive fragments joined by one special character; an error (or
 // any error it wraps) that holds one fragment shows part of the password.
@@ -81,8 +82,8 @@ func errTexts(err error) []string {
 
 func TestNoPasswordInOpenErrors(t *testing.T) {
 	for _, u := range secretURLs() {
-		if got := leaks(store.RedactURL(u)); len(got) > 0 {
-			t.Errorf("RedactURL(%s) = %q shows %v", u, store.RedactURL(u), got)
+		if got := leaks(redact.URL(u)); len(got) > 0 {
+			t.Errorf("redact.URL(%s) = %q shows %v", u, redact.URL(u), got)
 		}
 		_, oerr := store.ClientOptions(u)
 		_, cerr := store.OpenClaims(u)
@@ -134,8 +135,8 @@ func TestRedactURL(t *testing.T) {
 		{"redis://:p%zz@host", "redis://:xxxxx@host"},
 		{"host:pw@rest", "xxxxx@rest"},
 	} {
-		if got := store.RedactURL(tc.in); got != tc.want {
-			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := redact.URL(tc.in); got != tc.want {
+			t.Errorf("redact.URL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -163,8 +164,8 @@ func FuzzNoPasswordInOpenErrors(f *testing.F) {
 		if others := strconv.Quote("redis://" + user + ":@" + rest); shows(others) {
 			t.Skip() // the rest of the URL, quoted, already spells the password
 		}
-		if got := store.RedactURL(u); shows(got) {
-			t.Fatalf("RedactURL(%q) = %q", u, got)
+		if got := redact.URL(u); shows(got) {
+			t.Fatalf("redact.URL(%q) = %q", u, got)
 		}
 		opt, err := store.ClientOptions(u)
 		for _, text := range errTexts(err) {

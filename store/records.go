@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
@@ -157,53 +159,6 @@ type AcquireOptions struct {
 	Wait time.Duration
 }
 
-// RecordStore is what Records and MemoryRecords implement;
-// storetest.TestRecords checks any implementation against the contract. The
-// first five methods are the seed's idempotency store contract.
-type RecordStore interface {
-	// Acquire is AcquireWith(ctx, key, AcquireOptions{TTL: ttl}).
-	Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error)
-	// AcquireWith creates key's record, pending and owned by the caller
-	// (true), or takes over a pending one whose lease passed (true), or
-	// returns the existing record without its token (false).
-	AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error)
-	// Get returns key's record without its token; (Record{}, false, nil)
-	// when it is missing or expired.
-	Get(ctx context.Context, key string) (Record, bool, error)
-	// Update changes key's record: ErrNotFound when it is missing (nothing is
-	// created), ErrStaleOwner when u.Token is set and not the owner's.
-	Update(ctx context.Context, key string, u Update) error
-	// Delete removes key's record, whoever owns it; a missing key is not an error.
-	Delete(ctx context.Context, key string) error
-	// DeleteFenced removes key's record only if token is its owner's token:
-	// ErrStaleOwner otherwise; a missing key is not an error.
-	DeleteFenced(ctx context.Context, key, token string) error
-	// Do runs fn at most once per key across every caller and replays its result.
-	Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error)
-	// Close releases the store's resources.
-	Close() error
-}
-
-// recordOps are the operations Do is built on, with the op name used in errors.
-type recordOps interface {
-	// acquire takes token, the new owner token (newToken), as an argument:
-	// Do's heartbeat renews with it before the acquire's reply is back.
-	// sent, when not nil, receives the time the command that ran was sent.
-	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error)
-	update(ctx context.Context, op, key string, u Update) error
-	deleteFenced(ctx context.Context, op, key, token string) (bool, error)
-	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
-	renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error)
-	// waitDone waits for key's pending record to change, calling again (the
-	// next acquire) whenever it may have (its final write was notified, or
-	// it is no longer pending), and at least every waitRecheck, until again
-	// returns true or until passes; ctx's error when ctx ends.
-	waitDone(ctx context.Context, key string, until time.Time, again func() bool) error
-	// clock is the time a record's LeaseUntil is read against, for the
-	// time left an *InFlightError reports.
-	clock() time.Time
-}
-
 // Retryable marks fn's error as transient for Do: Do deletes the record
 // (fenced by its token) so that the next Do for the key runs fn again. This is
 // what Do does with every error not marked Permanent, so Retryable only
@@ -267,52 +222,355 @@ func leaseLeft(until, now time.Time) time.Duration {
 	return max(until.Sub(now), time.Millisecond)
 }
 
-// doRecord is Do after the key and ctx were checked, shared by Records and
-// MemoryRecords.
+// Records keeps idempotency records, one per key: in Redis (NewRecords,
+// OpenRecords; one string per key, prefix+key, every time in a record from
+// the server's TIME) or in this process (NewMemoryRecords), with the same
+// behaviour. Keys holding anything a records script did not write make
+// Acquire, Get, Update and DeleteFenced fail with ErrUnexpectedReply; Delete
+// removes them. It is safe for concurrent use.
+type Records struct {
+	core
+	b   recordsBackend
+	ttl time.Duration
+}
+
+// recordsBackend is where Records' records live: Redis (one script per
+// method) or memory (the same statements in Go). It only runs the
+// operation; the arguments were checked by Records. op names the operation
+// in errors.
+type recordsBackend interface {
+	// acquire is acquire.lua with token the new owner token (minted by the
+	// caller: Do's heartbeat renews with it before the reply is back) and
+	// o.TTL already resolved; held says a Do in this process will renew the
+	// lease. sent, when not nil, receives the time the command that ran
+	// was sent.
+	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error)
+	// get is get.lua: the record without its token, or false.
+	get(ctx context.Context, key string) (Record, bool, error)
+	// update is update.lua with u, checked as f.
+	update(ctx context.Context, op, key string, u Update, f updateFields) error
+	// del is delete.lua: fenced by token, or unconditional with "". True
+	// when it removed a record.
+	del(ctx context.Context, op, key, token string) (bool, error)
+	// renew is renew.lua: 1 renewed, 0 absent, -1 another owner or not pending.
+	renew(ctx context.Context, key, token string, lease time.Duration, sent *time.Time) (int64, error)
+	// waitDone waits for key's pending record to change, calling again (the
+	// next acquire) whenever it may have (its final write was notified, or
+	// it is no longer pending), and at least every waitRecheck, until again
+	// returns true or until passes; ctx's error when ctx ends.
+	waitDone(ctx context.Context, key string, until time.Time, again func() bool) error
+	// clock is the time a record's LeaseUntil is read against, for the
+	// time left RetryAfter reports.
+	clock() time.Time
+	close() error
+}
+
+// NewRecords returns a records store on a client the caller keeps: Close does
+// not close it. Options: WithPrefix (default "idempotency:"), WithTTL (default
+// DefaultRecordsTTL, 24 hours; WithTTL(0): records acquired with TTL 0 never
+// expire), WithWaitReplicas, WithObserver. An invalid option, one that does
+// not apply (Option), or a nil client fails here.
 //
-// ev reports the flow's lease renewals ("extend", with renewScript) and a
-// takeover ("acquire" taken_over, with acquireScript); the flow's outcome is
-// returned for the caller's "do" event.
-func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renewScript, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
-	if err := checkCtx(ctx, "do", key); err != nil {
-		return nil, false, outcome(err, OutcomeError), err
+// For the performance measured in BENCHMARKS.md, build the client from
+// ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
+// the store never uses client-side caching.
+func NewRecords(c rueidis.Client, opts ...Option) (*Records, error) {
+	cfg, err := redisConfig("records", DefaultRecordsPrefix, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, false)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
+}
+
+// OpenRecords connects to url (redis://, rediss://, unix://, or a Sentinel
+// deployment with ?addr=...&master_set=NAME) with ClientOptions and returns a records store that owns
+// the client: Close closes it.
+func OpenRecords(url string, opts ...Option) (*Records, error) {
+	cfg, c, err := openRedis("records", DefaultRecordsPrefix, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &redisRecords{redisStore: newRedisStore(c, cfg, true)}
+	return &Records{core: newCore("records", cfg, true), b: b, ttl: cfg.recordsTTL()}, nil
+}
+
+// NewMemoryRecords returns an empty records store in this process's memory,
+// with the same behaviour as a Redis one (the storetest suite checks both),
+// WithClock's clock in place of the server's TIME: for tests and
+// single-process programs. Expired records are dropped when they are next
+// touched. Options: WithTTL (default DefaultRecordsTTL, 24 hours; 0: never
+// expire), WithClock (default time.Now), WithObserver.
+func NewMemoryRecords(opts ...Option) (*Records, error) {
+	cfg, err := memoryConfig("records", DefaultRecordsPrefix, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &memRecords{m: map[string]*memRecord{}, now: cfg.now}
+	return &Records{core: newCore("records", cfg, false), b: b, ttl: cfg.recordsTTL()}, nil
+}
+
+// Close closes the client if the store opened it (OpenRecords); for a store
+// made with NewRecords or NewMemoryRecords it does nothing. On a nil
+// *Records it returns nil.
+func (s *Records) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.b.close()
+}
+
+// Acquire creates key's record, pending, expiring after ttl (0: the store's
+// WithTTL, default 24 hours), and returns it with true; an existing unexpired
+// record is returned with false. It is AcquireWith(ctx, key,
+// AcquireOptions{TTL: ttl}), without a lease.
+func (s *Records) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "Records")
+	}
+	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
+}
+
+// AcquireWith acquires key's record in one script:
+//
+//   - no record: it is created, pending, with a new owner token, Fence 1, a
+//     lease of o.Lease and an expiry of o.TTL, and returned with true;
+//   - a pending record whose lease has passed: it is taken over (new token,
+//     Fence + 1, a new lease; status, payload, creation and expiry kept) and
+//     returned with true;
+//   - any other record: returned unchanged with false and without its token;
+//   - o.Fingerprint differs from the record's: ErrFingerprintMismatch.
+//
+// The returned Record's Token (set only with true) fences the caller's Update
+// and DeleteFenced.
+func (s *Records) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("acquire", key, "Records")
+	}
+	var rec Record
+	var ok bool
+	err := s.observe(ctx, "acquire", "acquire", key, func() (Outcome, error) {
+		var err error
+		rec, ok, err = s.acquire(ctx, "acquire", key, o, newToken(), false, nil)
+		return acquireOutcome(ok, rec.Fence), err
+	})
+	return rec, ok, err
+}
+
+// acquire is AcquireWith with token the new owner token (minted by the caller:
+// Do's heartbeat starts before the acquire is sent).
+func (s *Records) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error) {
+	if err := s.check(ctx, op, key); err != nil {
+		return Record{}, false, err
+	}
+	if err := o.check(op, key); err != nil {
+		return Record{}, false, err
+	}
+	if o.TTL == 0 {
+		o.TTL = s.ttl
+	}
+	return s.b.acquire(ctx, op, key, o, token, held, sent)
+}
+
+// Get returns key's record, without its token, and true; (Record{}, false,
+// nil) when there is none or it expired. It runs get.lua with EVALSHA_RO, so a
+// replica may serve it.
+func (s *Records) Get(ctx context.Context, key string) (Record, bool, error) {
+	if s == nil {
+		return Record{}, false, nilStore("get", key, "Records")
+	}
+	var rec Record
+	var ok bool
+	err := s.observe(ctx, "get", "get", key, func() (Outcome, error) {
+		err := s.check(ctx, "get", key)
+		if err == nil {
+			rec, ok, err = s.b.get(ctx, key)
+		}
+		return found(ok, outRead), err
+	})
+	return rec, ok, err
+}
+
+// Update applies u to key's record in one script and sets UpdatedAt to now:
+// ErrNotFound when the record is missing (nothing is created), ErrStaleOwner
+// when u.Token is set and the record has another owner (nothing changes). A
+// status other than pending clears the lease. An owner whose lease passed
+// keeps the record, and may still update it, until another caller takes it over.
+func (s *Records) Update(ctx context.Context, key string, u Update) error {
+	if s == nil {
+		return nilStore("update", key, "Records")
+	}
+	return s.observe(ctx, "update", "update", key, func() (Outcome, error) {
+		return outUpdated, s.update(ctx, "update", key, u)
+	})
+}
+
+func (s *Records) update(ctx context.Context, op, key string, u Update) error {
+	if err := s.check(ctx, op, key); err != nil {
+		return err
+	}
+	f, err := u.fields(op, key)
+	if err != nil {
+		return err
+	}
+	return s.b.update(ctx, op, key, u, f)
+}
+
+// Delete removes key's record, whoever owns it; a missing
+// key is not an error. It also removes a key that does not hold a record.
+func (s *Records) Delete(ctx context.Context, key string) error {
+	if s == nil {
+		return nilStore("delete", key, "Records")
+	}
+	return s.observe(ctx, "delete", "delete", key, func() (Outcome, error) {
+		ok, err := false, s.check(ctx, "delete", key)
+		if err == nil {
+			ok, err = s.b.del(ctx, "delete", key, "")
+		}
+		return found(ok, outDeleted), err
+	})
+}
+
+// DeleteFenced removes key's record only if token (from the Record that
+// AcquireWith returned) is still its owner's: ErrStaleOwner when another
+// caller took the record over, and nothing is deleted. A missing key is not an
+// error. token must be 1..MaxTokenLen bytes.
+func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
+	if s == nil {
+		return nilStore("delete_fenced", key, "Records")
+	}
+	return s.observe(ctx, "delete", "delete", key, func() (Outcome, error) {
+		ok, err := s.deleteFenced(ctx, "delete", key, token)
+		return found(ok, outDeleted), err
+	})
+}
+
+// deleteFenced is DeleteFenced; true when it removed the record.
+func (s *Records) deleteFenced(ctx context.Context, op, key, token string) (bool, error) {
+	if err := s.check(ctx, op, key); err != nil {
+		return false, err
+	}
+	if err := checkToken(op, key, token); err != nil {
+		return false, err
+	}
+	return s.b.del(ctx, op, key, token)
+}
+
+// Do runs fn at most once per key across every process sharing the store, and
+// replays its result to every retry — the flow of an API taking an
+// Idempotency-Key, or a queue deduplicating enqueues:
+//
+//   - acquire key with o (o.Lease must be > 0: it bounds how long a crashed
+//     caller blocks the key);
+//   - a completed record: its payload is returned with replayed = true, and fn
+//     does not run; any status other than pending and failed (set by Update)
+//     is replayed the same way;
+//   - a failed record: its payload (fn's error text) is returned with replayed
+//     = true and an error wrapping ErrFailed; fn does not run again until the
+//     record expires or is deleted;
+//   - a pending record under another owner's live lease (or without a lease):
+//     ErrInFlight; retry later. RetryAfter(err) is the time to the lease's
+//     deadline (measured against this
+//     process's clock; 0 for a record without a lease). With o.Wait > 0, Do
+//     first waits up to o.Wait for that owner's final write and answers as
+//     after it: it subscribes to the record's shard channel (SSUBSCRIBE
+//     prefix+key), marks the record watched (watch.lua) and the final write
+//     publishes (update.lua, delete.lua); nothing is polled, but the record
+//     is read again at least once a second in case a notice is missed (an
+//     expiry, an unfenced Delete). A final write on a record nobody waits for
+//     publishes nothing; a waiter needs Redis >= 7.0 (sharded pub/sub) and,
+//     under an ACL, ssubscribe, sunsubscribe and the channels of the prefix;
+//   - a different fingerprint under the same key: ErrFingerprintMismatch;
+//   - otherwise the caller owns the record and fn runs, with the lease
+//     renewed every o.Lease/4 (renew.lua, fenced by the token) so a live
+//     owner never loses it however long fn takes, and the Lease (token and
+//     fence) in fn's context (LeaseFromContext). fn's context never outlives
+//     the lease, as in Claims.Do: it is cancelled at the local lease deadline
+//     (the send time of the last successful acquire or renewal, plus
+//     o.Lease, minus 1% and up to 20 ms; ctx.Deadline() reports it, ctx.Err()
+//     reads the clock) with a cause wrapping ErrStaleOwner (context.Cause),
+//     or at once when a renewal finds the record taken over or removed; a
+//     renewal that fails is retried while the deadline lasts.
+//   - fn's result is stored as completed and returned.
+//   - fn's error deletes the record (fenced by the token), so the next Do runs
+//     fn again, and is returned as is — whatever it is: a provider's 503, a
+//     context.Canceled because the client hung up, a bug. Only an error marked
+//     with Permanent (and not a context error) is stored as failed, with the
+//     error text (cut to MaxRecordPayloadLen) as payload, and replayed to
+//     every later Do with ErrFailed until the record expires or is deleted.
+//   - a panic deletes the record and goes on.
+//   - A result longer than MaxRecordPayloadLen cannot be stored: the record
+//     is marked failed and Do returns the result with ErrInvalidArgument.
+//
+// The final write is fenced by the owner's token: if another caller took the
+// record over (possible only when renewals failed for a whole lease, or after
+// an Update that moved the lease), Do returns fn's result with ErrStaleOwner
+// and the new owner's record is left alone. A final write that finds the
+// record gone (it expired, or was deleted, and nobody acquired the key since)
+// creates it again with fn's outcome (fence 1, the TTL counted from now); if
+// another caller acquired the key in between, ErrLeaseLost. A final write
+// that fails on the way (a lost connection, a failed redial) is retried: it
+// is idempotent, and a retry that applies proves the record still holds this
+// owner's token, so nobody took it over. The final write runs even when ctx is
+// cancelled, bounded by 5 seconds.
+//
+// A caller that crashes stops renewing, and the next Do takes the record
+// over once o.Lease passes: pick a lease of a few seconds, not the length of
+// fn. Under a full Redis (maxmemory, noeviction) the final write, which stores
+// the payload, is refused; Do returns that error and the next Do runs fn again
+// after the lease.
+//
+// A store made with NewMemoryRecords runs the same flow; its owner lives in
+// this process, so a running Do's lease never passes there (as if renewed
+// continuously; a fake clock moved past it cannot take the record over).
+func (s *Records) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	if s == nil {
+		return nil, false, nilStore("do", key, "Records")
+	}
+	err = s.observeDo(ctx, key, func() (out Outcome, err error) {
+		result, replayed, out, err = s.do(ctx, key, o, fn)
+		return out, err
+	})
+	return result, replayed, err
+}
+
+// do is Do, with its outcome.
+func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, out Outcome, err error) {
+	if err := s.check(ctx, "do", key); err != nil {
+		return nil, false, outcome(err, outError), err
 	}
 	if fn == nil {
-		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "nil fn")
+		return nil, false, outInvalid, errorf("do", key, ErrInvalidArgument, "nil fn")
 	}
 	if o.Lease <= 0 {
-		return nil, false, OutcomeInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
+		return nil, false, outInvalid, errorf("do", key, ErrInvalidArgument, "lease %v must be > 0", o.Lease)
 	}
 	var start time.Time
-	if ev.obs != nil {
+	if s.ev.obs != nil {
 		start = time.Now()
 	}
 	token := newToken()
 	renew := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
-		n, err := s.renew(ctx, key, token, o.Lease, sent)
+		n, err := s.b.renew(ctx, key, token, o.Lease, sent)
 		return n == 1, err
 	})
-	if ev.obs != nil {
-		renew = ev.observeExtend(key, renewScript, OutcomeStaleOwner, renew)
+	if s.ev.obs != nil {
+		renew = s.ev.observeExtend(key, "renew", outStaleOwner, renew)
 	}
-	// The heartbeat starts before the acquire is sent: the local lease
-	// deadline counts from the send time (see heartbeat).
 	var (
 		hb       *heartbeat
 		sent     time.Time
 		rec      Record
 		acquired bool
 	)
-	// try acquires the key, its heartbeat started before the acquire is
-	// sent: the local lease deadline counts from the send time (see
-	// heartbeat), and stopped again unless the key was acquired.
-	try := func() error {
-		hb = startHeartbeat(ctx, o.Lease, time.Now(), "do", ErrStaleOwner, renew)
-		var err error
-		rec, acquired, err = s.acquire(ctx, "do", key, o, token, &sent)
-		if err != nil || !acquired {
-			hb.stop()
-		}
+	// try acquires the key with a lease (takeLease: its heartbeat started
+	// before the acquire is sent, and stopped again unless it won).
+	try := func() (err error) {
+		hb, sent, err = takeLease(ctx, o.Lease, ErrStaleOwner, renew, func(sent *time.Time) (bool, error) {
+			var err error
+			rec, acquired, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			return acquired, err
+		})
 		return err
 	}
 	err = try()
@@ -321,7 +579,7 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		// (each look a fresh acquire, with a heartbeat of its own if it
 		// takes the key: the owner gave it back, or its lease ran out).
 		var aerr error
-		err = s.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
+		err = s.b.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
 			aerr = try()
 			return aerr != nil || acquired || rec.Status != StatusPending
 		})
@@ -333,53 +591,50 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		}
 	}
 	if err != nil {
-		return nil, false, outcome(err, OutcomeError), err
+		return nil, false, outcome(err, outError), err
 	}
-	if ev.obs != nil && acquired && rec.Fence > 1 {
+	if s.ev.obs != nil && acquired && rec.Fence > 1 {
 		// a takeover is worth an alert of its own: report it apart
-		ev.report(ctx, "acquire", acquireScript, key, 1, OutcomeTakenOver, start, nil)
+		s.ev.report(ctx, "acquire", "acquire", key, 1, outTakenOver, start, nil)
 	}
 	if !acquired {
 		switch rec.Status {
 		case StatusPending:
-			return nil, false, OutcomeInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.clock()))
+			return nil, false, outInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.b.clock()))
 		case StatusFailed:
-			return rec.Payload, true, OutcomeReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
+			return rec.Payload, true, outReplayed, errorf("do", key, ErrFailed, "%s", rec.Payload)
 		default:
-			return rec.Payload, true, OutcomeReplayed, nil
+			return rec.Payload, true, outReplayed, nil
 		}
 	}
-	del := func(ctx context.Context) error {
+	giveBack := func(ctx context.Context) error {
 		_, err := s.deleteFenced(ctx, "do", key, token)
 		return err
 	}
-	hb.confirm(Lease{ID: key, Token: token, Fence: rec.Fence}, sent)
-	finished := false
-	defer func() {
-		if finished {
-			return
-		}
-		// fn panicked: give the key back before the panic goes on.
-		hb.stop()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
-		defer cancel()
-		_ = retryLost(dctx, del)
-	}()
-	result, fnErr := fn(hb)
-	finished = true
-	hb.stop()
+	var ret []byte // what Do returns: nil unless the final write ran
+	out, err = runLease(ctx, hb, Lease{ID: key, Token: token, Fence: rec.Fence}, sent,
+		func(ctx context.Context) (err error) {
+			result, err = fn(ctx)
+			return err
+		}, giveBack, storeFailure,
+		func(ctx context.Context, fnErr error, _ time.Time, _ bool) (out Outcome, err error) {
+			ret, out, err = s.final(ctx, key, o, token, result, fnErr)
+			return out, err
+		})
+	return ret, false, out, err
+}
 
-	// The effect has happened: record it even if ctx was cancelled meanwhile,
-	// and again on a transport failure under the write (retryLost): the
-	// fenced write is idempotent. A retried update that succeeds is sound
-	// whatever the first attempt did: it applied because the record still
-	// holds this Do's token, and a takeover would have replaced the token.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
-	defer cancel()
-	// final stores status and payload, fenced by the token; a record found
-	// gone is created again (acquire), unless another caller got there first.
-	final := func(status Status, payload []byte) error {
-		err := retryLost(wctx, func(ctx context.Context) error {
+// final is Do's final write after fn returned (result, fnErr), fnErr nil or
+// one to store (storeFailure), under ctx (the final write's own budget); it
+// returns what Do returns. The write is retried on a transport failure
+// (retryLost): the fenced write is idempotent, and a retried update that
+// succeeds is sound whatever the first attempt did: it applied because the
+// record still holds this Do's token, and a takeover would have replaced
+// the token. A record found gone is created again (acquire), unless another
+// caller got there first.
+func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token string, result []byte, fnErr error) ([]byte, Outcome, error) {
+	write := func(status Status, payload []byte) error {
+		err := retryLost(ctx, func(ctx context.Context) error {
 			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
 		})
 		if !errors.Is(err, ErrNotFound) {
@@ -388,22 +643,16 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		// The record is gone (expired or deleted) and nobody holds the key:
 		// writing the outcome again records the only effect that completed
 		// (a caller that acquired the key meanwhile and failed deleted it).
-		again, ok, err := s.acquire(wctx, "do", key, o, newToken(), nil)
+		again, ok, err := s.acquire(ctx, "do", key, o, newToken(), false, nil)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
 		}
-		return retryLost(wctx, func(ctx context.Context) error {
+		return retryLost(ctx, func(ctx context.Context) error {
 			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: again.Token})
 		})
-	}
-	if fnErr != nil && !storeFailure(fnErr) {
-		if err := retryLost(wctx, del); err != nil {
-			return nil, false, outcome(err, OutcomeError), errors.Join(fnErr, err)
-		}
-		return nil, false, OutcomeReleased, fnErr
 	}
 	// What to store, and what to return once it is stored: fn's result; or a
 	// Permanent error's text (cut to the limit); or, for a result too long to
@@ -420,17 +669,17 @@ func doRecord(ctx context.Context, s recordOps, ev *events, acquireScript, renew
 		tooLong := errorf("do", key, ErrInvalidArgument, "fn's result is %d bytes, the limit is %d", len(result), MaxRecordPayloadLen)
 		status, payload, retErr = StatusFailed, []byte(tooLong.Error()), tooLong
 	}
-	if err := final(status, payload); err != nil {
-		out := outcome(err, OutcomeError)
+	if err := write(status, payload); err != nil {
+		out := outcome(err, outError)
 		if retErr != nil {
 			err = errors.Join(retErr, err)
 		}
-		return ret, false, out, err
+		return ret, out, err
 	}
 	if status == StatusFailed {
-		return ret, false, OutcomeFailed, retErr
+		return ret, outFailed, retErr
 	}
-	return ret, false, OutcomeCompleted, retErr
+	return ret, outCompleted, retErr
 }
 
 // check validates acquire options before anything is sent.

@@ -6,19 +6,14 @@ import (
 	"time"
 )
 
-// MemoryRecords is the in-memory reference implementation of RecordStore, with
-// the same behaviour as Records (the storetest suite checks both): it restates
-// acquire.lua, get.lua, update.lua and delete.lua in Go, with WithClock's clock
-// in place of the server's TIME. It is for tests and single-process programs;
-// it is safe for concurrent use. Expired records are dropped when they are next
+// memRecords is Records' memory backend: acquire.lua, get.lua, update.lua,
+// renew.lua and delete.lua restated in Go on a map, with WithClock's clock in
+// place of the server's TIME. Expired records are dropped when they are next
 // touched.
-type MemoryRecords struct {
+type memRecords struct {
 	mu  sync.Mutex
 	m   map[string]*memRecord
-	ttl time.Duration
 	now func() time.Time
-	err error
-	ev  events
 	// waits are the channels waiters (AcquireOptions.Wait) block on, by key:
 	// closed by the write that ends the pending record.
 	waits map[string]chan struct{}
@@ -36,24 +31,11 @@ type memRecord struct {
 	running string
 }
 
-var (
-	_ RecordStore = (*MemoryRecords)(nil)
-	_ recordOps   = (*MemoryRecords)(nil)
-)
-
-// NewMemoryRecords returns an empty in-memory records store. Options: WithTTL
-// (default DefaultRecordsTTL, 24 hours; 0: never expire), WithClock (default
-// time.Now).
-func NewMemoryRecords(opts ...Option) *MemoryRecords {
-	cfg := newConfig(DefaultRecordsPrefix, opts)
-	return &MemoryRecords{m: map[string]*memRecord{}, ttl: cfg.recordsTTL(), now: cfg.now, err: cfg.err, ev: newEvents("records", cfg)}
-}
-
 // nowMS is the clock in ms, as TIME gives it to the scripts.
-func (s *MemoryRecords) nowMS() int64 { return s.now().UnixMilli() }
+func (s *memRecords) nowMS() int64 { return s.now().UnixMilli() }
 
 // live returns key's record, dropping an expired one. Callers hold mu.
-func (s *MemoryRecords) live(key string, now int64) (*memRecord, bool) {
+func (s *memRecords) live(key string, now int64) (*memRecord, bool) {
 	r, ok := s.m[key]
 	if ok && !r.held() && r.expires != 0 && now >= max(r.expires, r.pendingLease()) {
 		delete(s.m, key)
@@ -109,39 +91,8 @@ func (r *memRecord) record(key string, withToken bool) Record {
 	return rec
 }
 
-// Acquire is Records.Acquire.
-func (s *MemoryRecords) Acquire(ctx context.Context, key string, ttl time.Duration) (Record, bool, error) {
-	if s == nil {
-		return Record{}, false, nilStore("acquire", key, "MemoryRecords")
-	}
-	return s.AcquireWith(ctx, key, AcquireOptions{TTL: ttl})
-}
-
-// AcquireWith is Records.AcquireWith.
-func (s *MemoryRecords) AcquireWith(ctx context.Context, key string, o AcquireOptions) (Record, bool, error) {
-	if s == nil {
-		return Record{}, false, nilStore("acquire", key, "MemoryRecords")
-	}
-	if s.ev.obs == nil {
-		return s.acquire(ctx, "acquire", key, o, newToken(), nil)
-	}
-	start := time.Now()
-	rec, ok, err := s.acquire(ctx, "acquire", key, o, newToken(), nil)
-	s.ev.report(ctx, "acquire", "", key, 1, outcome(err, acquireOutcome(ok, rec.Fence)), start, err)
-	return rec, ok, err
-}
-
 // acquire is acquire.lua, with token the new owner token.
-func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOptions, token string, sent *time.Time) (Record, bool, error) {
-	if err := s.check(ctx, op, key); err != nil {
-		return Record{}, false, err
-	}
-	if err := o.check(op, key); err != nil {
-		return Record{}, false, err
-	}
-	if o.TTL == 0 {
-		o.TTL = s.ttl
-	}
+func (s *memRecords) acquire(_ context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, bool, error) {
 	stamp(sent)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,7 +110,7 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 			return r.record(key, false), false, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now
-		if op == "do" {
+		if held {
 			r.running = token
 		}
 		r.fence++
@@ -173,7 +124,7 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 		created: now, updated: now, lease: leaseUntil,
 		fence: 1, fp: o.Fingerprint, token: token,
 	}
-	if op == "do" {
+	if held {
 		r.running = token
 	}
 	if o.TTL > 0 {
@@ -183,24 +134,7 @@ func (s *MemoryRecords) acquire(ctx context.Context, op, key string, o AcquireOp
 	return r.record(key, true), true, nil
 }
 
-// Get is Records.Get.
-func (s *MemoryRecords) Get(ctx context.Context, key string) (Record, bool, error) {
-	if s == nil {
-		return Record{}, false, nilStore("get", key, "MemoryRecords")
-	}
-	if s.ev.obs == nil {
-		return s.get(ctx, key)
-	}
-	start := time.Now()
-	rec, ok, err := s.get(ctx, key)
-	s.ev.report(ctx, "get", "", key, 1, outcome(err, found(ok, OutcomeRead)), start, err)
-	return rec, ok, err
-}
-
-func (s *MemoryRecords) get(ctx context.Context, key string) (Record, bool, error) {
-	if err := s.check(ctx, "get", key); err != nil {
-		return Record{}, false, err
-	}
+func (s *memRecords) get(_ context.Context, key string) (Record, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.live(key, s.nowMS())
@@ -210,29 +144,8 @@ func (s *MemoryRecords) get(ctx context.Context, key string) (Record, bool, erro
 	return r.record(key, false), true, nil
 }
 
-// Update is Records.Update.
-func (s *MemoryRecords) Update(ctx context.Context, key string, u Update) error {
-	if s == nil {
-		return nilStore("update", key, "MemoryRecords")
-	}
-	if s.ev.obs == nil {
-		return s.update(ctx, "update", key, u)
-	}
-	start := time.Now()
-	err := s.update(ctx, "update", key, u)
-	s.ev.report(ctx, "update", "", key, 1, outcome(err, OutcomeUpdated), start, err)
-	return err
-}
-
 // update is update.lua.
-func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) error {
-	if err := s.check(ctx, op, key); err != nil {
-		return err
-	}
-	f, err := u.fields(op, key)
-	if err != nil {
-		return err
-	}
+func (s *memRecords) update(_ context.Context, op, key string, _ Update, f updateFields) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMS()
@@ -269,59 +182,15 @@ func (s *MemoryRecords) update(ctx context.Context, op, key string, u Update) er
 	return nil
 }
 
-// Delete is Records.Delete.
-func (s *MemoryRecords) Delete(ctx context.Context, key string) error {
-	if s == nil {
-		return nilStore("delete", key, "MemoryRecords")
-	}
-	var start time.Time
-	if s.ev.obs != nil {
-		start = time.Now()
-	}
-	ok, err := false, s.check(ctx, "delete", key)
-	if err == nil {
-		s.mu.Lock()
-		_, ok = s.live(key, s.nowMS())
-		delete(s.m, key)
-		s.notify(key)
-		s.mu.Unlock()
-	}
-	if s.ev.obs != nil {
-		s.ev.report(ctx, "delete", "", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
-	}
-	return err
-}
-
-// DeleteFenced is Records.DeleteFenced.
-func (s *MemoryRecords) DeleteFenced(ctx context.Context, key, token string) error {
-	if s == nil {
-		return nilStore("delete_fenced", key, "MemoryRecords")
-	}
-	if s.ev.obs == nil {
-		_, err := s.deleteFenced(ctx, "delete", key, token)
-		return err
-	}
-	start := time.Now()
-	ok, err := s.deleteFenced(ctx, "delete", key, token)
-	s.ev.report(ctx, "delete", "", key, 1, outcome(err, found(ok, OutcomeDeleted)), start, err)
-	return err
-}
-
-// deleteFenced is delete.lua with a token.
-func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string) (bool, error) {
-	if err := s.check(ctx, op, key); err != nil {
-		return false, err
-	}
-	if err := checkToken(op, key, token); err != nil {
-		return false, err
-	}
+// del is delete.lua: fenced by token, or unconditional with "".
+func (s *memRecords) del(_ context.Context, op, key, token string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.live(key, s.nowMS())
 	if !ok {
 		return false, nil
 	}
-	if r.token != token {
+	if token != "" && r.token != token {
 		return false, errorf(op, key, ErrStaleOwner, "the record has another owner")
 	}
 	delete(s.m, key)
@@ -329,11 +198,11 @@ func (s *MemoryRecords) deleteFenced(ctx context.Context, op, key, token string)
 	return true, nil
 }
 
-// renew is renew.lua.
-// clock is recordOps.clock: the store's clock (WithClock).
-func (s *MemoryRecords) clock() time.Time { return s.now() }
+// clock is the store's clock (WithClock).
+func (s *memRecords) clock() time.Time { return s.now() }
 
-func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.Duration, _ *time.Time) (int64, error) {
+// renew is renew.lua.
+func (s *memRecords) renew(_ context.Context, key, token string, lease time.Duration, _ *time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMS()
@@ -348,38 +217,4 @@ func (s *MemoryRecords) renew(_ context.Context, key, token string, lease time.D
 	return 1, nil
 }
 
-// Do is Records.Do. Its owner lives in this process, so a running Do's lease
-// never passes here (as if renewed continuously; a fake clock moved past it
-// cannot take the record over); the heartbeat still runs every o.Lease/4,
-// moves LeaseUntil and cancels fn's context when the record is lost (a Delete).
-func (s *MemoryRecords) Do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	if s == nil {
-		return nil, false, nilStore("do", key, "MemoryRecords")
-	}
-	if s.ev.obs == nil {
-		result, replayed, _, err = s.do(ctx, key, o, fn)
-		return result, replayed, err
-	}
-	start, out := time.Now(), OutcomeReleased // a panic in fn deletes the record
-	defer func() { s.ev.report(ctx, "do", "", key, 1, out, start, err) }()
-	result, replayed, out, err = s.do(ctx, key, o, fn)
-	return result, replayed, err
-}
-
-// do is Do, with its outcome.
-func (s *MemoryRecords) do(ctx context.Context, key string, o AcquireOptions, fn func(context.Context) ([]byte, error)) ([]byte, bool, Outcome, error) {
-	if err := s.check(ctx, "do", key); err != nil {
-		return nil, false, outcome(err, OutcomeError), err
-	}
-	return doRecord(ctx, s, &s.ev, "", "", key, o, fn)
-}
-
-// Close does nothing; it is there to satisfy RecordStore.
-func (s *MemoryRecords) Close() error { return nil }
-
-func (s *MemoryRecords) check(ctx context.Context, op, key string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkID(ctx, op, key)
-}
+func (s *memRecords) close() error { return nil }

@@ -120,7 +120,7 @@ var errRejoin = errors.New("rejoin")
 // every waitRecheck, until again says the wait is over or until passes. It
 // returns ctx's error when ctx ends, or the subscription's or the script's
 // error.
-func (s *Records) waitDone(ctx context.Context, key string, until time.Time, again func() bool) error {
+func (s *redisRecords) waitDone(ctx context.Context, key string, until time.Time, again func() bool) error {
 	k := s.key(key)
 	for {
 		w := s.waits.join(s.c.Client, k)
@@ -133,7 +133,7 @@ func (s *Records) waitDone(ctx context.Context, key string, until time.Time, aga
 }
 
 // waitOn is waitDone on one subscription, w.
-func (s *Records) waitOn(ctx context.Context, w *channelWait, key, k string, until time.Time, again func() bool) error {
+func (s *redisRecords) waitOn(ctx context.Context, w *channelWait, key, k string, until time.Time, again func() bool) error {
 	subscribed := false
 	for {
 		left := time.Until(until)
@@ -201,9 +201,9 @@ func (s *Records) waitOn(ctx context.Context, w *channelWait, key, k string, unt
 	}
 }
 
-// waitDone is Records.waitDone in memory: the final writes (an update to
-// another status, a delete) close the key's channel.
-func (s *MemoryRecords) waitDone(ctx context.Context, key string, until time.Time, again func() bool) error {
+// waitDone is redisRecords.waitDone in memory: the final writes (an update
+// to another status, a delete) close the key's channel.
+func (s *memRecords) waitDone(ctx context.Context, key string, until time.Time, again func() bool) error {
 	for {
 		left := time.Until(until)
 		if left <= 0 {
@@ -243,7 +243,7 @@ func (s *MemoryRecords) waitDone(ctx context.Context, key string, until time.Tim
 }
 
 // notify wakes key's waiters. Callers hold mu.
-func (s *MemoryRecords) notify(key string) {
+func (s *memRecords) notify(key string) {
 	if ch := s.waits[key]; ch != nil {
 		close(ch)
 		delete(s.waits, key)

@@ -9,39 +9,45 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// redisStore is what every Redis store is built on: its client, whether it
-// owns it, its key prefix and the first invalid option. Claims, Outbox and
-// Records embed it; it holds no store's logic.
+// redisStore is what every Redis backend is built on: its client, whether it
+// owns it, and its key prefix. It holds no store's logic.
 type redisStore struct {
 	c      redisClient // with the store's WithWaitReplicas
 	owned  bool
 	prefix string
-	err    error // the first invalid option, returned by every call
 }
 
-// errNilClient is every call's error on a store that New* made on a nil
-// client (Open* makes one too, then connects it).
+// errNilClient is the error of a Redis store's constructor given a nil
+// client.
 var errNilClient = fmt.Errorf("redisonce: %w: a nil rueidis.Client", ErrInvalidArgument)
 
-func newRedisStore(c rueidis.Client, cfg config) redisStore {
-	if c == nil && cfg.err == nil {
-		cfg.err = errNilClient
+// redisConfig is the config of a Redis store named store on client c, its
+// options checked.
+func redisConfig(store, prefix string, c rueidis.Client, opts []Option) (config, error) {
+	cfg := newConfig(prefix, opts)
+	if err := cfg.validFor(store, "redis"); err != nil {
+		return cfg, err
 	}
-	return redisStore{c: newRedisClient(c, cfg), prefix: cfg.prefix, err: cfg.err}
+	if c == nil {
+		return cfg, errNilClient
+	}
+	return cfg, nil
 }
 
-// open connects to url with ClientOptions and takes ownership of the client
-// (Close closes it). An invalid option fails here, before connecting.
-func (s *redisStore) open(url string) error {
-	if s.err != nil && s.err != errNilClient {
-		return s.err
+// openRedis is redisConfig for a store that connects to url itself: an
+// invalid option fails before connecting.
+func openRedis(store, prefix, url string, opts []Option) (config, rueidis.Client, error) {
+	cfg := newConfig(prefix, opts)
+	if err := cfg.validFor(store, "redis"); err != nil {
+		return cfg, nil, err
 	}
 	c, err := openClient(url)
-	if err != nil {
-		return err
-	}
-	s.c.Client, s.owned, s.err = c, true, nil
-	return nil
+	return cfg, c, err
+}
+
+// newRedisStore makes the backend's client part; owned: close closes c.
+func newRedisStore(c rueidis.Client, cfg config, owned bool) redisStore {
+	return redisStore{c: newRedisClient(c, cfg), prefix: cfg.prefix, owned: owned}
 }
 
 // openClient connects to url with ClientOptions, the one place where the
@@ -64,52 +70,6 @@ func (s *redisStore) close() error {
 		s.c.Close()
 	}
 	return nil
-}
-
-// Close closes the client if the store opened it (OpenClaims); for a store
-// made with NewClaims it does nothing. On a nil *Claims it returns nil: there
-// is nothing to close.
-func (s *Claims) Close() error {
-	if s == nil {
-		return nil
-	}
-	return s.close()
-}
-
-// Close closes the client if the store opened it (OpenOutbox); for a store
-// made with NewOutbox it does nothing. On a nil *Outbox it returns nil.
-func (s *Outbox) Close() error {
-	if s == nil {
-		return nil
-	}
-	return s.close()
-}
-
-// Close closes the client if the store opened it (OpenRecords); for a store
-// made with NewRecords it does nothing. On a nil *Records it returns nil.
-func (s *Records) Close() error {
-	if s == nil {
-		return nil
-	}
-	return s.close()
-}
-
-// check validates the store's options, the context and the id before anything
-// is sent.
-func (s *redisStore) check(ctx context.Context, op, id string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkID(ctx, op, id)
-}
-
-// checkBatch validates the store's options and the context of a batch with
-// no ids, which sends nothing.
-func (s *redisStore) checkBatch(ctx context.Context, op string) error {
-	if s.err != nil {
-		return s.err
-	}
-	return checkCtx(ctx, op, "")
 }
 
 // key is the Redis key of id.

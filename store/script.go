@@ -18,16 +18,17 @@ type script struct {
 	src  string
 	sha  string
 	ro   bool
-	// noWait: a write that never waits for replicas (WithWaitReplicas). Only
-	// the Do flows' lease heartbeats, extend.lua and renew.lua: their replies
+	// noWait: a write that never waits for replicas (WithWaitReplicas): the
+	// script header's Caller flags=no-wait. The Do flows' lease heartbeats,
+	// extend.lua and renew.lua: their replies
 	// are not results a caller acts on, an extension lost in a failover only
 	// shortens a lease (as if it ran out: the final write is fenced, and it
 	// waits), and a heartbeat held up by WAIT would cancel fn when replicas
 	// are slow even though the lease is held. And watch.lua: a waiter's
 	// flag, useless on a replica.
 	noWait bool
-	// alwaysEval: sent as EVAL with its source, never EVALSHA. Only the
-	// heartbeats again: an EVALSHA that meets NOSCRIPT (a new server, a
+	// alwaysEval: sent as EVAL with its source, never EVALSHA: the script
+	// header's Caller flags=eval. The heartbeats again: an EVALSHA that meets NOSCRIPT (a new server, a
 	// restart, a failover) costs a second round trip, and on a slow link
 	// an extension that takes two round trips can miss the lease it
 	// extends. A beat goes out every lease/4, so the extra bytes (the
@@ -39,8 +40,7 @@ var scriptsByName = sync.OnceValue(func() map[string]*script {
 	m := make(map[string]*script)
 	for _, s := range redisonce.All() {
 		m[s.Name] = &script{name: s.Name, src: s.Source, sha: s.SHA1, ro: s.ReadOnly,
-			noWait:     s.Name == "extend" || s.Name == "renew" || s.Name == "watch" || s.Name == "coalesce_extend",
-			alwaysEval: s.Name == "extend" || s.Name == "renew" || s.Name == "coalesce_extend"}
+			noWait: s.NoWait, alwaysEval: s.Eval}
 	}
 	return m
 })

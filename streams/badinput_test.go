@@ -14,11 +14,11 @@ import (
 	"github.com/redisonce/redisonce/streams"
 )
 
-// Issue 21 point 4 for the streams runner: a nil option, a nil context, a
+// Bad input in the streams runner: a nil option, a nil context, a
 // nil Consumer give ErrInvalidArgument, never a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	c, err := streams.New(rc, claims, "bad", "g", "c1", h)
 	if err != nil {
@@ -74,14 +74,14 @@ func (r *recorder) all() []store.Event {
 	return append([]store.Event(nil), r.ev...)
 }
 
-// Issue 21 point 2 for the streams runner: its events follow the one key
+// The streams runner's events follow the one key
 // rule. The runner's own error texts (a handler's panic, an entry without
 // its id field) name the entry; without the key option no observer shows it,
 // neither the claim id nor the entry id it is made of. With the option the
 // claim id is there (so the check can fail).
 func TestObserverKeyRule(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("keyrule:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("keyrule:")))
 	var rec recorder
 	var logs, keyed bytes.Buffer
 	var logMu sync.Mutex
@@ -109,8 +109,8 @@ func TestObserverKeyRule(t *testing.T) {
 	waitFor(t, 10*time.Second, "both entries reported", func() bool {
 		var failed, invalid bool
 		for _, e := range rec.all() {
-			failed = failed || (e.Op == "handle" && e.Outcome == store.OutcomeFailed)
-			invalid = invalid || (e.Op == "handle" && e.Outcome == store.OutcomeInvalid)
+			failed = failed || (e.Op == "handle" && e.Outcome == store.Outcome("failed"))
+			invalid = invalid || (e.Op == "handle" && e.Outcome == store.Outcome("invalid"))
 		}
 		return failed && invalid
 	})

@@ -65,11 +65,11 @@ type coalescedEntry struct {
 
 // newCoalescer makes the Consumer's Coalescer: its fn decodes the entry and
 // runs the handler (a panic is its error).
-func (c *Consumer) newCoalescer() {
+func (c *Consumer) newCoalescer() (err error) {
 	if c.cfg.coalesceKey == nil {
-		return
+		return nil
 	}
-	c.co = store.NewCoalescer(c.client, func(ctx context.Context, key string, payload []byte) (err error) {
+	c.co, err = store.NewCoalescer(c.client, func(ctx context.Context, key string, payload []byte) (err error) {
 		var e coalescedEntry
 		if err := json.Unmarshal(payload, &e); err != nil {
 			return store.Permanent(fmt.Errorf("redisonce: streams %q: %w: a coalesced payload that is not an entry: %v", key, store.ErrUnexpectedReply, err))
@@ -81,6 +81,7 @@ func (c *Consumer) newCoalescer() {
 		}()
 		return c.handle(ctx, Message{Stream: e.Stream, ID: e.ID, Values: e.Values, ClaimID: key, Deliveries: e.Deliveries})
 	}, c.cfg.coalesceOpts, c.cfg.coalesceStoreOpts...)
+	return err
 }
 
 // coalesce triggers m's key and acks or leaves m; m.ClaimID is the key.
@@ -92,28 +93,28 @@ func (r *run) coalesce(m *Message) (store.Outcome, error) {
 		if c.cfg.deadLetter != "" {
 			return r.deadLetter(m, "no coalescing key")
 		}
-		return store.OutcomeInvalid, fmt.Errorf("redisonce: streams %q: %w: no coalescing key", m.ClaimID, store.ErrInvalidArgument)
+		return store.Outcome("invalid"), fmt.Errorf("redisonce: streams %q: %w: no coalescing key", m.ClaimID, store.ErrInvalidArgument)
 	}
 	payload, err := json.Marshal(coalescedEntry{Stream: m.Stream, ID: m.ID, Values: m.Values, Deliveries: m.Deliveries})
 	if err != nil {
-		return store.OutcomeError, err
+		return store.Outcome("error"), err
 	}
-	tr, err := c.co.Trigger(r.hctx, m.ClaimID, payload)
+	ran, err := c.co.Trigger(r.hctx, m.ClaimID, payload)
 	switch {
-	case err == nil && tr.Ran:
+	case err == nil && ran:
 		r.acks <- m.ID
-		return store.OutcomeAcked, nil
+		return store.Outcome("acked"), nil
 	case err == nil:
 		r.acks <- m.ID
 		return OutcomeCoalesced, nil
-	case tr.Ran:
+	case ran:
 		// The handler failed: the Coalescer keeps the entry as the key's
 		// next and retries it; or the run's lease was lost (ErrLeaseLost),
 		// and the run that took the key over covers the entry.
 		r.acks <- m.ID
-		return store.OutcomeFailed, err
+		return store.Outcome("failed"), err
 	default:
-		return store.OutcomeError, err
+		return store.Outcome("error"), err
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // whose trigger reached Redis last, not necessarily the newest id.)
 func TestConsumerCoalesce(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("co-claims:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("co-claims:")))
 	var ev events
 	var mu sync.Mutex
 	runs := map[string][]string{} // sku -> entry ids rebuilt with
@@ -63,7 +63,7 @@ func TestConsumerCoalesce(t *testing.T) {
 			return false
 		}
 		n, _ := res[0].AsInt64()
-		return n == 0 && ev.get(streams.OutcomeCoalesced)+ev.get(store.OutcomeAcked) == 33
+		return n == 0 && ev.get(streams.OutcomeCoalesced)+ev.get(store.Outcome("acked")) == 33
 	})
 	waitFor(t, 10*time.Second, "the last rebuilds", func() bool {
 		mu.Lock()
@@ -87,7 +87,7 @@ func TestConsumerCoalesce(t *testing.T) {
 	if overlap != 0 {
 		t.Errorf("%d rebuilds of one product overlapped", overlap)
 	}
-	if got := ev.get(streams.OutcomeCoalesced) + ev.get(store.OutcomeAcked); got != 33 {
+	if got := ev.get(streams.OutcomeCoalesced) + ev.get(store.Outcome("acked")); got != 33 {
 		t.Errorf("%d entries acked or coalesced, want 33 (coalesced %d)", got, ev.get(streams.OutcomeCoalesced))
 	}
 }
@@ -95,7 +95,7 @@ func TestConsumerCoalesce(t *testing.T) {
 // TestConsumerCoalesceBadOption: a nil key func is refused by New.
 func TestConsumerCoalesceBadOption(t *testing.T) {
 	_, rc := newServer(t)
-	_, err := streams.New(rc, store.NewClaims(rc), "s", "g", "c", func(context.Context, streams.Message) error { return nil },
+	_, err := streams.New(rc, mustStore(store.NewClaims(rc)), "s", "g", "c", func(context.Context, streams.Message) error { return nil },
 		streams.WithCoalesce(nil, store.CoalesceOptions{}))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("New with a nil coalescing key = %v, want ErrInvalidArgument", err)

@@ -17,8 +17,14 @@
 //	  or failed with store.Permanent(err)
 //	cancelled by a shutdown              left pending, reclaimable      released
 //	                                       at once by another consumer
-//	a store or Redis error               left pending (reclaimed after  error
-//	                                       the min idle time)
+//	a store or Redis error before the    left pending (reclaimed after  error
+//	  handler ran                          the min idle time)
+//
+// A panic in the handler is recovered: it is the handler's error (the
+// panic's value in its text), the claim is released, and the consumer goes
+// on. A handler that returned nil whose commit failed (the lease lost, the
+// store unreachable) is acked and reported acked with the commit's error:
+// its effect happened, and a redelivery would run it again.
 //
 // Streams has no negative acknowledgement: an entry that is not acked stays
 // in the group's pending list, and a Consumer reclaims pending entries with
@@ -71,6 +77,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -98,13 +105,13 @@ type Message struct {
 type Handler func(ctx context.Context, m Message) error
 
 // Outcomes a Consumer reports (store.Event.Outcome, with Store "streams" and
-// Op "handle"), besides store.OutcomeAcked, store.OutcomeDuplicate,
-// store.OutcomeInFlight, store.OutcomeFailed, store.OutcomeReleased,
-// store.OutcomeInvalid and store.OutcomeError.
+// Op "handle"), besides store.Outcome("acked"), store.Outcome("duplicate"),
+// store.Outcome("in_flight"), store.Outcome("failed"), store.Outcome("released"),
+// store.Outcome("invalid") and store.Outcome("error").
 const (
 	// OutcomeDeadLettered: the entry was added to the dead-letter stream
 	// and acked.
-	OutcomeDeadLettered store.Outcome = "dead_lettered"
+	OutcomeDeadLettered store.Outcome = delivery.NameDeadLettered
 )
 
 // Option configures a Consumer.
@@ -264,7 +271,7 @@ func WithObserver(o store.Observer) Option {
 // group the process serves) with New, and call Run.
 type Consumer struct {
 	client              rueidis.Client
-	claims              store.ClaimStore
+	claims              *store.Claims
 	stream, group, name string
 	handle              Handler
 	cfg                 config
@@ -279,7 +286,7 @@ type Consumer struct {
 // WithDeadLetter, WithRetryDelay, WithBlock, WithReclaimInterval,
 // WithStartID, WithShutdownGrace, WithObserver, WithCoalesce. Consumer names must be unique
 // within the group (a process's hostname and pid, say).
-func New(client rueidis.Client, claims store.ClaimStore, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
+func New(client rueidis.Client, claims *store.Claims, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
 	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1}
 	for _, o := range opts {
 		if o == nil {
@@ -310,7 +317,9 @@ func New(client rueidis.Client, claims store.ClaimStore, stream, group, consumer
 	// lease, an entry is worth reclaiming.
 	c.minIdle = cfg.lease
 	c.minIdleMS = strconv.FormatInt(c.minIdle.Milliseconds(), 10)
-	c.newCoalescer()
+	if err := c.newCoalescer(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

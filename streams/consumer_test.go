@@ -129,7 +129,7 @@ func runConsumer(t *testing.T, c *streams.Consumer) (stop func()) {
 // created on a stream that did not exist.
 func TestConsumerOncePerEntry(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("once:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("once:")))
 	var ev events
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -151,7 +151,7 @@ func TestConsumerOncePerEntry(t *testing.T) {
 	for i := range n {
 		xadd(t, rc, "s", "n", strconv.Itoa(i))
 	}
-	waitFor(t, 10*time.Second, "every entry acked", func() bool { return ev.get(store.OutcomeAcked) == n })
+	waitFor(t, 10*time.Second, "every entry acked", func() bool { return ev.get(store.Outcome("acked")) == n })
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -169,7 +169,7 @@ func TestConsumerOncePerEntry(t *testing.T) {
 // id in a field) gets one effect; both entries are acked.
 func TestConsumerDuplicateXADD(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("dup:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dup:")))
 	var ev events
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
@@ -185,14 +185,14 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 		xadd(t, rc, "s", "msg_id", "pay-1", "amount", "5")
 	}
 	waitFor(t, 10*time.Second, "3 entries settled", func() bool {
-		return ev.get(store.OutcomeAcked)+ev.get(store.OutcomeDuplicate) == 3
+		return ev.get(store.Outcome("acked"))+ev.get(store.Outcome("duplicate")) == 3
 	})
 	xadd(t, rc, "s", "msg_id", "pay-1", "amount", "5") // a later retry: a duplicate at once
 	waitFor(t, 10*time.Second, "4 entries settled", func() bool {
-		return ev.get(store.OutcomeAcked)+ev.get(store.OutcomeDuplicate) == 4
+		return ev.get(store.Outcome("acked"))+ev.get(store.Outcome("duplicate")) == 4
 	})
-	if got := runs.Load(); got != 1 || ev.get(store.OutcomeAcked) != 1 || ev.get(store.OutcomeDuplicate) != 3 {
-		t.Errorf("runs %d, acked %d, duplicate %d; want 1, 1, 3", got, ev.get(store.OutcomeAcked), ev.get(store.OutcomeDuplicate))
+	if got := runs.Load(); got != 1 || ev.get(store.Outcome("acked")) != 1 || ev.get(store.Outcome("duplicate")) != 3 {
+		t.Errorf("runs %d, acked %d, duplicate %d; want 1, 1, 3", got, ev.get(store.Outcome("acked")), ev.get(store.Outcome("duplicate")))
 	}
 	waitFor(t, 5*time.Second, "nothing pending", func() bool { return pending(t, rc, "s", "g") == 0 })
 }
@@ -205,7 +205,7 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 // lease (RetryAfter), not by the reclaim interval.
 func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("slow:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("slow:")))
 	const lease = time.Second
 	const handler = 3 * lease
 	type span struct{ start, end time.Time }
@@ -242,12 +242,12 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	runConsumer(t, c1)
 	runConsumer(t, c2)
 	xadd(t, rc, "s", "n", "1")
-	waitFor(t, 10*handler, "the entry acked", func() bool { return ev1.get(store.OutcomeAcked)+ev2.get(store.OutcomeAcked) == 1 })
+	waitFor(t, 10*handler, "the entry acked", func() bool { return ev1.get(store.Outcome("acked"))+ev2.get(store.Outcome("acked")) == 1 })
 	elapsed := time.Since(start)
-	inFlight := ev1.get(store.OutcomeInFlight) + ev2.get(store.OutcomeInFlight)
-	// Each in-flight redelivery parks the entry for the lease time left (2/3
-	// of the lease or more: the holder extends every lease/3; lease/2 leaves
-	// lease/6 for an extension delayed by a loaded machine), and the first
+	inFlight := ev1.get(store.Outcome("in_flight")) + ev2.get(store.Outcome("in_flight"))
+	// Each in-flight redelivery parks the entry for the lease time left (3/4
+	// of the lease or more: the holder extends every lease/4; lease/2 leaves
+	// lease/4 for an extension delayed by a loaded machine), and the first
 	// one comes a lease after the delivery: at most elapsed/(lease/2) of
 	// them. A reclaim every 20 ms without the pacing would make ~elapsed/20ms.
 	bound := int(elapsed/(lease/2)) + 1
@@ -280,7 +280,7 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 // (XADD to the named stream, then XACK) and never retried again.
 func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("dl:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dl:")))
 	var ev events
 	var mu sync.Mutex
 	tries := map[string][]time.Time{}
@@ -311,7 +311,7 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 	xadd(t, rc, "s", "n", "flaky")
 	xadd(t, rc, "s", "n", "declined")
 	waitFor(t, 15*time.Second, "flaky acked, poison and declined dead-lettered", func() bool {
-		return ev.get(store.OutcomeAcked) == 1 && ev.get(streams.OutcomeDeadLettered) == 2
+		return ev.get(store.Outcome("acked")) == 1 && ev.get(streams.OutcomeDeadLettered) == 2
 	})
 	mu.Lock()
 	flaky, poisonTries, declinedTries := tries["flaky"], len(tries["poison"]), len(tries["declined"])
@@ -355,7 +355,7 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 // runs it (the released claim lets it).
 func TestConsumerShutdown(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("shut:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("shut:")))
 	var ev1, ev2 events
 	started := make(chan string, 2)
 	var runs2 atomic.Int64
@@ -381,8 +381,8 @@ func TestConsumerShutdown(t *testing.T) {
 	t0 := time.Now()
 	stop1()
 	took := time.Since(t0)
-	if ev1.get(store.OutcomeAcked) != 1 || ev1.get(store.OutcomeReleased) != 1 {
-		t.Errorf("at shutdown: acked %d, released %d; want 1, 1", ev1.get(store.OutcomeAcked), ev1.get(store.OutcomeReleased))
+	if ev1.get(store.Outcome("acked")) != 1 || ev1.get(store.Outcome("released")) != 1 {
+		t.Errorf("at shutdown: acked %d, released %d; want 1, 1", ev1.get(store.Outcome("acked")), ev1.get(store.Outcome("released")))
 	}
 	if took > lease {
 		t.Errorf("shutdown took %v, more than the lease %v (grace 300ms)", took, lease)
@@ -395,7 +395,7 @@ func TestConsumerShutdown(t *testing.T) {
 	}
 	t1 := time.Now()
 	runConsumer(t, c2)
-	waitFor(t, 5*time.Second, "c2 acked the released and the new entry", func() bool { return ev2.get(store.OutcomeAcked) == 2 })
+	waitFor(t, 5*time.Second, "c2 acked the released and the new entry", func() bool { return ev2.get(store.Outcome("acked")) == 2 })
 	// The released entry was parked idle for the whole min idle time: c2
 	// reclaims it on its first ticks, well before a lease has passed.
 	if d := time.Since(t1); d >= lease {
@@ -408,7 +408,7 @@ func TestConsumerShutdown(t *testing.T) {
 
 // TestNewInvalid: bad arguments are refused before anything is sent.
 func TestNewInvalid(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	var rc rueidis.Client // nil: New must refuse before using it
 	for name, err := range map[string]error{
@@ -454,7 +454,7 @@ func TestConsumerCluster(t *testing.T) {
 	if slot("pay") == slot("pay:dead") || slot("pay") == slot("c:pay/1-0") {
 		t.Fatalf("the keys share a slot: %d %d %d", slot("pay"), slot("pay:dead"), slot("c:pay/1-0"))
 	}
-	claims := store.NewClaims(rc, store.WithPrefix("c:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
 	var ev events
 	var runs sync.Map
 	h := func(_ context.Context, m streams.Message) error {
@@ -480,7 +480,7 @@ func TestConsumerCluster(t *testing.T) {
 		xadd(t, rc, "pay", "n", strconv.Itoa(i))
 	}
 	waitFor(t, 20*time.Second, "every entry acked and the poison dead-lettered", func() bool {
-		return ev.get(store.OutcomeAcked) == n && ev.get(streams.OutcomeDeadLettered) == 1
+		return ev.get(store.Outcome("acked")) == n && ev.get(streams.OutcomeDeadLettered) == 1
 	})
 	if l, err := rc.Do(ctx, rc.B().Xlen().Key("pay:dead").Build()).AsInt64(); err != nil || l != 1 {
 		t.Errorf("XLEN pay:dead = %d, %v; want 1", l, err)
@@ -495,7 +495,7 @@ const workerEnv = "REDISONCE_STREAMS_WORKER"
 // and reported invalid (never dropped).
 func TestConsumerMissingIDField(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("mid:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("mid:")))
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
 	var evDL, evNone events
@@ -512,7 +512,7 @@ func TestConsumerMissingIDField(t *testing.T) {
 	xadd(t, rc, "a", "other", "x")
 	xadd(t, rc, "b", "other", "x")
 	waitFor(t, 10*time.Second, "both settled", func() bool {
-		return evDL.get(streams.OutcomeDeadLettered) == 1 && evNone.get(store.OutcomeInvalid) == 1
+		return evDL.get(streams.OutcomeDeadLettered) == 1 && evNone.get(store.Outcome("invalid")) == 1
 	})
 	if runs.Load() != 0 {
 		t.Errorf("the handler ran %d times for entries without an id", runs.Load())
@@ -532,7 +532,7 @@ func TestConsumerMissingIDField(t *testing.T) {
 // the stopping consumer.
 func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("ra:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("ra:")))
 	release := make(chan struct{})
 	var started atomic.Int64
 	h := func(ctx context.Context, m streams.Message) error {
@@ -559,13 +559,13 @@ func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 	cancel()
 	// The entries waiting for a worker are released while both handlers
 	// still run.
-	waitFor(t, 5*time.Second, "the 2 read-ahead entries released", func() bool { return ev.get(store.OutcomeReleased) == 2 })
+	waitFor(t, 5*time.Second, "the 2 read-ahead entries released", func() bool { return ev.get(store.Outcome("released")) == 2 })
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if started.Load() != 2 || ev.get(store.OutcomeAcked) != 2 || ev.get(store.OutcomeReleased) != 2 {
-		t.Errorf("started %d, acked %d, released %d; want 2, 2, 2", started.Load(), ev.get(store.OutcomeAcked), ev.get(store.OutcomeReleased))
+	if started.Load() != 2 || ev.get(store.Outcome("acked")) != 2 || ev.get(store.Outcome("released")) != 2 {
+		t.Errorf("started %d, acked %d, released %d; want 2, 2, 2", started.Load(), ev.get(store.Outcome("acked")), ev.get(store.Outcome("released")))
 	}
 	// The released entries are idle for the whole min idle (the lease)
 	// already: XAUTOCLAIM with it takes them now.
@@ -585,7 +585,7 @@ func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 // with 2 handlers, a new entry is handled while the slow one runs.
 func TestConsumerOwnReclaim(t *testing.T) {
 	_, rc := newServer(t)
-	claims := store.NewClaims(rc, store.WithPrefix("own:"))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("own:")))
 	const lease = 200 * time.Millisecond
 	var runs atomic.Int64
 	var fastDone atomic.Int64
@@ -611,11 +611,11 @@ func TestConsumerOwnReclaim(t *testing.T) {
 	xadd(t, rc, "s", "n", "slow")
 	time.Sleep(4 * lease) // reclaimed by its own consumer, several times
 	xadd(t, rc, "s", "n", "fast")
-	waitFor(t, 10*time.Second, "both acked", func() bool { return ev.get(store.OutcomeAcked) == 2 })
+	waitFor(t, 10*time.Second, "both acked", func() bool { return ev.get(store.Outcome("acked")) == 2 })
 	if runs.Load() != 1 {
 		t.Errorf("the slow handler ran %d times, want 1", runs.Load())
 	}
-	if ev.get(store.OutcomeInFlight) < 1 {
+	if ev.get(store.Outcome("in_flight")) < 1 {
 		t.Error("the slow entry was never reclaimed (it was idle for 6 leases)")
 	}
 }

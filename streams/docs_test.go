@@ -18,7 +18,10 @@ import (
 
 func docStreams(ctx context.Context, client rueidis.Client, hostname string, credit streams.Handler) error {
 	// snippet:streams
-	claims := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	claims, err := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	if err != nil {
+		return err
+	}
 	consumer, err := streams.New(client, claims, "payments", "ledger", hostname, credit,
 		streams.WithIDField("payment_id"),          // the producer's id: a payment XADDed twice runs once
 		streams.WithDeadLetter("payments:dead", 5), // after 5 deliveries

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"strconv"
 	"testing"
@@ -52,7 +53,10 @@ func Example() {
 		panic(err)
 	}
 	defer client.Close()
-	claims := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	claims, err := store.NewClaims(client, store.WithTTL(7*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	// The producer: pay-1 is published twice (a retry after a timeout).
 	for _, p := range [][2]string{{"pay-1", "10"}, {"pay-2", "5"}, {"pay-1", "10"}} {
@@ -87,7 +91,7 @@ func Example() {
 	}
 	stop() // graceful: stops reading, lets running handlers finish
 	fmt.Println("Run:", <-done)
-	fmt.Println("acked:", count[store.OutcomeAcked], "duplicates:", count[store.OutcomeDuplicate])
+	fmt.Println("acked:", count[store.Outcome("acked")], "duplicates:", count[store.Outcome("duplicate")])
 	fmt.Println("ledger:", ledger(ctx, client))
 	// Output:
 	// Run: <nil>

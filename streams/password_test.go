@@ -10,11 +10,12 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/redact"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
 
-// Issue 21 point 1 for the streams runner: it takes a client, not a URL, and
+// The streams runner takes a client, not a URL, and
 // nothing it returns or reports holds the client's password. The client's
 // password (holding / # ? @ : %) stops working while the runner reads: its
 // reconnections are refused (WRONGPASS), every read fails and is reported,
@@ -30,7 +31,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 	u := url.URL{Scheme: "redis", Host: strings.TrimPrefix(srv.URL(), "redis://"), User: url.UserPassword("edges2app", pw)}
 	opt, err := store.ClientOptions(u.String())
 	if err != nil {
-		t.Fatal(store.RedactURL(err.Error()))
+		t.Fatal(redact.URL(err.Error()))
 	}
 	app, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -40,7 +41,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 
 	var rec recorder
 	h := func(context.Context, streams.Message) error { return nil }
-	c, err := streams.New(app, store.NewClaims(app, store.WithPrefix("pw:")), "pw", "g", "c1", h,
+	c, err := streams.New(app, mustStore(store.NewClaims(app, store.WithPrefix("pw:"))), "pw", "g", "c1", h,
 		streams.WithObserver(&rec), streams.WithBlock(50*time.Millisecond), streams.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 	xadd(t, admin, "pw", "k", "v")
 	waitFor(t, 10*time.Second, "the entry handled", func() bool {
 		for _, e := range rec.all() {
-			if e.Op == "handle" && e.Outcome == store.OutcomeAcked {
+			if e.Op == "handle" && e.Outcome == store.Outcome("acked") {
 				return true
 			}
 		}
@@ -71,7 +72,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 		}
 		return false
 	})
-	c2, err := streams.New(app, store.NewClaims(app), "pw2", "g", "c1", h)
+	c2, err := streams.New(app, mustStore(store.NewClaims(app)), "pw2", "g", "c1", h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestWorkerProcess(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	rc := newClient(t, "redis://"+os.Getenv("REDISONCE_STREAMS_ADDR"))
-	claims := store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour))
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour)))
 	h := func(ctx context.Context, m streams.Message) error {
 		id := m.Values["msg_id"]
 		switch {
@@ -265,8 +265,8 @@ func TestProcesses(t *testing.T) {
 	if stats["fenced"] != 0 {
 		t.Errorf("%d effects refused by the fence: no holder should have lost its lease", stats["fenced"])
 	}
-	if outcomes[string(store.OutcomeDuplicate)] < procDuplicates {
-		t.Errorf("%d duplicates acked, want >= %d (the re-published ones)", outcomes[string(store.OutcomeDuplicate)], procDuplicates)
+	if outcomes[string(store.Outcome("duplicate"))] < procDuplicates {
+		t.Errorf("%d duplicates acked, want >= %d (the re-published ones)", outcomes[string(store.Outcome("duplicate"))], procDuplicates)
 	}
 	// The kill landed before the victim's effect: it ran once, elsewhere.
 	if runs[procVictim] != 1 {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/delivery"
+	"github.com/redisonce/redisonce/internal/inflight"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -78,7 +80,7 @@ func (r *run) ackLoop() {
 		err := c.client.Do(ctx, c.client.B().Xack().Key(c.stream).Group(c.group).Id(ids...).Build()).Error()
 		cancel()
 		if err != nil {
-			c.report(r.hctx, "ack", ids[0], store.OutcomeError, start, fmt.Errorf("redisonce: streams: ack %d entries of %q: %w", len(ids), c.stream, err))
+			c.report(r.hctx, "ack", ids[0], store.Outcome("error"), start, fmt.Errorf("redisonce: streams: ack %d entries of %q: %w", len(ids), c.stream, err))
 		}
 	}
 }
@@ -153,7 +155,7 @@ func (r *run) loop(ctx context.Context) {
 		if now := time.Now(); !now.Before(nextReclaim) {
 			next, msgs, err := r.reclaim(ctx, cursor, n)
 			if err != nil && ctx.Err() == nil {
-				c.report(ctx, "reclaim", "", store.OutcomeError, now, fmt.Errorf("redisonce: streams: reclaim %q: %w", c.stream, err))
+				c.report(ctx, "reclaim", "", store.Outcome("error"), now, fmt.Errorf("redisonce: streams: reclaim %q: %w", c.stream, err))
 			}
 			cursor = next
 			if cursor == "0-0" || err != nil {
@@ -189,7 +191,7 @@ func (r *run) loop(ctx context.Context) {
 				err = c.createGroup(ctx)
 			}
 			if err != nil {
-				c.report(ctx, "read", "", store.OutcomeError, start, fmt.Errorf("redisonce: streams: read %q: %w", c.stream, err))
+				c.report(ctx, "read", "", store.Outcome("error"), start, fmt.Errorf("redisonce: streams: read %q: %w", c.stream, err))
 				sleep(ctx, backoff)
 				backoff = min(2*backoff, 2*time.Second)
 			}
@@ -278,7 +280,7 @@ func (r *run) start(m Message) {
 			defer r.release(1)
 			start := time.Now()
 			r.park(m.ID, r.c.minIdle)
-			r.c.report(r.hctx, "handle", r.c.claimID(&m), store.OutcomeInFlight, start, nil)
+			r.c.report(r.hctx, "handle", r.c.claimID(&m), store.Outcome("in_flight"), start, nil)
 		}()
 		return
 	}
@@ -324,7 +326,7 @@ func (r *run) handle(m Message) {
 func (r *run) releaseUnstarted(m *Message) store.Outcome {
 	m.ClaimID = r.c.claimID(m)
 	r.park(m.ID, 0)
-	return store.OutcomeReleased
+	return store.Outcome("released")
 }
 
 // settle runs m through Claims.Do and acks or parks it; it returns the
@@ -338,7 +340,7 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 			return r.deadLetter(m, fmt.Sprintf("no %q field", c.cfg.idField))
 		}
 		// Left pending: never dropped silently.
-		return store.OutcomeInvalid, fmt.Errorf("redisonce: streams %q: %w: no %q field",
+		return store.Outcome("invalid"), fmt.Errorf("redisonce: streams %q: %w: no %q field",
 			m.ClaimID, store.ErrInvalidArgument, c.cfg.idField)
 	}
 	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
@@ -348,37 +350,39 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 		return r.coalesce(m)
 	}
 	end := r.begin(m.ClaimID)
-	ran, err := c.claims.Do(r.hctx, m.ClaimID, c.cfg.lease, func(ctx context.Context) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("redisonce: streams %q: handler panicked: %v", m.ClaimID, p)
-			}
-		}()
-		return c.handle(ctx, *m)
-	})
+	res := delivery.Do(r.hctx, c.claims, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
 	end()
-	switch {
-	case err == nil:
+	err := res.Err
+	if p := (*delivery.PanicError)(nil); errors.As(err, &p) {
+		// The claim id quoted the way store errors quote it, so that
+		// Event.ErrorText(false) leaves it out.
+		err = fmt.Errorf("redisonce: streams %q: %w", m.ClaimID, err)
+	}
+	switch res.Row {
+	case delivery.Done, delivery.CommitFailed:
+		// CommitFailed: the handler's effect happened, so the entry is done;
+		// a redelivery would run it again. err says why the commit failed.
 		r.acks <- m.ID
-		if ran {
-			return store.OutcomeAcked, nil
-		}
-		return store.OutcomeDuplicate, nil
-	case errors.Is(err, store.ErrInFlight):
-		r.park(m.ID, store.RedeliverAfter(err, c.minIdle))
-		return store.OutcomeInFlight, err
-	case !ran:
-		// A store error before fn ran: the entry stays pending, reclaimed
-		// after the min idle time.
-		return store.OutcomeError, err
-	case r.shuttingDown.Load() && r.hctx.Err() != nil:
+		return store.Outcome("acked"), err
+	case delivery.Duplicate:
+		r.acks <- m.ID
+		return store.Outcome("duplicate"), nil
+	case delivery.InFlight:
+		r.park(m.ID, res.RedeliverAfter)
+		return store.Outcome("in_flight"), err
+	case delivery.Shutdown:
 		r.park(m.ID, 0)
-		return store.OutcomeReleased, err
-	case c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || store.IsPermanent(err)):
-		return r.deadLetter(m, err.Error())
-	default:
+		return store.Outcome("released"), err
+	case delivery.Failed, delivery.Permanent:
+		if c.cfg.maxDeliveries > 0 && (m.Deliveries >= c.cfg.maxDeliveries || res.Row == delivery.Permanent) {
+			return r.deadLetter(m, err.Error())
+		}
 		r.park(m.ID, c.cfg.retryDelay)
-		return store.OutcomeFailed, err
+		return store.Outcome("failed"), err
+	default:
+		// A store error before the handler ran: the entry stays pending,
+		// reclaimed after the min idle time.
+		return store.Outcome("error"), err
 	}
 }
 
@@ -408,12 +412,12 @@ func (r *run) deadLetter(m *Message, reason string) (store.Outcome, error) {
 		if ran {
 			return OutcomeDeadLettered, nil
 		}
-		return store.OutcomeDuplicate, nil
+		return store.Outcome("duplicate"), nil
 	case errors.Is(err, store.ErrInFlight):
-		r.park(m.ID, store.RedeliverAfter(err, c.minIdle))
-		return store.OutcomeInFlight, err
+		r.park(m.ID, inflight.Delay(err, c.minIdle))
+		return store.Outcome("in_flight"), err
 	default:
-		return store.OutcomeError, err
+		return store.Outcome("error"), err
 	}
 }
 

@@ -12,15 +12,15 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21: a nil store or a nil context is ErrInvalidArgument, never a panic.
+// A nil store or a nil context is ErrInvalidArgument, never a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	status := idempotency.Status("completed")
 	for name, s := range map[string]*gojob.Store{
 		"nil store":            gojob.NewStore(nil),
-		"memory store":         gojob.NewStore(store.NewMemoryRecords()),
-		"memory, nil option":   gojob.NewStore(store.NewMemoryRecords(), nil),
-		"legacy, nil context":  gojob.NewStore(store.NewMemoryRecords(), gojob.WithLegacy(gojob.NewStore(nil))),
-		"nil legacy (ignored)": gojob.NewStore(store.NewMemoryRecords(), gojob.WithLegacy(nil)),
+		"memory store":         gojob.NewStore(mustStore(store.NewMemoryRecords())),
+		"memory, nil option":   gojob.NewStore(mustStore(store.NewMemoryRecords()), nil),
+		"legacy, nil context":  gojob.NewStore(mustStore(store.NewMemoryRecords()), gojob.WithLegacy(gojob.NewStore(nil))),
+		"nil legacy (ignored)": gojob.NewStore(mustStore(store.NewMemoryRecords()), gojob.WithLegacy(nil)),
 	} {
 		for _, ctx := range []context.Context{nil, context.Background()} {
 			if ctx != nil && name != "nil store" {

@@ -50,11 +50,11 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Store is go-job's idempotency.Store over a redisonce store.RecordStore
+// Store is go-job's idempotency.Store over a redisonce *store.Records
 // (store.Records on Redis, store.MemoryRecords in tests). It is safe for
 // concurrent use.
 type Store struct {
-	rs     store.RecordStore
+	rs     *store.Records
 	legacy idempotency.Store
 	now    func() time.Time
 }
@@ -88,7 +88,7 @@ func WithClock(now func() time.Time) Option {
 // NewStore returns go-job's idempotency.Store over rs. The Store does not own
 // rs: closing rs is the caller's business. With a nil rs every call returns
 // store.ErrInvalidArgument.
-func NewStore(rs store.RecordStore, opts ...Option) *Store {
+func NewStore(rs *store.Records, opts ...Option) *Store {
 	s := &Store{rs: rs, now: time.Now}
 	for _, o := range opts {
 		if o != nil {
@@ -98,12 +98,12 @@ func NewStore(rs store.RecordStore, opts ...Option) *Store {
 	return s
 }
 
-// check refuses a Store without a RecordStore, a nil context and an empty
+// check refuses a Store without records, a nil context and an empty
 // key (ErrInvalidArgument) before anything is read.
 func (s *Store) check(ctx context.Context, key string) error {
 	switch {
 	case s == nil || s.rs == nil:
-		return fmt.Errorf("redisonce/gojob: %w: a nil store.RecordStore", store.ErrInvalidArgument)
+		return fmt.Errorf("redisonce/gojob: %w: a nil *store.Records", store.ErrInvalidArgument)
 	case ctx == nil:
 		return fmt.Errorf("redisonce/gojob: %w: nil context", store.ErrInvalidArgument)
 	case key == "":
@@ -262,9 +262,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // isWrongType: the key holds a value the reader did not write — go-job's
 // JSON string read by redisonce (store.ErrUnexpectedReply), or a redisonce
-// record read by go-job's Redis store: a layout-1 string (binary, starting
-// "ro1 ") fails its JSON decoding, a layout-0 hash answers Redis's WRONGTYPE
-// (whatever its client). A legacy JSON string that does not decode is thus
+// record read by go-job's Redis store: a record string (binary, starting
+// "ro1 ") fails its JSON decoding, and a key of another type answers Redis's
+// WRONGTYPE (whatever its client). A legacy JSON string that does not decode is thus
 // read by redisonce too, which refuses it (ErrUnexpectedReply): an error
 // either way, nothing overwritten.
 func isWrongType(err error) bool {

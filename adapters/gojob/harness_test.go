@@ -39,12 +39,12 @@ func targets() []target {
 	return []target{
 		{name: "memory", scale: 1, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
 			c := newManualClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
-			rs := store.NewMemoryRecords(append([]store.Option{store.WithClock(c.Now)}, opts...)...)
+			rs := mustStore(store.NewMemoryRecords(append([]store.Option{store.WithClock(c.Now)}, opts...)...))
 			return gojob.NewStore(rs, gojob.WithClock(c.Now)), c
 		}},
 		{name: "redis", scale: 1.0 / 40, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
 			prefix := fmt.Sprintf("gojob-test:%d:%s:", prefixSeq.Add(1), t.Name())
-			rs := store.NewRecords(newClient(t), append([]store.Option{store.WithPrefix(prefix)}, opts...)...)
+			rs := mustStore(store.NewRecords(newClient(t), append([]store.Option{store.WithPrefix(prefix)}, opts...)...))
 			return gojob.NewStore(rs), realClock{}
 		}},
 	}
@@ -85,6 +85,6 @@ func (c *manualClock) Advance(d time.Duration) {
 }
 
 // gojobStore is the adapter over rs on clock c.
-func gojobStore(rs store.RecordStore, c clock) *gojob.Store {
+func gojobStore(rs *store.Records, c clock) *gojob.Store {
 	return gojob.NewStore(rs, gojob.WithClock(c.Now))
 }

@@ -9,10 +9,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/inspect"
+	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/internal/redisproc"
 )
 
-// Issue 21: every byte from Redis the CLI prints is escaped: escape
+// Every byte from Redis the CLI prints is escaped: escape
 // sequences and invalid UTF-8 stored in ids, tokens, statuses, fingerprints,
 // payloads, message ids, generations, library names and key names never
 // reach the terminal raw.
@@ -40,7 +41,6 @@ func terminalSafe(s string) error {
 func TestCLIEscapesStoredBytes(t *testing.T) {
 	srv := startServer(t, redisproc.Options{})
 	now := time.Now().UnixMilli()
-	ms := fmt.Sprint
 	// claims: an in-flight lease whose token and id are evil, and a processed
 	// one whose value is not "1"
 	mustDo(t, srv, "SET", "bq:idemp:"+evil, "~tok"+evil, "PX", "600000")
@@ -49,12 +49,10 @@ func TestCLIEscapesStoredBytes(t *testing.T) {
 	mustDo(t, srv, "HSET", "gateway:outbox:"+evil, "_seq", "2", "_gen", "3", "_epoch", "1700000000000000",
 		"m"+evil, "1:pay"+evil, "n", "2:"+evil)
 	// records: status, fingerprint, token and payload evil; the lease passed
-	mustDo(t, srv, "HSET", "idempotency:"+evil, "status", "pending", "payload", "p"+evil,
-		"created_ms", ms(now-5000), "updated_ms", ms(now-5000), "expires_ms", "0", "lease_ms", ms(now-1000),
-		"fence", "1", "fp", "fp"+evil, "token", "t"+evil)
-	mustDo(t, srv, "HSET", "idempotency:s"+evil, "status", "st"+evil, "payload", "",
-		"created_ms", ms(now), "updated_ms", ms(now), "expires_ms", "0", "lease_ms", "0",
-		"fence", "1", "fp", "", "token", "")
+	mustDo(t, srv, "SET", "idempotency:"+evil, string(recordlayout.Encode(recordlayout.Fields{Status: "pending", Payload: "p" + evil,
+		CreatedMS: now - 5000, UpdatedMS: now - 5000, LeaseMS: now - 1000, Fence: "1", FP: "fp" + evil, Token: "t" + evil})))
+	mustDo(t, srv, "SET", "idempotency:s"+evil, string(recordlayout.Encode(recordlayout.Fields{Status: "st" + evil,
+		CreatedMS: now, UpdatedMS: now, Fence: "1"})))
 	// foreign keys under every prefix
 	for _, p := range []string{"bq:idemp:", "gateway:outbox:", "idempotency:"} {
 		mustDo(t, srv, "RPUSH", p+"f"+evil, "x")

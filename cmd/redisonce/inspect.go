@@ -47,8 +47,7 @@ TIME; never a write) and says what state it is in:
   tail CONN     the connection's epoch, generation floor and last seq, and its
                 unacked messages in seq order: id, seq, payload size, preview
   record KEY    status (pending, completed, failed), created / updated /
-                expires relative to now, fence, lease left, payload preview;
-                a record still in layout 0 (the hash of before issue 23) says so
+                expires relative to now, fence, lease left, payload preview
 
 The key is --prefix + the argument; --prefix defaults to the store's default
 prefix (claims "bq:idemp:", outbox "gateway:outbox:", records "idempotency:").
@@ -219,9 +218,6 @@ func printRecord(w io.Writer, head string, r inspect.Record, now int64) {
 	fmt.Fprintf(w, "  fingerprint\t%s\n", orNone(r.Fingerprint))
 	fmt.Fprintf(w, "  token\t%s\n", orNone(r.Token))
 	fmt.Fprintf(w, "  payload\t%s: %s\n", plural(r.Size, "byte", "bytes"), r.Preview)
-	if r.Layout == 0 {
-		fmt.Fprintf(w, "  layout\t0, the hash of before issue 23: read as it is, rewritten in layout 1 by its next write\n")
-	}
 }
 
 // lease says where a record's lease stands.

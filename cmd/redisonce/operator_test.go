@@ -124,8 +124,8 @@ func TestInspect(t *testing.T) {
 		{[]string{"tail", "not-a-tail"}, exitForeign, []string{"the key is a string"}},
 		{[]string{"record", "pay-1"}, 0, []string{"record pay-1 (key idempotency:pay-1): pending\n", "lease        ", "s left\n", "fence        1\n"}},
 		{[]string{"record", "pay-2"}, 0, []string{"record pay-2 (key idempotency:pay-2): completed\n", "ago)", "payload      9 bytes: \"receipt 2\"\n"}},
-		{[]string{"record", "not-a-record"}, exitForeign, []string{"without a status field"}},
-		{[]string{"record", "json-record"}, exitForeign, []string{"a string that is not a layout-1 record"}},
+		{[]string{"record", "not-a-record"}, exitForeign, []string{"the key is a hash", "a record is a string"}},
+		{[]string{"record", "json-record"}, exitForeign, []string{"a string that is not a record"}},
 		{[]string{"claim", "m1", "--prefix", "other:"}, exitNotFound, []string{"(key other:m1): not found"}},
 		{[]string{"claim", "bq:idemp:m4"}, 0, []string{"claim m4 (key bq:idemp:m4): in flight\n"}}, // the whole key
 		{[]string{"record", "idempotency:gone"}, exitNotFound, []string{"(key idempotency:idempotency:gone): not found"}},
@@ -224,30 +224,25 @@ func TestStats(t *testing.T) {
 	if !strings.Contains(out, "pending with an expired lease: 1\n") || !strings.Contains(out, "oldest expired lease: idempotency:pay-1, passed ") {
 		t.Errorf("stats after the lease passed:\n%s", out)
 	}
-	// A record still in layout 0 (the hash of before issue 23) is read,
-	// counted by status and as layout 0, and inspect says so.
-	mustDo(t, srv, "HSET", "idempotency:old-1", "status", "completed", "payload", "old receipt", "created_ms", "1000",
+	// A hash under the records' prefix, even one with a record's nine
+	// fields, is not a record: stats counts it foreign, inspect says so.
+	mustDo(t, srv, "HSET", "idempotency:hash-1", "status", "completed", "payload", "a receipt", "created_ms", "1000",
 		"updated_ms", "2000", "expires_ms", "0", "lease_ms", "0", "fence", "4", "fp", "", "token", "t")
-	var old struct {
+	var withHash struct {
 		Records struct {
 			Stats struct {
 				ByStatus map[string]int `json:"by_status"`
 				Foreign  int
-				Layout0  int
 			}
 		}
 	}
 	code, out, _ = cli(t, "stats", "--store", "records", "--json", "--url", srv.URL())
-	if err := json.Unmarshal([]byte(out), &old); code != 0 || err != nil || old.Records.Stats.Layout0 != 1 ||
-		old.Records.Stats.ByStatus["completed"] != 2 || old.Records.Stats.Foreign != 1 {
-		t.Errorf("stats with a layout-0 record: exit %d, %v, %s", code, err, out)
+	if err := json.Unmarshal([]byte(out), &withHash); code != 0 || err != nil ||
+		withHash.Records.Stats.ByStatus["completed"] != 1 || withHash.Records.Stats.Foreign != 2 {
+		t.Errorf("stats with a hash under the prefix: exit %d, %v, %s", code, err, out)
 	}
-	if _, out, _ = cli(t, "stats", "--store", "records", "--url", srv.URL()); !strings.Contains(out, "in layout 0 (the hash of before issue 23): 1;") {
-		t.Errorf("stats does not report the layout-0 record:\n%s", out)
-	}
-	code, out, _ = cli(t, "inspect", "record", "old-1", "--url", srv.URL())
-	if code != 0 || !strings.Contains(out, "completed\n") || !strings.Contains(out, "fence        4\n") || !strings.Contains(out, "layout       0, the hash") {
-		t.Errorf("inspect record old-1: exit %d\n%s", code, out)
+	if code, out, _ = cli(t, "inspect", "record", "hash-1", "--url", srv.URL()); code != exitForeign {
+		t.Errorf("inspect record hash-1: exit %d, want %d (foreign)\n%s", code, exitForeign, out)
 	}
 	for _, args := range [][]string{{"--store", "nope"}, {"--prefix", "x:"}} {
 		code, _, errs := cli(t, append([]string{"stats"}, args...)...)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Issue 21: no command prints a Redis password, whatever the URL holds, from
+// No command prints a Redis password, whatever the URL holds, from
 // --url or REDIS_URL, when nothing listens there.
 func TestNoPasswordInCLIOutput(t *testing.T) {
 	fragments := []string{"Zm9v", "YmFy", "cXV4"}

@@ -30,9 +30,8 @@ them in pipelines with plain read commands, and counts them by state:
   outbox    connections, drained connections, total unacked messages, and
             the 5 largest tails
   records   by status (pending, completed, failed, ...), pending records whose
-            lease has passed (their owner died or stalled), the oldest of them,
-            and how many are still in layout 0 (the hash of before issue 23;
-            the JSON's "layout0")
+            lease has passed (their owner died or stalled), and the oldest of
+            them
 
 Keys under the prefix that are not the store's (another type, or a value the
 scripts never write) are counted as foreign, with a few of them named. Of an
@@ -183,9 +182,6 @@ func printStats(w io.Writer, s *storeScan) {
 		r := s.records
 		fmt.Fprintf(w, "records (%s*): %s, %d foreign (%s)\n", s.prefix, byStatus(r.ByStatus), r.Foreign, plural(r.Keys, "key", "keys"))
 		fmt.Fprintf(w, "  pending with an expired lease: %d\n", r.LeaseExpired)
-		if r.Layout0 > 0 {
-			fmt.Fprintf(w, "  in layout 0 (the hash of before issue 23): %d; read as they are, rewritten in layout 1 by their next write\n", r.Layout0)
-		}
 		if r.OldestExpired != nil {
 			fmt.Fprintf(w, "  oldest expired lease: %s, passed %s ago\n", inspect.Show(r.OldestExpired.Key), span(r.OldestExpired.Ms))
 		}

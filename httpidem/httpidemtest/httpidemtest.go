@@ -1,7 +1,7 @@
 // Package httpidemtest checks httpidem's middleware over a
-// store.RecordStore, on a real net/http server: the same suite runs on the
+// *store.Records, on a real net/http server: the same suite runs on the
 // in-memory store (package httpidem's tests) and on Redis (scripts_test), and
-// a user can run it on a RecordStore of their own, as store/storetest does
+// a user can run it on a store of their own, as store/storetest does
 // for the store. It covers replays (status, headers, body), 422 for another
 // request under a key (query string included), 409 with a short Retry-After,
 // WithWait (duplicates answered by the push, the handler run once), a client
@@ -40,7 +40,7 @@ import (
 type Harness struct {
 	// New returns an empty store, isolated from every other store New
 	// returns (a fresh prefix, say). The suite closes it.
-	New func(t *testing.T) store.RecordStore
+	New func(t *testing.T) *store.Records
 }
 
 // reply is one response as a client saw it.
@@ -59,7 +59,7 @@ type server struct {
 	t    *testing.T
 	url  string
 	runs atomic.Int64
-	rs   store.RecordStore
+	rs   *store.Records
 }
 
 func newServer(t *testing.T, h Harness, handler http.HandlerFunc, opts ...httpidem.Option) *server {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -62,39 +63,27 @@ func taskID(ctx context.Context, _ *asynq.Task) (string, error) {
 	return id, nil
 }
 
-// InFlightError is what the middleware returns for a task whose id another
-// worker is running: it wraps the store's in-flight error (errors.Is(err,
-// store.ErrInFlight)) and says when to try again. IsFailure does not count it
-// as a failure, and RetryDelay retries it after RetryAfter.
-type InFlightError struct {
-	ID    string
-	After time.Duration
-	Err   error // the store's error
-}
-
-func (e *InFlightError) Error() string {
-	return fmt.Sprintf("redisonce/asynq: task %q is in flight on another worker; retry in %v: %v", e.ID, e.After, e.Err)
-}
-
-func (e *InFlightError) Unwrap() error { return e.Err }
-
-// RetryAfter is how long until the holder's lease runs out: the store's
-// answer when it gives one, else the lease.
-func (e *InFlightError) RetryAfter() time.Duration { return e.After }
-
 // Middleware returns an asynq middleware that runs each task's handler once
 // per task id across every worker, through claims.Do:
 //
 //   - first run: the handler runs under a lease that is kept alive while it
 //     runs; on success the id is committed and the task completes;
-//   - the handler fails (or panics): the id is released and the handler's
-//     error returned, so asynq retries the task (a failure, counted);
+//   - the handler fails: the id is released and the handler's error
+//     returned, so asynq retries the task (a failure, counted);
+//   - the handler panics: the panic is recovered as its error (the panic's
+//     value in its text), and it goes as a failure;
+//   - the handler fails with an error marked store.Permanent: the id is
+//     released and the error returned wrapping asynq.SkipRetry, so the task
+//     is archived (asynq's dead letter) without a retry;
+//   - the server shuts down while the handler runs (its context cancelled):
+//     the id is released and the context's error returned; asynq puts the
+//     task back for another worker;
 //   - a task whose id was processed: the handler does not run; nil, the task
 //     completes;
 //   - a task another worker is running (a retry racing a worker that is slow
-//     or partitioned): the handler does not run; an *InFlightError, which
-//     IsFailure does not count and RetryDelay retries after the holder's lease
-//     time left;
+//     or partitioned): the handler does not run; the store's in-flight error
+//     (store.ErrInFlight), which IsFailure does not count and RetryDelay
+//     retries after the holder's lease time left (store.RetryAfter);
 //   - the handler succeeded but the commit failed (the id taken by another
 //     worker after the lease ran out, or the store unreachable): nil, since
 //     the effect happened and a retry would run it again;
@@ -115,7 +104,7 @@ func (e *InFlightError) RetryAfter() time.Duration { return e.After }
 // An invalid option, a nil option or nil claims makes every task fail with
 // store.ErrInvalidArgument (and a nil handler, context or task too), before
 // anything is claimed.
-func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
+func Middleware(claims *store.Claims, opts ...Option) asynq.MiddlewareFunc {
 	c := config{lease: DefaultLease, id: taskID}
 	for _, o := range opts {
 		if o == nil {
@@ -143,44 +132,35 @@ func Middleware(claims store.ClaimStore, opts ...Option) asynq.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			handled := false
-			ran, err := claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
-				herr := h.ProcessTask(ctx, t)
-				handled = herr == nil
-				return herr
-			})
-			switch {
-			case err == nil, handled:
+			r := delivery.Do(ctx, claims, id, c.lease, func(ctx context.Context) error { return h.ProcessTask(ctx, t) })
+			switch r.Row {
+			case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
+				// CommitFailed: the effect happened; a retry would run it
+				// again.
 				return nil
-			case !ran && errors.Is(err, store.ErrInFlight):
-				return &InFlightError{ID: id, After: inFlightDelay(err, c.lease), Err: err}
+			case delivery.InFlight:
+				return r.Err
+			case delivery.Permanent:
+				// asynq's dead letter: archived, never retried.
+				return errors.Join(r.Err, asynq.SkipRetry)
 			default:
-				return err
+				return r.Err
 			}
 		})
 	}
 }
 
-// inFlightDelay is the holder's lease time left when the store says
-// (store.RetryAfter), else the lease, and never more than the lease.
-func inFlightDelay(err error, lease time.Duration) time.Duration {
-	if left, ok := store.RetryAfter(err); ok && left < lease {
-		return left
-	}
-	return lease
-}
-
 // IsFailure is an asynq.Config.IsFailure that counts every error as a
-// failure except an in-flight task (the middleware's *InFlightError, or any
-// error wrapping store.ErrInFlight): that one is retried without using up
+// failure except an in-flight task (an error wrapping store.ErrInFlight):
+// that one is retried without using up
 // one of the task's retries or counting in the queue's failure stats.
 func IsFailure(err error) bool {
 	return err != nil && !errors.Is(err, store.ErrInFlight)
 }
 
 // RetryDelay returns an asynq.Config.RetryDelayFunc that retries an
-// in-flight task after its RetryAfter (the holder's lease time left) plus one
-// second, and every other error after fallback's delay (nil:
+// in-flight task after store.RetryAfter (the holder's lease time left) plus
+// one second, and every other error after fallback's delay (nil:
 // asynq.DefaultRetryDelayFunc, exponential). The second is there because
 // asynq stores a retry time in whole Unix seconds, truncated: without it the
 // retry could come up to a second before the holder's lease runs out. asynq
@@ -191,9 +171,8 @@ func RetryDelay(fallback asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 		fallback = asynq.DefaultRetryDelayFunc
 	}
 	return func(n int, err error, t *asynq.Task) time.Duration {
-		var ra interface{ RetryAfter() time.Duration }
-		if errors.Is(err, store.ErrInFlight) && errors.As(err, &ra) {
-			return ra.RetryAfter() + time.Second
+		if d, ok := store.RetryAfter(err); ok {
+			return d + time.Second
 		}
 		return fallback(n, err, t)
 	}

@@ -81,8 +81,7 @@ func TestInFlightNotCountedRetriedAfterLease(t *testing.T) {
 	}, func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		var ife *asynqonce.InFlightError
-		if errors.As(err, &ife) && errors.Is(err, store.ErrInFlight) && ife.RetryAfter() > 0 && ife.RetryAfter() <= lease {
+		if d, ok := store.RetryAfter(err); ok && errors.Is(err, store.ErrInFlight) && d > 0 && d <= lease {
 			rounds = append(rounds, time.Now())
 		} else {
 			others = append(others, err)
@@ -124,8 +123,9 @@ func TestInFlightNotCountedRetriedAfterLease(t *testing.T) {
 	// Each retry waits the holder's lease time left plus a second (asynq
 	// truncates retry times to whole seconds, so it lands at least the lease
 	// time left later): at most hold/(lease/3) rounds (the heartbeat, every
-	// lease/3, keeps the time left above a third of the lease), plus the
-	// first and the last.
+	// lease/4, keeps the time left above three quarters of the lease; a third
+	// leaves room for a beat delayed by a loaded machine), plus the first and
+	// the last.
 	for i := 1; i < len(rounds); i++ {
 		if gap := rounds[i].Sub(rounds[i-1]); gap < lease/3 {
 			t.Errorf("in-flight rounds %d and %d %v apart, less than the least lease time left %v", i-1, i, gap, lease/3)
@@ -187,7 +187,8 @@ func TestWithIDFromPayload(t *testing.T) {
 
 // IsFailure and RetryDelay, on their own.
 func TestIsFailureAndRetryDelay(t *testing.T) {
-	inflight := &asynqonce.InFlightError{ID: "x", After: 2 * time.Second, Err: store.ErrInFlight}
+	inflight := inFlightError(t, 2*time.Second)
+	left, _ := store.RetryAfter(inflight)
 	wrapped := fmt.Errorf("redisonce: do %q: %w", "x", store.ErrInFlight)
 	for _, c := range []struct {
 		err  error
@@ -199,15 +200,31 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 	}
 	fallback := func(n int, err error, task *asynq.Task) time.Duration { return time.Duration(n) * time.Hour }
 	d := asynqonce.RetryDelay(fallback)
-	if got := d(3, inflight, nil); got != 3*time.Second {
-		t.Errorf("in flight, 2s left: delay %v, want 3s (asynq truncates retry times to the second)", got)
+	if got := d(3, inflight, nil); got != left+time.Second {
+		t.Errorf("in flight, %v left: delay %v, want %v (asynq truncates retry times to the second)", left, got, left+time.Second)
 	}
 	if got := d(3, errors.New("boom"), nil); got != 3*time.Hour {
 		t.Errorf("a failure: delay %v, want the fallback's 3h", got)
 	}
 	if !errors.Is(inflight, store.ErrInFlight) {
-		t.Error("InFlightError does not match store.ErrInFlight")
+		t.Error("the in-flight error does not match store.ErrInFlight")
 	}
+}
+
+// inFlightError is a store's real in-flight error: a Do on an id another
+// Do holds with a lease of holder.
+func inFlightError(t *testing.T, holder time.Duration) error {
+	t.Helper()
+	claims := mustStore(store.NewMemoryClaims())
+	var inFlight error
+	_, err := claims.Do(context.Background(), "x", holder, func(ctx context.Context) error {
+		_, inFlight = claims.Do(ctx, "x", time.Second, func(context.Context) error { return nil })
+		return nil
+	})
+	if d, ok := store.RetryAfter(inFlight); err != nil || !ok || d <= 0 || d > holder {
+		t.Fatalf("Do = %v, nested Do = %v (RetryAfter %v, %v); want an in-flight error with (0, %v] left", err, inFlight, d, ok, holder)
+	}
+	return inFlight
 }
 
 // An invalid option, or a handler called without an asynq task id, fails
@@ -263,9 +280,8 @@ func TestPanicReleasedAndRetried(t *testing.T) {
 }
 
 // A task whose id a dead worker holds (its lease left raw in Redis, 1.5s to
-// go) gets an *InFlightError whose RetryAfter is the holder's lease time
-// left when the store says it, else the middleware's own lease (5s); never
-// more than that lease.
+// go) gets the store's in-flight error, whose store.RetryAfter is the
+// holder's lease time left.
 func TestInFlightRetryAfterFollowsHolderLease(t *testing.T) {
 	q := name(t)
 	c := rdb(t)
@@ -279,18 +295,11 @@ func TestInFlightRetryAfterFollowsHolderLease(t *testing.T) {
 		asynqonce.WithID(func(context.Context, *asynq.Task) (string, error) { return "d1", nil }))
 	err := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran = true; return nil })).
 		ProcessTask(context.Background(), asynq.NewTask("job", nil))
-	var ife *asynqonce.InFlightError
-	if !errors.As(err, &ife) || !errors.Is(err, store.ErrInFlight) || ran {
-		t.Fatalf("err %v, ran %v; want an *InFlightError, not run", err, ran)
+	if !errors.Is(err, store.ErrInFlight) || ran {
+		t.Fatalf("err %v, ran %v; want ErrInFlight, not run", err, ran)
 	}
-	var ra interface{ RetryAfter() time.Duration }
-	if errors.As(ife.Err, &ra) {
-		if got := ife.RetryAfter(); got <= 0 || got > holder {
-			t.Errorf("RetryAfter %v with the holder's lease at %v, want (0, %v]", got, holder, holder)
-		}
-		t.Logf("the store says %v left: RetryAfter %v", ra.RetryAfter(), ife.RetryAfter())
-	} else if ife.RetryAfter() != own {
-		t.Errorf("RetryAfter %v without the store's time left, want the own lease %v", ife.RetryAfter(), own)
+	if got, ok := store.RetryAfter(err); !ok || got <= 0 || got > holder {
+		t.Errorf("RetryAfter %v, %v with the holder's lease at %v, want (0, %v], true", got, ok, holder, holder)
 	}
 	if !asynqonce.IsFailure(errors.New("x")) || asynqonce.IsFailure(err) {
 		t.Error("IsFailure counts the in-flight error, or not a plain one")

@@ -11,11 +11,11 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21 point 4 for the asynq module: nil claims, a nil option, a nil
+// Bad input in the asynq module: nil claims, a nil option, a nil
 // handler, a nil task and a nil context give store.ErrInvalidArgument, never
 // a panic, and the handler never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	ran := 0
 	h := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran++; return nil })
 	byPayload := asynqonce.WithID(func(context.Context, *asynq.Task) (string, error) { return "task-1", nil })

@@ -11,7 +11,7 @@ import (
 
 // WithCoalesce makes Middleware coalesce tasks by key(ctx, t) instead of
 // running the handler once per task id: each task triggers its key on co with
-// the task's payload, and co's CoalesceFunc runs once per burst of a key's
+// the task's payload, and co's fn runs once per burst of a key's
 // tasks with the latest payload, never while another run of the key goes on,
 // in whatever worker or process (see store.Coalescer). The wrapped handler is
 // not called: to run it, make co's fn call it, with
@@ -49,8 +49,8 @@ func (c *config) coalesce(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	tr, err := c.co.Trigger(ctx, key, t.Payload())
-	if err == nil || tr.Ran {
+	ran, err := c.co.Trigger(ctx, key, t.Payload())
+	if err == nil || ran {
 		return nil
 	}
 	return err

@@ -25,7 +25,7 @@ func TestCoalesce(t *testing.T) {
 	var mu sync.Mutex
 	var runs []string
 	active, overlap := 0, 0
-	co := store.NewCoalescer(rdb(t), func(ctx context.Context, key string, payload []byte) error {
+	co := mustCoalescer(t)(store.NewCoalescer(rdb(t), func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		runs = append(runs, string(payload))
 		active++
@@ -36,7 +36,7 @@ func TestCoalesce(t *testing.T) {
 		active--
 		mu.Unlock()
 		return nil
-	}, store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(q+":co:"))
+	}, store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(q+":co:")))
 	defer co.Close()
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisAddr}, asynq.Config{
 		Concurrency: 4, Queues: map[string]int{q: 1}, LogLevel: quietLogger, ShutdownTimeout: 5 * time.Second,
@@ -92,5 +92,17 @@ func TestCoalesceBadOption(t *testing.T) {
 	err := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).ProcessTask(context.Background(), asynq.NewTask("job", nil))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("a task through WithCoalesce(nil, nil) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
+// Coalescer, failing the test on its error.
+func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
+	return func(co *store.Coalescer, err error) *store.Coalescer {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return co
 	}
 }

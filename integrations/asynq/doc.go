@@ -41,14 +41,15 @@
 // the handler again.
 //
 // While the handler runs, its lease (WithLease, default 30s) is extended every
-// third of it, so a slow handler keeps its task however long it takes; the
+// quarter of it, so a slow handler keeps its task however long it takes; the
 // handler's context is cancelled if the lease is lost, and carries the
 // store.Lease (store.LeaseFromContext). Keep asynq's task Timeout or Deadline
 // for how long a run may take; the lease only says how long a dead worker's
 // task stays locked.
 //
-// A task the middleware finds in flight returns an *InFlightError
-// (errors.Is(err, store.ErrInFlight)). IsFailure does not count it, so it
+// A task the middleware finds in flight returns the store's error
+// (errors.Is(err, store.ErrInFlight); store.RetryAfter(err) is the holder's
+// lease time left). IsFailure does not count it, so it
 // neither uses up one of the task's retries nor counts in the queue's failure
 // stats; RetryDelay retries it once the holder's lease may have run out. asynq
 // stores retry times in whole seconds and moves due retries every

@@ -3,6 +3,7 @@ package asynq_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -16,7 +17,10 @@ import (
 // job, as asynq would after a crash; in production the claims are
 // store.OpenClaims on Redis, and srv.Run(mux) runs the worker.
 func ExampleMiddleware() {
-	claims := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	claims, err := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
 		IsFailure:      asynqonce.IsFailure,

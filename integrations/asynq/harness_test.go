@@ -87,7 +87,14 @@ var quietLogger = asynq.ErrorLevel
 // 100ms. It is shut down at the end of the test.
 // onErr, when not nil, hears every error a task run returns (asynq's
 // ErrorHandler).
-func startServer(t *testing.T, queue string, claims store.ClaimStore, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) {
+func startServer(t *testing.T, queue string, claims *store.Claims, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) {
+	t.Helper()
+	srv := newServer(t, queue, claims, lease, h, onErr)
+	t.Cleanup(srv.Shutdown)
+}
+
+// newServer is startServer's server, started; the caller shuts it down.
+func newServer(t *testing.T, queue string, claims *store.Claims, lease time.Duration, h asynq.HandlerFunc, onErr func(error)) *asynq.Server {
 	t.Helper()
 	var eh asynq.ErrorHandler
 	if onErr != nil {
@@ -110,7 +117,7 @@ func startServer(t *testing.T, queue string, claims store.ClaimStore, lease time
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
+	return srv
 }
 
 func enqueue(t *testing.T, queue, id string, opts ...asynq.Option) {

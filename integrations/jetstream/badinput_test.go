@@ -16,11 +16,11 @@ import (
 // a nil context before using it.
 type untouchedMsg struct{ natsjs.Msg }
 
-// Issue 21 point 4 for the jetstream module: a nil option, a nil context, a
+// Bad input in the jetstream module: a nil option, a nil context, a
 // nil message and a nil Handler give store.ErrInvalidArgument, never a
 // panic, and fn never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	ran := 0
 	fn := func(context.Context, natsjs.Msg) error { ran++; return nil }
 	h, err := jetstream.New(claims, fn)

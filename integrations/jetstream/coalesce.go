@@ -16,7 +16,7 @@ const OutcomeCoalesced Outcome = "coalesced"
 
 // WithCoalesce makes the Handler coalesce messages by key(msg) instead of
 // running fn once per message id: each delivery triggers its key on co with
-// the message's data as the payload, and co's CoalesceFunc (not fn, which
+// the message's data as the payload, and co's fn (not the Handler's fn, which
 // may then be nil) runs once per burst of a key's messages with the latest
 // data, never while another run of the key goes on, in whatever process
 // (see store.Coalescer).
@@ -50,12 +50,12 @@ func (h *Handler) coalesce(ctx context.Context, msg jetstream.Msg) (Outcome, err
 		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
 	}
 	tctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
-	tr, err := h.co.Trigger(tctx, key, msg.Data())
+	ran, err := h.co.Trigger(tctx, key, msg.Data())
 	o := OutcomeCoalesced
 	switch {
-	case err == nil && tr.Ran:
+	case err == nil && ran:
 		o = OutcomeDone
-	case err == nil, tr.Ran:
+	case err == nil, ran:
 	case ctx.Err() != nil:
 		return OutcomeError, errors.Join(err, msg.Nak())
 	default:

@@ -1,10 +1,10 @@
 // Package jetstream runs a NATS JetStream consumer's handler exactly once per
 // message id, over JetStream's at-least-once delivery, with a redisonce
-// store.ClaimStore (store.Claims on Redis).
+// *store.Claims (store.Claims on Redis).
 //
 // Wrap the handler once and give it to the consumer:
 //
-//	claims := store.NewClaims(redisClient, store.WithTTL(24*time.Hour))
+//	claims, err := store.NewClaims(redisClient, store.WithTTL(24*time.Hour))
 //	h, err := jetstream.New(claims, func(ctx context.Context, msg natsjs.Msg) error {
 //		return applyPayment(ctx, msg.Data()) // all-or-nothing: see below
 //	}, jetstream.WithLease(30*time.Second))
@@ -15,13 +15,15 @@
 //	fn succeeded                DoubleAck
 //	id already processed        DoubleAck, fn not run
 //	id in flight elsewhere      NakWithDelay(time left on the holder's lease)
-//	fn failed                   the failure policy (DefaultFailure: Term for an
+//	fn failed or panicked       the failure policy (DefaultFailure: Term for an
 //	                            error marked store.Permanent, else NakWithDelay
-//	                            with an exponential backoff)
-//	store error, lost lease     NakWithDelay(lease)
+//	                            with an exponential backoff); a panic is
+//	                            recovered, never a crashed consumer
+//	fn succeeded, commit failed DoubleAck (fn's effect happened)
+//	store error before fn ran   NakWithDelay(lease)
 //	context cancelled           Nak (another consumer takes it at once)
 //
-// While fn runs, the claim's lease is extended every lease/3 and each
+// While fn runs, the claim's lease is extended every lease/4 and each
 // extension sends InProgress, so a handler slower than the consumer's AckWait
 // is not redelivered while it lives; keep the lease at most the AckWait. A
 // consumer that dies stops extending: JetStream redelivers after AckWait, the

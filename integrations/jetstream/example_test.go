@@ -35,7 +35,7 @@ func Example() {
 	consumer, _ := stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
 		Durable: "ledger", AckPolicy: natsjs.AckExplicitPolicy, AckWait: 30 * time.Second})
 
-	claims := store.NewMemoryClaims() // store.NewClaims(redisClient) in production
+	claims := mustStore(store.NewMemoryClaims()) // mustStore(store.NewClaims(redisClient)) in production
 	var mu sync.Mutex
 	balance := 0
 	var wg sync.WaitGroup

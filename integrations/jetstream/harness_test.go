@@ -93,7 +93,7 @@ func newEnv(t *testing.T, dupWindow time.Duration) *env {
 		t.Fatal(err)
 	}
 	e.prefix, e.rc = fmt.Sprintf("jstest:%d:", n), newRedis(t, e.redisURL)
-	e.claims = store.NewClaims(e.rc, store.WithPrefix(e.prefix))
+	e.claims = mustStore(store.NewClaims(e.rc, store.WithPrefix(e.prefix)))
 	return e
 }
 

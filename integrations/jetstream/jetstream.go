@@ -10,12 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
 // DefaultLease is the lease of a Handler unless WithLease says otherwise:
 // JetStream's default AckWait (30 s), so a consumer on the defaults has its
-// AckWait reset every 10 s, a third of it.
+// AckWait reset every 7.5 s, a quarter of it.
 const DefaultLease = 30 * time.Second
 
 // Outcome is what a Handler did with one delivery, as reported to WithReport
@@ -23,27 +24,32 @@ const DefaultLease = 30 * time.Second
 type Outcome string
 
 const (
-	// OutcomeDone: fn ran and succeeded, the id is committed, the message
-	// double-acked.
-	OutcomeDone Outcome = "done"
+	// OutcomeDone: fn ran and succeeded; the message is double-acked. The
+	// error is nil, or the commit's when it failed after fn's effect (the
+	// message is done all the same: a redelivery would run fn again).
+	OutcomeDone Outcome = delivery.NameDone
 	// OutcomeDuplicate: the id was processed already (a redelivery, or the
 	// same message published twice); fn did not run; the message is
 	// double-acked.
-	OutcomeDuplicate Outcome = "duplicate"
+	OutcomeDuplicate Outcome = delivery.NameDuplicate
 	// OutcomeInFlight: another consumer holds the id's lease; fn did not run;
 	// the message is nak'd with the time left on that lease as its delay.
-	OutcomeInFlight Outcome = "in_flight"
-	// OutcomeRetry: fn failed and the failure policy chose a redelivery; the
-	// claim was released and the message nak'd with the policy's delay.
+	OutcomeInFlight Outcome = delivery.NameInFlight
+	// OutcomeRetry: fn failed (returned an error or panicked) and the failure
+	// policy chose a redelivery; the claim was released and the message nak'd
+	// with the policy's delay.
 	OutcomeRetry Outcome = "retry"
-	// OutcomeTerm: fn failed and the failure policy chose to stop; the
-	// message is terminated (Term: never redelivered, an advisory is
-	// published).
+	// OutcomeTerm: fn failed and the failure policy chose to stop (by
+	// default: an error marked store.Permanent); the message is terminated
+	// (Term: never redelivered, an advisory is published).
 	OutcomeTerm Outcome = "term"
-	// OutcomeError: the store failed (Redis unreachable, a lost lease at the
-	// commit, a cancelled context) or the message had no usable id; the
-	// message is nak'd so it is redelivered (with the lease as delay, unless
-	// the context was cancelled: then at once, for another consumer).
+	// OutcomeReleased: the context was cancelled (a shutdown) before the
+	// message was done; the claim is released and the message nak'd at once,
+	// for another consumer.
+	OutcomeReleased Outcome = delivery.NameReleased
+	// OutcomeError: the store failed before fn ran (Redis unreachable), or
+	// the message had no usable id; the message is nak'd with the lease as
+	// its delay.
 	OutcomeError Outcome = "error"
 )
 
@@ -102,9 +108,9 @@ func MsgID(msg jetstream.Msg) (string, error) {
 type Option func(*Handler)
 
 // WithLease sets the lease a handler holds on a message's id while fn runs
-// (default DefaultLease). The lease is extended every lease/3, and every
-// extension sends InProgress, so keep lease/3 well below the consumer's
-// AckWait (lease <= AckWait leaves two thirds of AckWait as margin). A
+// (default DefaultLease). The lease is extended every lease/4, and every
+// extension sends InProgress, so keep lease/4 well below the consumer's
+// AckWait (lease <= AckWait leaves three quarters of AckWait as margin). A
 // crashed consumer's messages are taken over by another one once its lease
 // has passed.
 func WithLease(d time.Duration) Option { return func(h *Handler) { h.lease = d } }
@@ -141,7 +147,7 @@ func WithReport(r func(msg jetstream.Msg, o Outcome, err error)) Option {
 func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTimeout = d } }
 
 // Handler runs fn at most once per message id over JetStream's at-least-once
-// delivery, through a store.ClaimStore's Do. Its Handle method is a
+// delivery, through a *store.Claims's Do. Its Handle method is a
 // jetstream.MessageHandler.
 //
 // Per delivery:
@@ -150,12 +156,18 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 //	id processed already           DoubleAck, fn not run      OutcomeDuplicate
 //	id in flight elsewhere         NakWithDelay(time left     OutcomeInFlight
 //	                               on that lease)
-//	fn failed                      the failure policy:        OutcomeRetry, OutcomeTerm
+//	fn failed or panicked          the failure policy:        OutcomeRetry, OutcomeTerm
 //	                               NakWithDelay or Term
-//	store error, lost lease        NakWithDelay(lease)        OutcomeError
-//	context cancelled              Nak                        OutcomeError
+//	fn failed, store.Permanent     Term (DefaultFailure)      OutcomeTerm
+//	context cancelled (shutdown)   Nak                        OutcomeReleased
+//	store error before fn ran      NakWithDelay(lease)        OutcomeError
 //
-// While fn runs, every lease extension (every lease/3) sends InProgress, so
+// A panic in fn is recovered: it is fn's error (the panic's value in its
+// text), the claim is released, and the process goes on. fn succeeded but
+// the commit failed (the lease lost, the store unreachable): the message is
+// acked as done, with the commit's error, since fn's effect happened.
+//
+// While fn runs, every lease extension (every lease/4) sends InProgress, so
 // JetStream does not redeliver the message under a live handler however long
 // fn takes; one InProgress is also sent when fn starts, for a message that
 // waited in the client's buffer.
@@ -165,7 +177,7 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 // between two writes of fn leaves the first one done, and the redelivery runs
 // fn again.
 type Handler struct {
-	claims     store.ClaimStore
+	claims     *store.Claims
 	fn         func(context.Context, jetstream.Msg) error
 	lease      time.Duration
 	id         func(jetstream.Msg) (string, error)
@@ -181,7 +193,7 @@ type Handler struct {
 // with WithCoalesce, triggers the message's key; fn may then be nil). It
 // returns store.ErrInvalidArgument for a nil claims or fn, a lease or ack
 // timeout <= 0, a nil id function, policy, context or option.
-func New(claims store.ClaimStore, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
+func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
 	h := &Handler{claims: claims, fn: fn, lease: DefaultLease, id: MsgID, failure: DefaultFailure,
 		ctx: context.Background(), ackTimeout: 5 * time.Second}
 	for _, o := range opts {
@@ -259,50 +271,37 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 		err = fmt.Errorf("redisonce/jetstream: message id: %w", err)
 		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
 	}
-	var fnErr error
-	fnRan := false
 	dctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
-	ran, err := h.claims.Do(dctx, id, h.lease, func(ctx context.Context) error {
-		fnRan = true
+	r := delivery.Do(dctx, h.claims, id, h.lease, func(ctx context.Context) error {
 		_ = msg.InProgress()
-		fnErr = h.fn(ctx, msg)
-		return fnErr
+		return h.fn(ctx, msg)
 	})
-	switch {
-	case err == nil:
-		o := OutcomeDuplicate
-		if ran {
-			o = OutcomeDone
+	switch r.Row {
+	case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
+		// CommitFailed: fn's effect happened, so the message is done; a
+		// redelivery would run it again. r.Err says why the commit failed.
+		o := OutcomeDone
+		if r.Row == delivery.Duplicate {
+			o = OutcomeDuplicate
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.ackTimeout)
 		defer cancel()
-		return o, msg.DoubleAck(actx)
-	case fnRan && fnErr != nil && ctx.Err() == nil:
-		f := h.failure(msg, fnErr)
+		return o, errors.Join(r.Err, msg.DoubleAck(actx))
+	case delivery.Failed, delivery.Permanent:
+		f := h.failure(msg, r.Err)
 		if f.Term {
-			return OutcomeTerm, errors.Join(fnErr, msg.TermWithReason(truncate(fnErr.Error(), 256)))
+			return OutcomeTerm, errors.Join(r.Err, msg.TermWithReason(truncate(r.Err.Error(), 256)))
 		}
-		return OutcomeRetry, errors.Join(fnErr, msg.NakWithDelay(max(f.Delay, 0)))
-	case errors.Is(err, store.ErrInFlight):
-		return OutcomeInFlight, errors.Join(err, msg.NakWithDelay(h.inFlightDelay(err)))
-	case ctx.Err() != nil:
-		// Shutting down: the claim is released (or was never taken); let
-		// another consumer have the message now.
-		return OutcomeError, errors.Join(err, msg.Nak())
+		return OutcomeRetry, errors.Join(r.Err, msg.NakWithDelay(max(f.Delay, 0)))
+	case delivery.InFlight:
+		return OutcomeInFlight, errors.Join(r.Err, msg.NakWithDelay(r.RedeliverAfter))
+	case delivery.Shutdown:
+		// The claim is released (or was never taken): another consumer may
+		// have the message now.
+		return OutcomeReleased, errors.Join(r.Err, msg.Nak())
 	default:
-		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
+		return OutcomeError, errors.Join(r.Err, msg.NakWithDelay(h.lease))
 	}
-}
-
-// inFlightDelay is the nak delay of a duplicate whose id is in flight: the
-// time left on the holder's lease, which the store's error carries
-// (store.RetryAfter; measured on the server when the claim was refused, so
-// the redelivery, later by the nak's trip, cannot arrive before it), plus
-// 10 ms; the handler's own lease when the error does not say. A live holder
-// keeps extending its lease, so each redelivery meanwhile is nak'd again for
-// about its lease.
-func (h *Handler) inFlightDelay(err error) time.Duration {
-	return store.RedeliverAfter(err, h.lease)
 }
 
 func truncate(s string, n int) string {

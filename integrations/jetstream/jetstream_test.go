@@ -52,7 +52,7 @@ func pendingAcks(t *testing.T, c natsjs.Consumer) int {
 	return info.NumAckPending
 }
 
-func newHandler(t *testing.T, claims store.ClaimStore, fn func(context.Context, natsjs.Msg) error, opts ...jetstream.Option) *jetstream.Handler {
+func newHandler(t *testing.T, claims *store.Claims, fn func(context.Context, natsjs.Msg) error, opts ...jetstream.Option) *jetstream.Handler {
 	t.Helper()
 	h, err := jetstream.New(claims, fn, opts...)
 	if err != nil {
@@ -160,8 +160,9 @@ func TestFailureMapping(t *testing.T) {
 			naks = append(naks, time.Now())
 		}
 		<-done
-		// The holder's lease is extended every lease/3, so the time left on
-		// it is at least 2/3 of it; the delay is never below that.
+		// The holder's lease is extended every lease/4, so the time left on
+		// it is at least 3/4 of it; the delay is never below 2/3 of it (the
+		// rest is room for a beat delayed by a loaded machine).
 		for i := 1; i < len(naks); i++ {
 			if gap := naks[i].Sub(naks[i-1]); gap < 2*lease/3 {
 				t.Errorf("redelivery %d came %v after the previous nak, before 2/3 of the lease (%v)", i+1, gap, lease)
@@ -216,6 +217,40 @@ func TestFailureMapping(t *testing.T) {
 		}
 	})
 
+	t.Run("PanicRecoveredAndRetried", func(t *testing.T) {
+		// A panic in fn is a failure: recovered (the worker lives on), the
+		// claim released, the message nak'd with the policy's delay; its
+		// redelivery runs fn again.
+		e := newEnv(t, 0)
+		c := e.consumer(t, "c", 10*time.Second)
+		var runs, effects atomic.Int32
+		h := newHandler(t, e.claims, func(context.Context, natsjs.Msg) error {
+			if runs.Add(1) == 1 {
+				panic("kaboom")
+			}
+			effects.Add(1)
+			return nil
+		}, jetstream.WithFailurePolicy(func(natsjs.Msg, error) jetstream.Failure { return jetstream.Failure{Delay: 100 * time.Millisecond} }))
+		e.publish(t, "p1", "x")
+		o, err := h.Process(ctx, fetch1(t, c, 2*time.Second))
+		if o != jetstream.OutcomeRetry || err == nil || !strings.Contains(err.Error(), "kaboom") {
+			t.Fatalf("Process = %v, %v; want retry, the panic's value", o, err)
+		}
+		if v, err := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"p1").Build()).ToString(); err == nil {
+			t.Errorf("after the panic the claim key holds %q, want it released", v)
+		}
+		m := fetch1(t, c, 5*time.Second)
+		if m == nil {
+			t.Fatal("the panicked message was not redelivered before its AckWait (10 s)")
+		}
+		if o, err := h.Process(ctx, m); o != jetstream.OutcomeDone || err != nil {
+			t.Fatalf("redelivery = %v, %v; want done", o, err)
+		}
+		if runs.Load() != 2 || effects.Load() != 1 || pendingAcks(t, c) != 0 {
+			t.Errorf("fn ran %d times, effect %d, %d acks pending; want 2, 1, 0", runs.Load(), effects.Load(), pendingAcks(t, c))
+		}
+	})
+
 	t.Run("PermanentTerminated", func(t *testing.T) {
 		e := newEnv(t, 0)
 		c := e.consumer(t, "c", ackWait)
@@ -250,8 +285,8 @@ func TestFailureMapping(t *testing.T) {
 		e.publish(t, "p1", "x")
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(100*time.Millisecond, cancel)
-		if o, err := h.Process(cctx, fetch1(t, c, 2*time.Second)); o != jetstream.OutcomeError || !errors.Is(err, context.Canceled) {
-			t.Fatalf("Process = %v, %v; want error, context.Canceled", o, err)
+		if o, err := h.Process(cctx, fetch1(t, c, 2*time.Second)); o != jetstream.OutcomeReleased || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Process = %v, %v; want released, context.Canceled", o, err)
 		}
 		start := time.Now()
 		m := fetch1(t, c, 5*time.Second)
@@ -328,10 +363,10 @@ func TestHandlerSlowerThanAckWait(t *testing.T) {
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	fn := func(context.Context, natsjs.Msg) error { return nil }
 	for name, c := range map[string]struct {
-		claims store.ClaimStore
+		claims *store.Claims
 		fn     func(context.Context, natsjs.Msg) error
 		opts   []jetstream.Option
 	}{

@@ -11,11 +11,11 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21 point 4 for the kafka module: a nil option, a nil context and a
+// Bad input in the kafka module: a nil option, a nil context and a
 // nil Consumer give store.ErrInvalidArgument, never a panic; a Run refused
 // for a nil context leaves the Consumer usable.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	fn := func(context.Context, *kgo.Record) error { return nil }
 	// No broker listens there: nothing here may reach one.
 	opts := []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}

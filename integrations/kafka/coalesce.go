@@ -16,7 +16,7 @@ const OutcomeCoalesced Outcome = "coalesced"
 
 // WithCoalesce makes the Consumer coalesce records by key(r) instead of
 // running fn once per record id: each record triggers its key on co with the
-// record's value as the payload, in partition order, and co's CoalesceFunc
+// record's value as the payload, in partition order, and co's fn
 // (not fn, which may then be nil) runs once per burst of a key's records
 // with the latest value, never while another run of the key goes on, in
 // whatever process (see store.Coalescer). Records of one key on one
@@ -54,11 +54,11 @@ func (c *Consumer) coalesce(ctx context.Context, r *kgo.Record) (Outcome, error,
 	if err != nil {
 		return OutcomeRetry, err, true
 	}
-	tr, err := c.co.Trigger(ctx, key, r.Value)
+	ran, err := c.co.Trigger(ctx, key, r.Value)
 	switch {
-	case err == nil && tr.Ran:
+	case err == nil && ran:
 		return OutcomeDone, nil, false
-	case err == nil, tr.Ran:
+	case err == nil, ran:
 		return OutcomeCoalesced, err, false
 	}
 	return OutcomeRetry, err, false

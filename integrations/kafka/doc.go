@@ -1,9 +1,9 @@
 // Package kafka is a Kafka consumer-group member, on franz-go
 // (github.com/twmb/franz-go), whose handler runs once per record id over
-// Kafka's at-least-once delivery, with a redisonce store.ClaimStore
+// Kafka's at-least-once delivery, with a redisonce *store.Claims
 // (store.Claims on Redis).
 //
-//	claims := store.NewClaims(redisClient, store.WithTTL(7*24*time.Hour))
+//	claims, err := store.NewClaims(redisClient, store.WithTTL(7*24*time.Hour))
 //	c, err := kafka.New(claims, func(ctx context.Context, r *kgo.Record) error {
 //		return applyPayment(ctx, r.Value) // all-or-nothing: see below
 //	}, []kgo.Opt{kgo.SeedBrokers("localhost:9092"), kgo.ConsumerGroup("ledger"), kgo.ConsumeTopics("payments")},
@@ -18,6 +18,8 @@
 // in flight elsewhere is tried again when the holder's lease can have run
 // out; a failed one after the failure policy's backoff (DefaultFailure:
 // exponential, without end; dead letter for an error marked store.Permanent).
+// A panic in fn is a failure: recovered, the claim released, the record
+// tried again; the consumer goes on.
 //
 // Rebalances: a revoked (or lost) partition's handler sees its context
 // cancelled; the rebalance waits for it (WithRevokeTimeout), then commits what

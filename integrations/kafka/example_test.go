@@ -34,7 +34,7 @@ func Example() {
 	var mu sync.Mutex
 	balance, handled := 0, 0
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := kafka.New(store.NewMemoryClaims(), func(ctx context.Context, r *kgo.Record) error {
+	c, err := kafka.New(mustStore(store.NewMemoryClaims()), func(ctx context.Context, r *kgo.Record) error {
 		// all-or-nothing: one write (here a variable; a real one is one SQL
 		// transaction or one Redis command, sent with context.WithoutCancel)
 		amount, err := strconv.Atoi(string(r.Value))

@@ -69,7 +69,7 @@ func newEnv(t *testing.T, partitions int32) *env {
 	e := &env{topic: fmt.Sprintf("t%d", n), group: fmt.Sprintf("g%d", n), redisURL: startRedis(t), prefix: fmt.Sprintf("kt%d:", n)}
 	e.brokers = startKafka(t, e.topic, partitions)
 	e.rc = newRedis(t, e.redisURL)
-	e.claims = store.NewClaims(e.rc, store.WithPrefix(e.prefix+"claims:"))
+	e.claims = mustStore(store.NewClaims(e.rc, store.WithPrefix(e.prefix+"claims:")))
 	return e
 }
 

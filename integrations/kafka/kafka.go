@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -23,21 +24,24 @@ type Outcome string
 
 const (
 	// OutcomeDone: fn ran and succeeded; the record's offset is marked for
-	// commit.
-	OutcomeDone Outcome = "done"
+	// commit. The error is nil, or the claim commit's when it failed after
+	// fn's effect (the record is done all the same: a retry would run fn
+	// again).
+	OutcomeDone Outcome = delivery.NameDone
 	// OutcomeDuplicate: the id was processed already; fn did not run; the
 	// offset is marked.
-	OutcomeDuplicate Outcome = "duplicate"
+	OutcomeDuplicate Outcome = delivery.NameDuplicate
 	// OutcomeInFlight: another consumer holds the id's lease; the record is
 	// tried again, in order, once that lease can have run out.
-	OutcomeInFlight Outcome = "in_flight"
-	// OutcomeRetry: fn failed (or the store did) and the failure policy
-	// chose another attempt, in order, after a backoff.
+	OutcomeInFlight Outcome = delivery.NameInFlight
+	// OutcomeRetry: fn failed (returned an error or panicked) and the
+	// failure policy chose another attempt, or the store failed before fn
+	// ran; the record is tried again, in order, after a backoff.
 	OutcomeRetry Outcome = "retry"
 	// OutcomeDeadLetter: fn failed and the failure policy gave up: the
 	// record went to the dead-letter function (WithDeadLetter) and its
 	// offset is marked.
-	OutcomeDeadLetter Outcome = "dead_letter"
+	OutcomeDeadLetter Outcome = delivery.NameDeadLettered
 	// OutcomeRevoked: the record's partition was revoked (or lost, or the
 	// consumer stopped) before it was done; its offset is not marked, and
 	// the partition's next owner reads it again.
@@ -102,7 +106,7 @@ func HeaderID(name string) func(*kgo.Record) (string, error) {
 type Option func(*Consumer)
 
 // WithLease sets the lease held on a record's id while fn runs (default
-// DefaultLease); it is extended every lease/3. A crashed consumer's records
+// DefaultLease); it is extended every lease/4. A crashed consumer's records
 // are taken over once its lease has passed.
 func WithLease(d time.Duration) Option { return func(c *Consumer) { c.lease = d } }
 
@@ -145,7 +149,7 @@ func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = 
 func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.revokeTimeout = d } }
 
 // Consumer is a Kafka consumer-group member (a franz-go client) that runs fn
-// once per record id through a store.ClaimStore's Do, and commits a
+// once per record id through a *store.Claims's Do, and commits a
 // partition's offset only past records that are done.
 //
 // Each assigned partition has one goroutine that handles its records one at
@@ -157,11 +161,20 @@ func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.re
 //	id processed already         offset marked, fn not run        OutcomeDuplicate
 //	id in flight elsewhere       wait the time left on that       OutcomeInFlight
 //	                             lease, try again
-//	fn or the store failed       the failure policy: try again    OutcomeRetry
+//	fn failed or panicked        the failure policy: try again    OutcomeRetry
 //	                             after a backoff, or dead letter  OutcomeDeadLetter
 //	                             and mark the offset
-//	partition revoked or lost    fn's context cancelled, offset   OutcomeRevoked
-//	                             not marked
+//	fn failed, store.Permanent   dead letter (DefaultFailure),    OutcomeDeadLetter
+//	                             offset marked
+//	partition revoked or lost,   fn's context cancelled, offset   OutcomeRevoked
+//	  or Run's context done        not marked
+//	store error before fn ran    try again after a backoff        OutcomeRetry
+//
+// A panic in fn is recovered: it is fn's error (the panic's value in its
+// text), the claim is released, and the partition's goroutine goes on. fn
+// succeeded but the claim's commit failed (the lease lost, the store
+// unreachable): the offset is marked as done, with the commit's error, since
+// fn's effect happened.
 //
 // Marked offsets are committed by franz-go's autocommit (AutoCommitMarks,
 // every 5 s unless kgo.AutoCommitInterval says otherwise), when a partition
@@ -175,7 +188,7 @@ func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.re
 // reader runs fn again.
 type Consumer struct {
 	cl            *kgo.Client
-	claims        store.ClaimStore
+	claims        *store.Claims
 	fn            func(context.Context, *kgo.Record) error
 	lease         time.Duration
 	id            func(*kgo.Record) (string, error)
@@ -207,7 +220,7 @@ type topicPartition struct {
 // With WithCoalesce, fn may be nil (the Coalescer's fn runs). It returns
 // store.ErrInvalidArgument for a nil claims or fn, a lease,
 // buffer or revoke timeout <= 0, a nil id function, policy or option.
-func New(claims store.ClaimStore, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
+func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
 		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
 	for _, o := range options {
@@ -461,9 +474,9 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		if err == nil && id == "" {
 			err = errors.New("empty id")
 		}
-		fnRan, ran := false, false
-		var fnErr error
-		if c.co != nil {
+		var res delivery.Result
+		switch {
+		case c.co != nil:
 			o, cerr, keyErr := c.coalesce(ctx, r)
 			switch {
 			case o != OutcomeRetry:
@@ -471,54 +484,52 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 				return true
 			case keyErr:
 				// a record without a usable key fails like fn: the policy decides
-				fnRan, fnErr = true, fmt.Errorf("redisonce/kafka: coalescing key: %w", cerr)
-				err = fnErr
+				res = delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: coalescing key: %w", cerr)}
+			case ctx.Err() != nil:
+				res = delivery.Result{Row: delivery.Shutdown, Err: cerr}
 			default:
-				err = cerr
+				res = delivery.Result{Row: delivery.StoreError, Err: cerr} // retried after a backoff
 			}
-		} else if err != nil {
+		case err != nil:
 			// a record without a usable id fails like fn: the policy decides
-			fnRan, fnErr = true, fmt.Errorf("redisonce/kafka: record id: %w", err)
-			err = fnErr
-		} else {
-			ran, err = c.claims.Do(ctx, id, c.lease, func(ctx context.Context) error {
-				fnRan = true
-				fnErr = c.fn(ctx, r)
-				return fnErr
-			})
+			res = delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: record id: %w", err)}
+		default:
+			res = delivery.Do(ctx, c.claims, id, c.lease, func(ctx context.Context) error { return c.fn(ctx, r) })
 		}
-		switch {
-		case err == nil && ran:
-			c.say(r, OutcomeDone, nil)
+		switch res.Row {
+		case delivery.Done, delivery.CommitFailed:
+			// CommitFailed: fn's effect happened, so the record is done; a
+			// retry would run it again. res.Err says why the commit failed.
+			c.say(r, OutcomeDone, res.Err)
 			return true
-		case err == nil:
+		case delivery.Duplicate:
 			c.say(r, OutcomeDuplicate, nil)
 			return true
-		case ctx.Err() != nil:
-			c.say(r, OutcomeRevoked, err)
+		case delivery.Shutdown:
+			c.say(r, OutcomeRevoked, res.Err)
 			return false
-		case errors.Is(err, store.ErrInFlight):
-			c.say(r, OutcomeInFlight, err)
-			delay = c.inFlightDelay(err)
-		case fnRan && fnErr != nil:
-			f := c.failure(r, fnErr, attempt)
+		case delivery.InFlight:
+			c.say(r, OutcomeInFlight, res.Err)
+			delay = res.RedeliverAfter
+		case delivery.Failed, delivery.Permanent:
+			f := c.failure(r, res.Err, attempt)
 			if f.DeadLetter {
 				if c.deadLetter != nil {
-					if dlErr := c.deadLetter(ctx, r, fnErr); dlErr != nil {
-						c.say(r, OutcomeRetry, errors.Join(fnErr, fmt.Errorf("redisonce/kafka: dead letter: %w", dlErr)))
+					if dlErr := c.deadLetter(ctx, r, res.Err); dlErr != nil {
+						c.say(r, OutcomeRetry, errors.Join(res.Err, fmt.Errorf("redisonce/kafka: dead letter: %w", dlErr)))
 						delay = DefaultFailure(r, dlErr, attempt).Delay
 						break
 					}
 				}
-				c.say(r, OutcomeDeadLetter, fnErr)
+				c.say(r, OutcomeDeadLetter, res.Err)
 				return true
 			}
-			c.say(r, OutcomeRetry, err)
+			c.say(r, OutcomeRetry, res.Err)
 			delay = f.Delay
 		default:
-			// the store failed (Redis unreachable, a lost lease at commit)
-			c.say(r, OutcomeRetry, err)
-			delay = DefaultFailure(r, err, attempt).Delay
+			// the store failed before fn ran (Redis unreachable)
+			c.say(r, OutcomeRetry, res.Err)
+			delay = DefaultFailure(r, res.Err, attempt).Delay
 		}
 		t := time.NewTimer(max(delay, 0))
 		select {
@@ -529,12 +540,4 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		case <-t.C:
 		}
 	}
-}
-
-// inFlightDelay: the time left on the holder's lease, which the store's
-// error carries (measured on the server when the claim was refused), plus
-// 10 ms; the consumer's own lease when the error does not say
-// (store.RetryAfter false).
-func (c *Consumer) inFlightDelay(err error) time.Duration {
-	return store.RedeliverAfter(err, c.lease)
 }

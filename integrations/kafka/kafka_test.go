@@ -303,10 +303,10 @@ func TestRebalanceWhileHandlersRun(t *testing.T) {
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	fn := func(context.Context, *kgo.Record) error { return nil }
 	for name, c := range map[string]struct {
-		claims store.ClaimStore
+		claims *store.Claims
 		fn     func(context.Context, *kgo.Record) error
 		opts   []kafka.Option
 	}{

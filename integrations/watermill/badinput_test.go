@@ -11,11 +11,11 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// Issue 21 point 4 for the watermill module: nil claims, a nil option, a
+// Bad input in the watermill module: nil claims, a nil option, a
 // nil handler, a nil message and a nil context give store.ErrInvalidArgument,
 // never a panic, and the handler never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := store.NewMemoryClaims()
+	claims := mustStore(store.NewMemoryClaims())
 	ran := 0
 	h := func(*message.Message) ([]*message.Message, error) { ran++; return nil, nil }
 	msg := func() *message.Message { return message.NewMessage("uuid-1", []byte("p")) }

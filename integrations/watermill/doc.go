@@ -36,7 +36,7 @@
 // messages, the commit waits for that ack.
 //
 // While the handler runs, its lease (WithLease, default 30s) is extended every
-// third of it, so a slow handler keeps its message however long it takes; a
+// quarter of it, so a slow handler keeps its message however long it takes; a
 // consumer that dies stops extending, and another runs the message once the
 // lease has expired. msg.Context() inside the handler is cancelled if the
 // lease is lost, and carries the store.Lease (store.LeaseFromContext).

@@ -32,7 +32,7 @@ func docWatermill(router *message.Router) error {
 	return nil
 }
 
-func docWatermillDedup(router *message.Router, claims store.ClaimStore) {
+func docWatermillDedup(router *message.Router, claims *store.Claims) {
 	// snippet:watermillDedup
 	dedup := &middleware.Deduplicator{
 		KeyFactory: middleware.NewMessageHasherSHA256(1024),

@@ -3,6 +3,7 @@ package watermill_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	wm "github.com/ThreeDotsLabs/watermill"
@@ -18,7 +19,10 @@ import (
 // delivered twice. In production the claims are store.OpenClaims on Redis,
 // shared by every instance; here a MemoryClaims.
 func ExampleMiddleware() {
-	claims := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	claims, err := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, wm.NopLogger{})
 
 	router, err := message.NewRouter(message.RouterConfig{}, wm.NopLogger{})
@@ -58,7 +62,10 @@ func ExampleMiddleware() {
 // watermill's own Deduplicator, with its keys in Redis (here a
 // MemoryClaims) for one minute, shared by every instance of the service.
 func ExampleNewExpiringKeyRepository() {
-	claims := store.NewMemoryClaims(store.WithTTL(time.Minute))
+	claims, err := store.NewMemoryClaims(store.WithTTL(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
 	dedup := &middleware.Deduplicator{
 		KeyFactory: middleware.NewMessageHasherSHA256(1024),
 		Repository: wmonce.NewExpiringKeyRepository(claims),
@@ -80,7 +87,10 @@ func ExampleNewExpiringKeyRepository() {
 // with a backoff (the id released between tries), and its effect happens
 // once.
 func ExampleMiddleware_retry() {
-	claims := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	claims, err := store.NewMemoryClaims(store.WithTTL(7 * 24 * time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
 	retry := middleware.Retry{MaxRetries: 5, InitialInterval: time.Millisecond, Multiplier: 2}
 	tries := 0
 	h := retry.Middleware(wmonce.Middleware(claims)(func(msg *message.Message) ([]*message.Message, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
+	"github.com/redisonce/redisonce/internal/delivery"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -28,7 +29,7 @@ const DefaultLease = 30 * time.Second
 // that then fails, or a process that dies in it, loses the message, since its
 // redelivery is dropped as a duplicate. For effects, use Middleware.
 type ExpiringKeyRepository struct {
-	claims store.ClaimStore
+	claims *store.Claims
 }
 
 var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
@@ -36,13 +37,13 @@ var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
 // NewExpiringKeyRepository returns a repository over claims (store.Claims on
 // Redis, or store.MemoryClaims in a test). On nil claims every IsDuplicate
 // gives store.ErrInvalidArgument.
-func NewExpiringKeyRepository(claims store.ClaimStore) *ExpiringKeyRepository {
+func NewExpiringKeyRepository(claims *store.Claims) *ExpiringKeyRepository {
 	return &ExpiringKeyRepository{claims: claims}
 }
 
 // IsDuplicate reports whether key was seen before (within the store's TTL),
 // and marks it seen: the first caller of a key gets false, every other true
-// (store.ClaimStore's Claim).
+// (*store.Claims's Claim).
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	if r == nil || r.claims == nil {
 		return false, fmt.Errorf("redisonce/watermill: IsDuplicate on a repository without claims: %w", store.ErrInvalidArgument)
@@ -112,8 +113,14 @@ func WithID(f func(*message.Message) (string, error)) Option {
 //     failed publish nacks it, which releases the id, and the redelivery runs
 //     the handler and publishes again (at least once; a process that dies
 //     between the publish and the commit also runs it again);
-//   - the handler fails (or panics): the id is released and the handler's
-//     error returned, so the router nacks and the redelivery runs it again;
+//   - the handler fails: the id is released and the handler's error
+//     returned, so the router nacks and the redelivery runs it again; an
+//     error marked store.Permanent too (route it aside with watermill's
+//     PoisonQueueWithFilter and store.IsPermanent);
+//   - the handler panics: the panic is recovered as its error (no Recoverer
+//     needed), and it goes as a failure;
+//   - the router closes (the message's context cancelled) while the handler
+//     runs: the id is released and the message nacked;
 //   - a duplicate of a processed message: the handler does not run, and the
 //     message is acked;
 //   - a duplicate while another consumer runs it: the handler does not run;
@@ -132,7 +139,7 @@ func WithID(f func(*message.Message) (string, error)) Option {
 // An invalid option, a nil option or nil claims makes every message fail
 // with store.ErrInvalidArgument (and a nil handler or message too), before
 // anything is claimed.
-func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddleware {
+func Middleware(claims *store.Claims, opts ...Option) message.HandlerMiddleware {
 	c := config{lease: DefaultLease, id: func(msg *message.Message) (string, error) { return msg.UUID, nil }}
 	for _, o := range opts {
 		if o == nil {
@@ -167,60 +174,53 @@ func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddlewa
 			result := make(chan doResult, 1)
 			go func() {
 				var r doResult
-				defer func() {
-					if p := recover(); p != nil { // Do released the id; panic in the router's goroutine
-						r.panicked, r.panic = true, p
-					}
-					result <- r
-				}()
-				r.ran, r.err = claims.Do(ctx, id, c.lease, func(lctx context.Context) error {
+				r.Result = delivery.Do(ctx, claims, id, c.lease, func(lctx context.Context) error {
 					// The handler sees the lease's context (cancelled if the
 					// lease is lost) and the Lease in it.
 					msg.SetContext(lctx)
-					out, herr := h(msg)
-					msg.SetContext(ctx)
+					out, herr := func() ([]*message.Message, error) {
+						defer msg.SetContext(ctx)
+						return h(msg)
+					}()
 					if herr != nil {
 						return herr
 					}
-					r.handled = true
 					if len(out) == 0 {
 						return nil
 					}
 					handoff <- out
 					return awaitAck(lctx, msg)
 				})
+				result <- r
 			}()
 			select {
 			case out := <-handoff:
 				return out, nil
 			case r := <-result:
-				if r.panicked {
-					panic(r.panic)
-				}
 				select {
 				case out := <-handoff:
 					// Handed over, then Do ended before the ack (the lease's
 					// context ended: the router closing, or the lease lost)
 					// and released the id: nack, so the redelivery runs it.
-					if r.err == nil {
+					if r.Err == nil {
 						return out, nil
 					}
-					return nil, r.err
+					return nil, r.Err
 				default:
 				}
-				switch {
-				case r.err == nil:
+				switch r.Row {
+				case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
+					// CommitFailed: the effect happened; only the commit
+					// failed (the id taken by another consumer, or the store
+					// unreachable). A nack would run it again: ack it.
 					return nil, nil
-				case r.handled:
-					// The effect happened; only the commit failed (the id
-					// taken by another consumer, or the store unreachable). A
-					// nack would run it again: ack it.
-					return nil, nil
-				case !r.ran && errors.Is(r.err, store.ErrInFlight):
-					wait(ctx, inFlightDelay(r.err, c.lease))
-					return nil, r.err
+				case delivery.InFlight:
+					wait(ctx, min(r.RedeliverAfter, c.lease))
+					return nil, r.Err
 				default:
-					return nil, r.err
+					// Failed (a panic too), Permanent, Shutdown, StoreError:
+					// the id is released (or was never taken); nack.
+					return nil, r.Err
 				}
 			}
 		}
@@ -228,12 +228,7 @@ func Middleware(claims store.ClaimStore, opts ...Option) message.HandlerMiddlewa
 }
 
 // doResult is what the goroutine running Do reports.
-type doResult struct {
-	ran, handled bool // Do ran the handler; the handler returned nil
-	err          error
-	panicked     bool
-	panic        any
-}
+type doResult struct{ delivery.Result }
 
 // errNacked is the handler's outcome when the router nacked the message
 // after the handler returned messages (their publication failed): the id is
@@ -257,15 +252,6 @@ func awaitAck(lctx context.Context, msg *message.Message) error {
 			return context.Cause(lctx)
 		}
 	}
-}
-
-// inFlightDelay is how long to hold an in-flight duplicate before nacking
-// it: the holder's lease time left when the store says (store.RetryAfter)
-// plus 10ms, so the redelivery lands after the lease ran
-// out rather than a hair before it; else the lease; never more than the
-// lease.
-func inFlightDelay(err error, lease time.Duration) time.Duration {
-	return min(store.RedeliverAfter(err, lease), lease)
 }
 
 // wait sleeps for d or until ctx is done.

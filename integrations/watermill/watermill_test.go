@@ -10,7 +10,6 @@ import (
 
 	wm "github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/redis/rueidis"
 
@@ -184,8 +183,9 @@ func btoi(b bool) int {
 // extended), and the other consumer's copy is held back, not spun: each of
 // its in-flight attempts waits for the holder's lease time left before the
 // nack, so their number is bounded by the handler's run over a third of the
-// lease (the least lease time left the heartbeat leaves, extending every
-// lease/3), and its last attempt acks it as a duplicate after the commit.
+// lease (the heartbeat, extending every lease/4, leaves three quarters of it;
+// a third leaves room for a delayed beat), and its last attempt acks it as a
+// duplicate after the commit.
 func TestMiddlewareSlowHandlerHoldsDuplicates(t *testing.T) {
 	// Seconds, not milliseconds: on a loaded machine a sub-second lease can
 	// starve its live holder's heartbeat.
@@ -445,9 +445,10 @@ func TestMiddlewareOutputsNotLostWhenPublishFails(t *testing.T) {
 	}
 }
 
-// A handler that panics releases the id like a failure; the router's
-// Recoverer (outside the middleware) turns the panic into a nack, and the
-// redelivery runs the handler again.
+// A handler that panics releases the id like a failure, and the middleware
+// turns the panic into a nack by itself (no Recoverer in the router: a panic
+// left to the router would crash the process); the redelivery runs the
+// handler again.
 func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
 	l := newLedger()
 	ps := newPubSub(t)
@@ -464,7 +465,7 @@ func TestMiddlewarePanicReleasesAndRedelivers(t *testing.T) {
 		l.mu.Unlock()
 		return nil
 	}
-	startConsumer(t, ps, "panic", "a", l, handler, middleware.Recoverer, wmonce.Middleware(openClaims(t)))
+	startConsumer(t, ps, "panic", "a", l, handler, wmonce.Middleware(openClaims(t)))
 	if err := ps.Publish("panic", message.NewMessage("x1", nil)); err != nil {
 		t.Fatal(err)
 	}

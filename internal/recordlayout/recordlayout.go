@@ -17,10 +17,6 @@
 //	2 bytes   n (big-endian), then n bytes: the fingerprint, 0..256 bytes
 //	2 bytes   n (big-endian), then n bytes: the owner token, 0..256 bytes
 //	the rest  the payload, raw (any bytes, possibly none)
-//
-// Layout 0, the nine-field hash of before (status, payload, created_ms,
-// updated_ms, expires_ms, lease_ms, fence, fp, token), is read by every script
-// and rewritten in layout 1 by the next write.
 package recordlayout
 
 import (
@@ -28,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 )
 
 // Magic starts every layout-1 record; its third byte is the layout's version.
@@ -157,36 +152,4 @@ func canonicalFence(s string) bool {
 		}
 	}
 	return true
-}
-
-// Map is f as the fields of layout 0, every value its decimal string (and
-// watch "1" when marked).
-func (f Fields) Map() map[string]string {
-	m := map[string]string{
-		"status": f.Status, "payload": f.Payload,
-		"created_ms": strconv.FormatInt(f.CreatedMS, 10), "updated_ms": strconv.FormatInt(f.UpdatedMS, 10),
-		"expires_ms": strconv.FormatInt(f.ExpiresMS, 10), "lease_ms": strconv.FormatInt(f.LeaseMS, 10),
-		"fence": f.Fence, "fp": f.FP, "token": f.Token,
-	}
-	if f.Watched {
-		m["watch"] = "1"
-	}
-	return m
-}
-
-// FromMap is the inverse of Map: ErrNotRecord when a time is not a decimal
-// integer.
-func FromMap(m map[string]string) (Fields, error) {
-	f := Fields{Status: m["status"], Payload: m["payload"], Fence: m["fence"], FP: m["fp"], Token: m["token"], Watched: m["watch"] != ""}
-	for _, t := range []struct {
-		name string
-		p    *int64
-	}{{"created_ms", &f.CreatedMS}, {"updated_ms", &f.UpdatedMS}, {"expires_ms", &f.ExpiresMS}, {"lease_ms", &f.LeaseMS}} {
-		n, err := strconv.ParseInt(m[t.name], 10, 64)
-		if err != nil {
-			return f, fmt.Errorf("%w: %s %q", ErrNotRecord, t.name, m[t.name])
-		}
-		*t.p = n
-	}
-	return f, nil
 }

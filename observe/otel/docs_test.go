@@ -15,7 +15,10 @@ import (
 func docOtel(client rueidis.Client) error {
 	// snippet:otel
 	obs, err := redisonceotel.New() // the global TracerProvider and MeterProvider; options to pass others
-	claims := store.NewClaims(client, store.WithObserver(obs))
+	if err != nil {
+		return err
+	}
+	claims, err := store.NewClaims(client, store.WithObserver(obs))
 	// snippet:end
 	_ = claims
 	return err

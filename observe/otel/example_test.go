@@ -3,6 +3,7 @@ package redisonceotel_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	redisonceotel "github.com/redisonce/redisonce/observe/otel"
@@ -28,7 +29,10 @@ func Example() {
 		panic(err)
 	}
 	// store.NewClaims(client, store.WithObserver(obs)) for Redis: the same events.
-	claims := store.NewMemoryClaims(store.WithObserver(obs))
+	claims, err := store.NewMemoryClaims(store.WithObserver(obs))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	claims.Claim(ctx, "order-1")

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// Issue 21: the key, and error texts that quote it, only with WithKey —
+// The key, and error texts that quote it, only with WithKey —
 // read back from every span (name, attributes, status, events and their
 // attributes) and every metric data point's attributes.
 func TestKeyOnlyWithKeyOption(t *testing.T) {
@@ -57,7 +57,7 @@ func TestErrorSpanWithoutKey(t *testing.T) {
 	obs, spans, _ := setup(t)
 	err := fmt.Errorf(`redisonce: claim %q: connection refused`, storetest.SecretKey)
 	obs.Observe(context.Background(), store.Event{Store: "claims", Op: "claim", Key: storetest.SecretKey,
-		N: 1, Outcome: store.OutcomeError, Err: err})
+		N: 1, Outcome: store.Outcome("error"), Err: err})
 	s := spans.Ended()[0]
 	if d := s.Status().Description; d != "redisonce: claim: connection refused" {
 		t.Errorf("status description %q, want the error without the key", d)
@@ -76,13 +76,13 @@ func TestErrorSpanWithoutKey(t *testing.T) {
 	}
 }
 
-// Issue 21: a nil option is refused, a nil context is not a panic.
+// A nil option is refused, a nil context is not a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	if _, err := redisonceotel.New(nil); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 	obs, spans, _ := setup(t)
-	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeError, Err: errors.New("x")}) //nolint:staticcheck // a nil context on purpose
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.Outcome("error"), Err: errors.New("x")}) //nolint:staticcheck // a nil context on purpose
 	if len(spans.Ended()) != 1 {
 		t.Errorf("%d spans for an event with a nil context, want 1", len(spans.Ended()))
 	}

@@ -2,7 +2,7 @@
 // OpenTelemetry: a span per operation and two metrics.
 //
 //	obs, err := redisonceotel.New() // the global TracerProvider and MeterProvider
-//	claims := store.NewClaims(client, store.WithObserver(obs))
+//	claims, err := store.NewClaims(client, store.WithObserver(obs))
 //
 // # Spans
 //
@@ -47,7 +47,7 @@
 //
 //	opt, err := store.ClientOptions("redis://127.0.0.1:6379")
 //	client, err := rueidisotel.NewClient(opt) // or rueidisotel.WithClient(c)
-//	claims := store.NewClaims(client, store.WithObserver(obs))
+//	claims, err := store.NewClaims(client, store.WithObserver(obs))
 //
 // Both use the TracerProvider in effect (each takes WithTracerProvider). The
 // command spans are children of the caller's span, siblings of the
@@ -210,7 +210,7 @@ func (o *Observer) Observe(ctx context.Context, e store.Event) {
 		trace.WithTimestamp(start),
 		trace.WithSpanKind(kind),
 		trace.WithAttributes(attrs...))
-	if e.Outcome == store.OutcomeError {
+	if e.Outcome == store.Outcome("error") {
 		if e.Err != nil {
 			// The error's text without the key unless WithKey: store errors
 			// quote the id (store.Event.ErrorText). The exception event is

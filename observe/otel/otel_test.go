@@ -73,12 +73,12 @@ func TestSpans(t *testing.T) {
 
 	obs.Observe(parentCtx, store.Event{
 		Store: "claims", Op: "claim", Script: "claim", Prefix: "once:", Key: "order-1",
-		N: 1, Outcome: store.OutcomeDuplicate, Start: t0, Duration: 3 * time.Millisecond,
+		N: 1, Outcome: store.Outcome("duplicate"), Start: t0, Duration: 3 * time.Millisecond,
 	})
 	boom := errors.New("redisonce: claim \"order-2\": connection refused")
 	obs.Observe(context.Background(), store.Event{
 		Store: "records", Op: "do", Prefix: "rec:", Key: "k",
-		N: 1, Outcome: store.OutcomeError, Start: t0, Duration: time.Second, Err: boom,
+		N: 1, Outcome: store.Outcome("error"), Start: t0, Duration: time.Second, Err: boom,
 	})
 
 	got := make([]spanView, 0, 2)
@@ -121,7 +121,7 @@ func TestSpanKeyOnlyWithOption(t *testing.T) {
 		obs, spans, _ := setup(t, opts...)
 		obs.Observe(context.Background(), store.Event{
 			Store: "outbox", Op: "append", Script: "append", Prefix: "outbox:", Key: "conn-7",
-			N: 1, Outcome: store.OutcomeAppended, Start: time.Now(), Duration: time.Millisecond,
+			N: 1, Outcome: store.Outcome("appended"), Start: time.Now(), Duration: time.Millisecond,
 		})
 		got, ok := view(spans.Ended()[0]).Attrs["redisonce.key"]
 		if withKey && got != "conn-7" || !withKey && ok {
@@ -137,11 +137,11 @@ func TestMetrics(t *testing.T) {
 		return store.Event{Store: "claims", Op: op, Script: op, Prefix: "once:", Key: "secret-key",
 			N: 1, Outcome: out, Start: time.Now(), Duration: d}
 	}
-	obs.Observe(ctx, ev("claim", store.OutcomeClaimed, 2*time.Millisecond))
-	obs.Observe(ctx, ev("claim", store.OutcomeDuplicate, 4*time.Millisecond))
-	obs.Observe(ctx, ev("claim", store.OutcomeDuplicate, 4*time.Millisecond))
-	obs.Observe(ctx, ev("forget", store.OutcomeForgotten, 20*time.Second))
-	batch := ev("claim_many", store.OutcomeDuplicate, time.Millisecond)
+	obs.Observe(ctx, ev("claim", store.Outcome("claimed"), 2*time.Millisecond))
+	obs.Observe(ctx, ev("claim", store.Outcome("duplicate"), 4*time.Millisecond))
+	obs.Observe(ctx, ev("claim", store.Outcome("duplicate"), 4*time.Millisecond))
+	obs.Observe(ctx, ev("forget", store.Outcome("forgotten"), 20*time.Second))
+	batch := ev("claim_many", store.Outcome("duplicate"), time.Millisecond)
 	batch.N, batch.Key = 5, ""
 	obs.Observe(ctx, batch) // counts its 5 items, one duration
 
@@ -246,9 +246,9 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := 0; i < 100; i++ {
-				out := store.OutcomeClaimed
+				out := store.Outcome("claimed")
 				if i%2 == 1 {
-					out = store.OutcomeDuplicate
+					out = store.Outcome("duplicate")
 				}
 				obs.Observe(context.Background(), store.Event{Store: "claims", Op: "claim",
 					N: 1, Outcome: out, Start: time.Now(), Duration: time.Microsecond})

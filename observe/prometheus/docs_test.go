@@ -13,11 +13,12 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-func docPrometheus(client rueidis.Client) {
+func docPrometheus(client rueidis.Client) error {
 	// snippet:prometheus
 	obs := redisonceprom.New()
 	prometheus.MustRegister(obs) // any prometheus.Registerer
-	outbox := store.NewOutbox(client, store.WithObserver(obs))
+	outbox, err := store.NewOutbox(client, store.WithObserver(obs))
 	// snippet:end
 	_ = outbox
+	return err
 }

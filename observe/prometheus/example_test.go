@@ -3,6 +3,7 @@ package redisonceprom_test
 import (
 	"context"
 	"fmt"
+	"log"
 
 	"github.com/prometheus/client_golang/prometheus"
 	redisonceprom "github.com/redisonce/redisonce/observe/prometheus"
@@ -17,7 +18,10 @@ func Example() {
 	obs := redisonceprom.New()
 	reg.MustRegister(obs)
 	// store.NewOutbox(client, store.WithObserver(obs)) for Redis: the same events.
-	outbox := store.NewMemoryOutbox(store.WithObserver(obs), store.WithMaxUnacked(1))
+	outbox, err := store.NewMemoryOutbox(store.WithObserver(obs), store.WithMaxUnacked(1))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	outbox.AppendWithID(ctx, "conn-1", "m1", []byte("hello"))

@@ -11,7 +11,7 @@ import (
 	"github.com/redisonce/redisonce/store/storetest"
 )
 
-// Issue 21: no key in any metric (it has no key option: keys are unbounded
+// No key in any metric (it has no key option: keys are unbounded
 // in cardinality), read back from the registry's exposition text.
 func TestNoKeyInMetrics(t *testing.T) {
 	storetest.TestObserverKeys(t, false, func(bool) (store.Observer, func() string) {
@@ -36,12 +36,12 @@ func TestNoKeyInMetrics(t *testing.T) {
 	})
 }
 
-// Issue 21: a nil option is ignored, a nil context is not a panic.
+// A nil option is ignored, a nil context is not a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	obs := redisonceprom.New(nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(obs)
-	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.OutcomeClaimed}) //nolint:staticcheck // a nil context on purpose
+	obs.Observe(nil, store.Event{Store: "claims", Op: "claim", N: 1, Outcome: store.Outcome("claimed")}) //nolint:staticcheck // a nil context on purpose
 	if n, err := testutil.GatherAndCount(reg); err != nil || n == 0 {
 		t.Errorf("%d metrics after one event, %v", n, err)
 	}

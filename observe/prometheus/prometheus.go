@@ -3,7 +3,7 @@
 //
 //	obs := redisonceprom.New()
 //	prometheus.MustRegister(obs) // or any prometheus.Registerer
-//	claims := store.NewClaims(client, store.WithObserver(obs))
+//	claims, err := store.NewClaims(client, store.WithObserver(obs))
 //
 // Metrics:
 //

@@ -23,11 +23,11 @@ func TestMetrics(t *testing.T) {
 	obs := redisonceprom.New(redisonceprom.WithBuckets([]float64{0.1, 0.5, 1}))
 	reg.MustRegister(obs)
 	ctx := context.Background()
-	obs.Observe(ctx, event("claims", "claim", store.OutcomeClaimed, 62500*time.Microsecond))
-	obs.Observe(ctx, event("claims", "claim", store.OutcomeDuplicate, 250*time.Millisecond))
-	obs.Observe(ctx, event("claims", "claim", store.OutcomeDuplicate, 250*time.Millisecond))
-	obs.Observe(ctx, event("outbox", "ack", store.OutcomeStaleOwner, 2*time.Second))
-	batch := event("outbox", "ack_many", store.OutcomeAcked, 2*time.Second)
+	obs.Observe(ctx, event("claims", "claim", store.Outcome("claimed"), 62500*time.Microsecond))
+	obs.Observe(ctx, event("claims", "claim", store.Outcome("duplicate"), 250*time.Millisecond))
+	obs.Observe(ctx, event("claims", "claim", store.Outcome("duplicate"), 250*time.Millisecond))
+	obs.Observe(ctx, event("outbox", "ack", store.Outcome("stale_owner"), 2*time.Second))
+	batch := event("outbox", "ack_many", store.Outcome("acked"), 2*time.Second)
 	batch.N = 4
 	obs.Observe(ctx, batch) // counts its 4 items, one duration
 
@@ -89,8 +89,8 @@ func TestConstLabels(t *testing.T) {
 	billing := redisonceprom.New(redisonceprom.WithConstLabels(prometheus.Labels{"app": "billing"}))
 	mail := redisonceprom.New(redisonceprom.WithConstLabels(prometheus.Labels{"app": "mail"}))
 	reg.MustRegister(billing, mail)
-	billing.Observe(context.Background(), event("records", "acquire", store.OutcomeTakenOver, time.Millisecond))
-	mail.Observe(context.Background(), event("records", "acquire", store.OutcomeAcquired, time.Millisecond))
+	billing.Observe(context.Background(), event("records", "acquire", store.Outcome("taken_over"), time.Millisecond))
+	mail.Observe(context.Background(), event("records", "acquire", store.Outcome("acquired"), time.Millisecond))
 	want := `
 # HELP redisonce_operations_total redisonce store operations, by store, op and outcome.
 # TYPE redisonce_operations_total counter
@@ -117,9 +117,9 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 100; i++ {
-				out := store.OutcomeAppended
+				out := store.Outcome("appended")
 				if i%2 == 1 {
-					out = store.OutcomeRetriedAppend
+					out = store.Outcome("retried_append")
 				}
 				obs.Observe(context.Background(), event("outbox", "append", out, time.Microsecond))
 			}

@@ -1,5 +1,5 @@
 // Every flow of every redisonce store, driven from a JavaScript client with
-// only what the README ("Key layout and scripts, for non-Go callers") and the
+// only what docs/non-go.md ("Key layout and scripts") and the
 // script headers say: SCRIPT LOAD of each file byte for byte + EVALSHA /
 // EVALSHA_RO, then FCALL / FCALL_RO after FUNCTION LOAD REPLACE of the
 // Functions library. The same flows as flows.py, for ioredis.mjs,
@@ -400,16 +400,16 @@ async function flowRecords(c, p, client, goPrefix) {
   // Fences are decimal strings up to 9999999999999999999 (past 2^53): compare as strings or BigInt.
   k = p + 'rec:fence';
   record(await c.call('acquire', k, '0', 'tok-0', '', '1'), 'acquire', { acquired: 1 });
-  // A record in layout 0 (the hash written before issue 23, README "Key
-  // layout") is read as it is, and the takeover rewrites it in layout 1.
-  await client.send(['DEL', k]);
-  const created = String(Date.now());
-  await client.send(['HSET', k, 'status', 'pending', 'payload', '', 'created_ms', created, 'updated_ms', created,
-    'expires_ms', '0', 'lease_ms', '1', 'fence', '9999999999999999998', 'fp', '', 'token', 'tok-0']);
+  // The fence set by hand to one below the largest, in the record string
+  // (docs/non-go.md, "Key layout per store": the fence's one-byte length at
+  // byte offset 36, then its digits), on the server so no client decodes
+  // the binary value.
+  await client.send(['EVAL', "local v = redis.call('GET', KEYS[1]) " +
+    "return redis.call('SET', KEYS[1], string.sub(v, 1, 36) .. string.char(#ARGV[1]) .. ARGV[1] .. " +
+    "string.sub(v, 38 + string.byte(v, 37)), 'KEEPTTL')", '1', k, '9999999999999999998']);
   await sleep(20);
   t = record(await c.call('acquire', k, '0', 'tok-1', '', '1'), 'takeover to the largest fence', { acquired: 1 });
   assert.equal(BigInt(t.fence), 9999999999999999999n, 'fence 9999999999999999999 exact');
-  assert.equal(await client.send(['TYPE', k]), 'string', 'the takeover rewrote the layout-0 hash in layout 1');
   await sleep(20);
   t = record(await c.call('acquire', k, '0', 'tok-2', '', '30000'), 'no takeover past the largest fence', { acquired: 0 });
   assert.deepEqual([t.fence, t.token], ['9999999999999999999', ''], 'the largest fence is never taken over');

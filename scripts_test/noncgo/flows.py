@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every flow of every redisonce store, driven from redis-py with only what the
-README ("Key layout and scripts, for non-Go callers") and the script headers say:
+docs/non-go.md ("Key layout and scripts") and the script headers say:
 SCRIPT LOAD of each file byte for byte + EVALSHA / EVALSHA_RO, then FCALL /
 FCALL_RO after FUNCTION LOAD REPLACE of the Functions library.
 
@@ -142,7 +142,7 @@ def record(v, what, acquired=None):
 
 
 def decode_record(v):
-    """Decodes a record's raw value by hand, as the README's "Key layout" says
+    """Decodes a record's raw value by hand, as docs/non-go.md's "Key layout per store" says
     (layout 1): "ro1 ", four big-endian doubles (created, updated, expires,
     lease ms), the fence and the status after a 1-byte length, fp and token
     after a 2-byte length, then the payload."""
@@ -159,7 +159,7 @@ def decode_record(v):
 
 
 def set_fence(r, k, fence):
-    """Rewrites a layout-1 record's fence by hand, keeping its expiry."""
+    """Rewrites a record's fence by hand, keeping its expiry."""
     v = r.get(k)
     n = v[36]
     r.set(k, v[:36] + bytes([len(fence)]) + fence + v[37 + n:], keepttl=True)
@@ -422,7 +422,7 @@ def flow_records(call, p, r):
     # Fences are decimal strings up to 9999999999999999999 (past 2^53).
     k = p + "rec:fence"
     record(call("acquire", k, "0", "tok-0", "", "1"), "acquire", acquired=1)
-    set_fence(r, k, b"9999999999999999998")  # the record layout (README "Key layout")
+    set_fence(r, k, b"9999999999999999998")  # the record layout (docs/non-go.md, "Key layout per store")
     time.sleep(0.02)
     t = record(call("acquire", k, "0", "tok-1", "", "1"), "takeover to the largest fence", acquired=1)
     eq(t["fence"], b"9999999999999999999", "fence 9999999999999999999 exact")

@@ -16,9 +16,9 @@ import (
 // test.
 type CoalescerHarness struct {
 	// New returns a Coalescer running fn in modes o with opts applied,
-	// isolated from every other one New returns (a fresh prefix). The suite
-	// closes it.
-	New func(t *testing.T, fn store.CoalesceFunc, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer
+	// isolated from every other one New returns (a fresh prefix), or the
+	// constructor's error. The suite closes it.
+	New func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) (*store.Coalescer, error)
 	// Wait lets d pass (time.Sleep, or Clock.Advance for a fake clock).
 	Wait func(d time.Duration)
 	// Now is the store's clock (time.Now, or Clock.Now).
@@ -48,8 +48,8 @@ func newRunLog(now func() time.Time) *runLog {
 	return &runLog{now: now, active: map[string]int{}}
 }
 
-// fn returns a CoalesceFunc that logs each run, then calls body (nil: none).
-func (l *runLog) fn(body func(ctx context.Context, key string, payload []byte) error) store.CoalesceFunc {
+// fn returns a Coalescer's fn that logs each run, then calls body (nil: none).
+func (l *runLog) fn(body func(ctx context.Context, key string, payload []byte) error) func(ctx context.Context, key string, payload []byte) error {
 	return func(ctx context.Context, key string, payload []byte) error {
 		lease, _ := store.LeaseFromContext(ctx)
 		l.mu.Lock()
@@ -115,9 +115,12 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 	if h.Now == nil {
 		h.Now = time.Now
 	}
-	newC := func(t *testing.T, fn store.CoalesceFunc, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer {
+	newC := func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) *store.Coalescer {
 		t.Helper()
-		c := h.New(t, fn, o, opts...)
+		c, err := h.New(t, fn, o, opts...)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
@@ -139,9 +142,9 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		}), store.CoalesceOptions{Lease: 10 * h.Tick})
 		done := make(chan error, 1)
 		go func() {
-			tr, err := c.Trigger(ctx, "k", []byte("p0"))
-			if err == nil && !tr.Ran {
-				err = fmt.Errorf("the first trigger was not run: %+v", tr)
+			ran, err := c.Trigger(ctx, "k", []byte("p0"))
+			if err == nil && !ran {
+				err = fmt.Errorf("the first trigger was not run: %v", ran)
 			}
 			done <- err
 		}()
@@ -149,9 +152,9 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		var lastSent time.Time
 		for i := 1; i <= 5; i++ {
 			lastSent = h.Now()
-			tr, err := c.Trigger(ctx, "k", []byte(fmt.Sprintf("p%d", i)))
-			if err != nil || !tr.Kept || tr.Ran || tr.Wait <= 0 {
-				t.Fatalf("trigger %d during a run = %+v, %v; want Kept with a Wait", i, tr, err)
+			ran, err := c.Trigger(ctx, "k", []byte(fmt.Sprintf("p%d", i)))
+			if err != nil || ran {
+				t.Fatalf("trigger %d during a run = ran %v, %v; want kept", i, ran, err)
 			}
 		}
 		close(release)
@@ -183,13 +186,13 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 			}
 			return nil
 		}), store.CoalesceOptions{Lease: 10 * h.Tick, Background: true})
-		tr, err := c.Trigger(ctx, "k", []byte("a"))
-		if err != nil || !tr.Ran || tr.Fence == 0 {
-			t.Fatalf("a background trigger = %+v, %v; want Ran at once", tr, err)
+		ran, err := c.Trigger(ctx, "k", []byte("a"))
+		if err != nil || !ran {
+			t.Fatalf("a background trigger = ran %v, %v; want ran at once", ran, err)
 		}
 		for _, p := range []string{"b", "c"} {
-			if tr, err := c.Trigger(ctx, "k", []byte(p)); err != nil || !tr.Kept {
-				t.Fatalf("trigger %s during the background run = %+v, %v; want Kept", p, tr, err)
+			if ran, err := c.Trigger(ctx, "k", []byte(p)); err != nil || ran {
+				t.Fatalf("trigger %s during the background run = ran %v, %v; want kept", p, ran, err)
 			}
 		}
 		close(release)
@@ -204,9 +207,9 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		l := newRunLog(h.Now)
 		c := newC(t, l.fn(nil), store.CoalesceOptions{})
 		for i := 0; i < 3; i++ {
-			tr, err := c.Trigger(ctx, "k", []byte{byte('a' + i)})
-			if err != nil || !tr.Ran || tr.Kept || tr.Fence == 0 {
-				t.Fatalf("trigger %d on an idle key = %+v, %v; want Ran with a fence", i, tr, err)
+			ran, err := c.Trigger(ctx, "k", []byte{byte('a' + i)})
+			if err != nil || !ran {
+				t.Fatalf("trigger %d on an idle key = ran %v, %v; want ran", i, ran, err)
 			}
 		}
 		if runs := l.snapshot(); len(runs) != 3 || runs[0].fence >= runs[1].fence || runs[1].fence >= runs[2].fence {
@@ -284,13 +287,13 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		// it runs once, with the last payload.
 		l := newRunLog(h.Now)
 		c := newC(t, l.fn(nil), store.CoalesceOptions{Debounce: 5 * h.Tick, MaxWait: 100 * h.Tick})
-		tr, err := c.Trigger(ctx, "k", []byte("a"))
-		if err != nil || !tr.Kept || tr.Ran || tr.Wait < 4*h.Tick || tr.Wait > 6*h.Tick {
-			t.Fatalf("a debounced trigger = %+v, %v; want Kept, Wait about 5 ticks", tr, err)
+		ran, err := c.Trigger(ctx, "k", []byte("a"))
+		if err != nil || ran {
+			t.Fatalf("a debounced trigger = ran %v, %v; want kept", ran, err)
 		}
 		h.Wait(2 * h.Tick)
-		if tr, err := c.Trigger(ctx, "k", []byte("b")); err != nil || !tr.Kept {
-			t.Fatalf("second trigger = %+v, %v", tr, err)
+		if ran, err := c.Trigger(ctx, "k", []byte("b")); err != nil || ran {
+			t.Fatalf("second trigger = ran %v, %v", ran, err)
 		}
 		h.Wait(4 * h.Tick)
 		if _, err := c.Sweep(ctx); err != nil {
@@ -315,14 +318,14 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		c := newC(t, l.fn(nil), store.CoalesceOptions{Debounce: 4 * h.Tick, MaxWait: 5 * h.Tick})
 		start := h.Now()
 		for i := 0; i < 2; i++ {
-			if tr, err := c.Trigger(ctx, "k", []byte{byte('a' + i)}); err != nil || !tr.Kept {
-				t.Fatalf("trigger %d = %+v, %v", i, tr, err)
+			if ran, err := c.Trigger(ctx, "k", []byte{byte('a' + i)}); err != nil || ran {
+				t.Fatalf("trigger %d = ran %v, %v", i, ran, err)
 			}
 			h.Wait(2 * h.Tick)
 		}
 		// 4 ticks after the first: due at 5 (MaxWait), not 8 (debounce).
-		if tr, err := c.Trigger(ctx, "k", []byte("c")); err != nil || !tr.Kept || tr.Wait > 2*h.Tick {
-			t.Fatalf("a trigger near the maximum wait = %+v, %v; want Kept, Wait at most 2 ticks", tr, err)
+		if ran, err := c.Trigger(ctx, "k", []byte("c")); err != nil || ran {
+			t.Fatalf("a trigger near the maximum wait = ran %v, %v; want kept", ran, err)
 		}
 		h.Wait(2 * h.Tick)
 		waitRuns(t, l, c, 1)
@@ -340,13 +343,13 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		// ticks of that run's start is kept and runs 5 ticks after it.
 		l := newRunLog(h.Now)
 		c := newC(t, l.fn(nil), store.CoalesceOptions{Throttle: 5 * h.Tick})
-		if tr, err := c.Trigger(ctx, "k", []byte("a")); err != nil || !tr.Ran {
-			t.Fatalf("first throttled trigger = %+v, %v; want Ran", tr, err)
+		if ran, err := c.Trigger(ctx, "k", []byte("a")); err != nil || !ran {
+			t.Fatalf("first throttled trigger = ran %v, %v; want ran", ran, err)
 		}
 		for _, p := range []string{"b", "c"} {
-			tr, err := c.Trigger(ctx, "k", []byte(p))
-			if err != nil || !tr.Kept || tr.Wait < 3*h.Tick || tr.Wait > 5*h.Tick {
-				t.Fatalf("trigger %s within the throttle = %+v, %v; want Kept, Wait under 5 ticks", p, tr, err)
+			ran, err := c.Trigger(ctx, "k", []byte(p))
+			if err != nil || ran {
+				t.Fatalf("trigger %s within the throttle = ran %v, %v; want kept", p, ran, err)
 			}
 		}
 		h.Wait(3 * h.Tick)
@@ -381,12 +384,12 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 			}
 			return nil
 		}), store.CoalesceOptions{RetryDelay: 3 * h.Tick})
-		tr, err := c.Trigger(ctx, "k", []byte("retry"))
-		if !tr.Ran || !errors.Is(err, boom) {
-			t.Fatalf("a failing run = %+v, %v; want Ran and fn's error", tr, err)
+		ran, err := c.Trigger(ctx, "k", []byte("retry"))
+		if !ran || !errors.Is(err, boom) {
+			t.Fatalf("a failing run = ran %v, %v; want ran and fn's error", ran, err)
 		}
-		if tr, err := c.Trigger(ctx, "n", []byte("never")); !tr.Ran || !errors.Is(err, boom) {
-			t.Fatalf("a permanent failure = %+v, %v", tr, err)
+		if ran, err := c.Trigger(ctx, "n", []byte("never")); !ran || !errors.Is(err, boom) {
+			t.Fatalf("a permanent failure = ran %v, %v", ran, err)
 		}
 		h.Wait(4 * h.Tick)
 		waitRuns(t, l, c, 3)
@@ -422,7 +425,7 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		for _, tc := range cases {
 			var err error
 			if tc.o != nil {
-				_, err = c.TriggerWith(tc.ctx, tc.key, tc.payload, *tc.o)
+				_, err = c.Trigger(tc.ctx, tc.key, tc.payload, *tc.o)
 			} else {
 				_, err = c.Trigger(tc.ctx, tc.key, tc.payload)
 			}
@@ -434,14 +437,14 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 			t.Fatalf("%d runs after bad input", n)
 		}
 		// Nothing was written: the key is idle and runs at once.
-		if tr, err := c.Trigger(ctx, "k", nil); err != nil || !tr.Ran {
-			t.Fatalf("a trigger after the bad input = %+v, %v; want Ran", tr, err)
+		if ran, err := c.Trigger(ctx, "k", nil); err != nil || !ran {
+			t.Fatalf("a trigger after the bad input = ran %v, %v; want ran", ran, err)
 		}
-		if _, err := newC(t, nil, store.CoalesceOptions{}).Trigger(ctx, "k", nil); !errors.Is(err, store.ErrInvalidArgument) {
-			t.Errorf("a nil fn: %v, want ErrInvalidArgument", err)
+		if c, err := h.New(t, nil, store.CoalesceOptions{}); !errors.Is(err, store.ErrInvalidArgument) || c != nil {
+			t.Errorf("New with a nil fn = %v, %v; want nil, ErrInvalidArgument", c, err)
 		}
-		if _, err := newC(t, l.fn(nil), store.CoalesceOptions{Debounce: -1}).Trigger(ctx, "k", nil); !errors.Is(err, store.ErrInvalidArgument) {
-			t.Errorf("negative store options: %v, want ErrInvalidArgument", err)
+		if c, err := h.New(t, l.fn(nil), store.CoalesceOptions{Debounce: -1}); !errors.Is(err, store.ErrInvalidArgument) || c != nil {
+			t.Errorf("New with negative options = %v, %v; want nil, ErrInvalidArgument", c, err)
 		}
 	})
 
@@ -457,12 +460,12 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 			began = time.Now()
 			return nil
 		}, store.CoalesceOptions{Lease: 10 * h.Tick})
-		tr, err := c.Trigger(ctx, "k", []byte("x"))
-		if err != nil || !tr.Ran {
-			t.Fatalf("Trigger = %+v, %v", tr, err)
+		ran, err := c.Trigger(ctx, "k", []byte("x"))
+		if err != nil || !ran {
+			t.Fatalf("Trigger = ran %v, %v", ran, err)
 		}
-		if got.ID != "k" || got.Token == "" || got.Fence != tr.Fence || deadline.After(began.Add(10*h.Tick)) {
-			t.Fatalf("lease %+v, deadline %v after the start; want the key, a token, fence %d, deadline within the lease", got, deadline.Sub(began), tr.Fence)
+		if got.ID != "k" || got.Token == "" || got.Fence == 0 || deadline.After(began.Add(10*h.Tick)) {
+			t.Fatalf("lease %+v, deadline %v after the start; want the key, a token, a fence, deadline within the lease", got, deadline.Sub(began))
 		}
 	})
 }

@@ -88,7 +88,7 @@ var claimsScripts = map[string]string{
 	"extend":    "extend",
 }
 
-func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) store.ClaimStore, h ClaimsHarness) {
+func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) *store.Claims, h ClaimsHarness) {
 	ctx := context.Background()
 	check := func(t *testing.T, l *eventLog, want ...event) {
 		t.Helper()
@@ -119,21 +119,21 @@ func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 		_, err = s.SeenMany(ctx, []string{"m1", "", "m2"})
 		wantErr(t, err, store.ErrInvalidArgument)
 		check(t, l,
-			event{Op: "claim", Outcome: store.OutcomeClaimed, Key: "m1", N: 1},
-			event{Op: "claim", Outcome: store.OutcomeDuplicate, Key: "m1", N: 1},
-			event{Op: "claim_many", Outcome: store.OutcomeClaimed, N: 2},
-			event{Op: "claim_many", Outcome: store.OutcomeDuplicate, N: 2},
-			event{Op: "seen_many", Outcome: store.OutcomeSeen, N: 2},
-			event{Op: "seen_many", Outcome: store.OutcomeNotSeen, N: 1},
-			event{Op: "seen", Outcome: store.OutcomeSeen, Key: "m1", N: 1},
-			event{Op: "seen", Outcome: store.OutcomeNotSeen, Key: "m9", N: 1},
-			event{Op: "remember", Outcome: store.OutcomeClaimed, Key: "m4", N: 1},
-			event{Op: "remember", Outcome: store.OutcomeDuplicate, Key: "m4", N: 1},
-			event{Op: "forget", Outcome: store.OutcomeForgotten, Key: "m4", N: 1},
-			event{Op: "forget", Outcome: store.OutcomeNotFound, Key: "m4", N: 1},
-			event{Op: "claim", Outcome: store.OutcomeInvalid, Key: "", N: 1, Err: store.ErrInvalidArgument},
-			event{Op: "claim_many", Outcome: store.OutcomeInvalid, N: 2, Err: store.ErrInvalidArgument},
-			event{Op: "seen_many", Outcome: store.OutcomeInvalid, N: 3, Err: store.ErrInvalidArgument},
+			event{Op: "claim", Outcome: store.Outcome("claimed"), Key: "m1", N: 1},
+			event{Op: "claim", Outcome: store.Outcome("duplicate"), Key: "m1", N: 1},
+			event{Op: "claim_many", Outcome: store.Outcome("claimed"), N: 2},
+			event{Op: "claim_many", Outcome: store.Outcome("duplicate"), N: 2},
+			event{Op: "seen_many", Outcome: store.Outcome("seen"), N: 2},
+			event{Op: "seen_many", Outcome: store.Outcome("not_seen"), N: 1},
+			event{Op: "seen", Outcome: store.Outcome("seen"), Key: "m1", N: 1},
+			event{Op: "seen", Outcome: store.Outcome("not_seen"), Key: "m9", N: 1},
+			event{Op: "remember", Outcome: store.Outcome("claimed"), Key: "m4", N: 1},
+			event{Op: "remember", Outcome: store.Outcome("duplicate"), Key: "m4", N: 1},
+			event{Op: "forget", Outcome: store.Outcome("forgotten"), Key: "m4", N: 1},
+			event{Op: "forget", Outcome: store.Outcome("not_found"), Key: "m4", N: 1},
+			event{Op: "claim", Outcome: store.Outcome("invalid"), Key: "", N: 1, Err: store.ErrInvalidArgument},
+			event{Op: "claim_many", Outcome: store.Outcome("invalid"), N: 2, Err: store.ErrInvalidArgument},
+			event{Op: "seen_many", Outcome: store.Outcome("invalid"), N: 3, Err: store.ErrInvalidArgument},
 		)
 	})
 
@@ -165,16 +165,16 @@ func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 		_, err = s.Do(ctx, "d5", 0, ok)
 		wantErr(t, err, store.ErrInvalidArgument)
 		check(t, l,
-			event{Op: "do", Outcome: store.OutcomeCommitted, Key: "d1", N: 1},
-			event{Op: "do", Outcome: store.OutcomeDuplicate, Key: "d1", N: 1},
-			event{Op: "do", Outcome: store.OutcomeReleased, Key: "d2", N: 1, Err: anyErr},
-			event{Op: "do", Outcome: store.OutcomeInFlight, Key: "d3", N: 1, Err: store.ErrInFlight},
-			event{Op: "claim", Outcome: store.OutcomeInFlight, Key: "d3", N: 1},
-			event{Op: "do", Outcome: store.OutcomeCommitted, Key: "d3", N: 1},
-			event{Op: "forget", Outcome: store.OutcomeForgotten, Key: "d4", N: 1},
-			event{Op: "claim", Outcome: store.OutcomeClaimed, Key: "d4", N: 1},
-			event{Op: "do", Outcome: store.OutcomeLeaseLost, Key: "d4", N: 1, Err: store.ErrLeaseLost},
-			event{Op: "do", Outcome: store.OutcomeInvalid, Key: "d5", N: 1, Err: store.ErrInvalidArgument},
+			event{Op: "do", Outcome: store.Outcome("committed"), Key: "d1", N: 1},
+			event{Op: "do", Outcome: store.Outcome("duplicate"), Key: "d1", N: 1},
+			event{Op: "do", Outcome: store.Outcome("released"), Key: "d2", N: 1, Err: anyErr},
+			event{Op: "do", Outcome: store.Outcome("in_flight"), Key: "d3", N: 1, Err: store.ErrInFlight},
+			event{Op: "claim", Outcome: store.Outcome("in_flight"), Key: "d3", N: 1},
+			event{Op: "do", Outcome: store.Outcome("committed"), Key: "d3", N: 1},
+			event{Op: "forget", Outcome: store.Outcome("forgotten"), Key: "d4", N: 1},
+			event{Op: "claim", Outcome: store.Outcome("claimed"), Key: "d4", N: 1},
+			event{Op: "do", Outcome: store.Outcome("lease_lost"), Key: "d4", N: 1, Err: store.ErrLeaseLost},
+			event{Op: "do", Outcome: store.Outcome("invalid"), Key: "d5", N: 1, Err: store.ErrInvalidArgument},
 		)
 	})
 
@@ -190,11 +190,11 @@ func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 		})
 		noErr(t, err)
 		got := l.take()
-		if n := len(got); n < 2 || got[n-1].Op != "do" || got[n-1].Outcome != store.OutcomeCommitted {
+		if n := len(got); n < 2 || got[n-1].Op != "do" || got[n-1].Outcome != store.Outcome("committed") {
 			t.Fatalf("events %+v; want extensions, then do committed", got)
 		}
 		for _, e := range got[:len(got)-1] {
-			if e.Op != "extend" || e.Outcome != store.OutcomeExtended || e.Key != "e1" || e.Err != nil {
+			if e.Op != "extend" || e.Outcome != store.Outcome("extended") || e.Key != "e1" || e.Err != nil {
 				t.Errorf("event %+v; want extend e1 extended", e)
 			}
 		}
@@ -206,9 +206,9 @@ func testClaimsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 		})
 		wantErr(t, err, store.ErrLeaseLost)
 		check(t, l,
-			event{Op: "forget", Outcome: store.OutcomeForgotten, Key: "e2", N: 1},
-			event{Op: "extend", Outcome: store.OutcomeLeaseLost, Key: "e2", N: 1},
-			event{Op: "do", Outcome: store.OutcomeReleased, Key: "e2", N: 1, Err: store.ErrLeaseLost},
+			event{Op: "forget", Outcome: store.Outcome("forgotten"), Key: "e2", N: 1},
+			event{Op: "extend", Outcome: store.Outcome("lease_lost"), Key: "e2", N: 1},
+			event{Op: "do", Outcome: store.Outcome("released"), Key: "e2", N: 1, Err: store.ErrLeaseLost},
 		)
 	})
 }
@@ -219,7 +219,7 @@ var outboxScripts = map[string]string{
 	"advance": "advance", "drop": "drop", "append_many": "append_many",
 }
 
-func testOutboxEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) store.OutboxStore) {
+func testOutboxEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) *store.Outbox) {
 	ctx := context.Background()
 	l := &eventLog{}
 	s := newStore(t, store.WithObserver(l), store.WithMaxUnacked(2))
@@ -262,29 +262,29 @@ func testOutboxEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Op
 	_, err = s.AppendMany(ctx, "c3", []store.Outgoing{{ID: "_bad"}})
 	wantErr(t, err, store.ErrInvalidArgument)
 	checkEvents(t, l, "outbox", outboxScripts,
-		event{Op: "append", Outcome: store.OutcomeAppended, Key: "c1", N: 1},
-		event{Op: "append", Outcome: store.OutcomeAppended, Key: "c1", N: 1},
-		event{Op: "append", Outcome: store.OutcomeRetriedAppend, Key: "c1", N: 1},
-		event{Op: "append", Outcome: store.OutcomeFull, Key: "c1", N: 1, Err: store.ErrOutboxFull},
-		event{Op: "unacked", Outcome: store.OutcomeRead, Key: "c1", N: 1},
-		event{Op: "tail", Outcome: store.OutcomeRead, Key: "c2", N: 1},
-		event{Op: "ack", Outcome: store.OutcomeAcked, Key: "c1", N: 1},
-		event{Op: "ack", Outcome: store.OutcomeNotFound, Key: "c1", N: 1},
-		event{Op: "ack_many", Outcome: store.OutcomeAcked, Key: "c1", N: 1},
-		event{Op: "ack_many", Outcome: store.OutcomeNotFound, Key: "c1", N: 2},
-		event{Op: "ack", Outcome: store.OutcomeStaleOwner, Key: "c1", N: 1, Err: store.ErrStaleOwner},
-		event{Op: "advance", Outcome: store.OutcomeAdvanced, Key: "c1", N: 1},
-		event{Op: "advance", Outcome: store.OutcomeUnchanged, Key: "c1", N: 1},
-		event{Op: "drop", Outcome: store.OutcomeDropped, Key: "c1", N: 1},
-		event{Op: "drop", Outcome: store.OutcomeNotFound, Key: "c1", N: 1},
-		event{Op: "append", Outcome: store.OutcomeInvalid, Key: "", N: 1, Err: store.ErrInvalidArgument},
-		event{Op: "append_many", Outcome: store.OutcomeAppended, Key: "c3", N: 2},
-		event{Op: "append_many", Outcome: store.OutcomeFull, Key: "c3", N: 2, Err: store.ErrOutboxFull},
-		event{Op: "append_many", Outcome: store.OutcomeRetriedAppend, Key: "c3", N: 2},
-		event{Op: "ack", Outcome: store.OutcomeAcked, Key: "c3", N: 1},
-		event{Op: "append_many", Outcome: store.OutcomeAppended, Key: "c3", N: 1},
-		event{Op: "append_many", Outcome: store.OutcomeRetriedAppend, Key: "c3", N: 1},
-		event{Op: "append_many", Outcome: store.OutcomeInvalid, Key: "c3", N: 1, Err: store.ErrInvalidArgument},
+		event{Op: "append", Outcome: store.Outcome("appended"), Key: "c1", N: 1},
+		event{Op: "append", Outcome: store.Outcome("appended"), Key: "c1", N: 1},
+		event{Op: "append", Outcome: store.Outcome("retried_append"), Key: "c1", N: 1},
+		event{Op: "append", Outcome: store.Outcome("full"), Key: "c1", N: 1, Err: store.ErrOutboxFull},
+		event{Op: "unacked", Outcome: store.Outcome("read"), Key: "c1", N: 1},
+		event{Op: "tail", Outcome: store.Outcome("read"), Key: "c2", N: 1},
+		event{Op: "ack", Outcome: store.Outcome("acked"), Key: "c1", N: 1},
+		event{Op: "ack", Outcome: store.Outcome("not_found"), Key: "c1", N: 1},
+		event{Op: "ack_many", Outcome: store.Outcome("acked"), Key: "c1", N: 1},
+		event{Op: "ack_many", Outcome: store.Outcome("not_found"), Key: "c1", N: 2},
+		event{Op: "ack", Outcome: store.Outcome("stale_owner"), Key: "c1", N: 1, Err: store.ErrStaleOwner},
+		event{Op: "advance", Outcome: store.Outcome("advanced"), Key: "c1", N: 1},
+		event{Op: "advance", Outcome: store.Outcome("unchanged"), Key: "c1", N: 1},
+		event{Op: "drop", Outcome: store.Outcome("dropped"), Key: "c1", N: 1},
+		event{Op: "drop", Outcome: store.Outcome("not_found"), Key: "c1", N: 1},
+		event{Op: "append", Outcome: store.Outcome("invalid"), Key: "", N: 1, Err: store.ErrInvalidArgument},
+		event{Op: "append_many", Outcome: store.Outcome("appended"), Key: "c3", N: 2},
+		event{Op: "append_many", Outcome: store.Outcome("full"), Key: "c3", N: 2, Err: store.ErrOutboxFull},
+		event{Op: "append_many", Outcome: store.Outcome("retried_append"), Key: "c3", N: 2},
+		event{Op: "ack", Outcome: store.Outcome("acked"), Key: "c3", N: 1},
+		event{Op: "append_many", Outcome: store.Outcome("appended"), Key: "c3", N: 1},
+		event{Op: "append_many", Outcome: store.Outcome("retried_append"), Key: "c3", N: 1},
+		event{Op: "append_many", Outcome: store.Outcome("invalid"), Key: "c3", N: 1, Err: store.ErrInvalidArgument},
 	)
 }
 
@@ -293,7 +293,7 @@ var recordsScripts = map[string]string{
 	"acquire": "acquire", "get": "get", "update": "update", "delete": "delete", "extend": "renew",
 }
 
-func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) store.RecordStore, h RecordsHarness) {
+func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.Option) *store.Records, h RecordsHarness) {
 	ctx := context.Background()
 	check := func(t *testing.T, l *eventLog, want ...event) {
 		t.Helper()
@@ -325,21 +325,21 @@ func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.O
 		_, _, err = s.Get(ctx, "")
 		wantErr(t, err, store.ErrInvalidArgument)
 		check(t, l,
-			event{Op: "acquire", Outcome: store.OutcomeAcquired, Key: "k1", N: 1},
-			event{Op: "acquire", Outcome: store.OutcomeExisting, Key: "k1", N: 1},
-			event{Op: "acquire", Outcome: store.OutcomeMismatch, Key: "k1", N: 1, Err: store.ErrFingerprintMismatch},
-			event{Op: "acquire", Outcome: store.OutcomeTakenOver, Key: "k1", N: 1},
-			event{Op: "get", Outcome: store.OutcomeRead, Key: "k1", N: 1},
-			event{Op: "get", Outcome: store.OutcomeNotFound, Key: "k9", N: 1},
-			event{Op: "update", Outcome: store.OutcomeStaleOwner, Key: "k1", N: 1, Err: store.ErrStaleOwner},
-			event{Op: "update", Outcome: store.OutcomeUpdated, Key: "k1", N: 1},
-			event{Op: "update", Outcome: store.OutcomeNotFound, Key: "k9", N: 1, Err: store.ErrNotFound},
-			event{Op: "delete", Outcome: store.OutcomeStaleOwner, Key: "k1", N: 1, Err: store.ErrStaleOwner},
-			event{Op: "delete", Outcome: store.OutcomeDeleted, Key: "k1", N: 1},
-			event{Op: "delete", Outcome: store.OutcomeNotFound, Key: "k1", N: 1},
-			event{Op: "acquire", Outcome: store.OutcomeAcquired, Key: "k2", N: 1},
-			event{Op: "delete", Outcome: store.OutcomeDeleted, Key: "k2", N: 1},
-			event{Op: "get", Outcome: store.OutcomeInvalid, Key: "", N: 1, Err: store.ErrInvalidArgument},
+			event{Op: "acquire", Outcome: store.Outcome("acquired"), Key: "k1", N: 1},
+			event{Op: "acquire", Outcome: store.Outcome("existing"), Key: "k1", N: 1},
+			event{Op: "acquire", Outcome: store.Outcome("mismatch"), Key: "k1", N: 1, Err: store.ErrFingerprintMismatch},
+			event{Op: "acquire", Outcome: store.Outcome("taken_over"), Key: "k1", N: 1},
+			event{Op: "get", Outcome: store.Outcome("read"), Key: "k1", N: 1},
+			event{Op: "get", Outcome: store.Outcome("not_found"), Key: "k9", N: 1},
+			event{Op: "update", Outcome: store.Outcome("stale_owner"), Key: "k1", N: 1, Err: store.ErrStaleOwner},
+			event{Op: "update", Outcome: store.Outcome("updated"), Key: "k1", N: 1},
+			event{Op: "update", Outcome: store.Outcome("not_found"), Key: "k9", N: 1, Err: store.ErrNotFound},
+			event{Op: "delete", Outcome: store.Outcome("stale_owner"), Key: "k1", N: 1, Err: store.ErrStaleOwner},
+			event{Op: "delete", Outcome: store.Outcome("deleted"), Key: "k1", N: 1},
+			event{Op: "delete", Outcome: store.Outcome("not_found"), Key: "k1", N: 1},
+			event{Op: "acquire", Outcome: store.Outcome("acquired"), Key: "k2", N: 1},
+			event{Op: "delete", Outcome: store.Outcome("deleted"), Key: "k2", N: 1},
+			event{Op: "get", Outcome: store.Outcome("invalid"), Key: "", N: 1, Err: store.ErrInvalidArgument},
 		)
 	})
 
@@ -380,21 +380,21 @@ func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.O
 		_, _, err = s.Do(ctx, "d7", o, ok)
 		noErr(t, err)
 		check(t, l,
-			event{Op: "do", Outcome: store.OutcomeCompleted, Key: "d1", N: 1},
-			event{Op: "do", Outcome: store.OutcomeReplayed, Key: "d1", N: 1},
-			event{Op: "do", Outcome: store.OutcomeReleased, Key: "d2", N: 1, Err: anyErr},
-			event{Op: "do", Outcome: store.OutcomeFailed, Key: "d3", N: 1, Err: anyErr},
-			event{Op: "do", Outcome: store.OutcomeReplayed, Key: "d3", N: 1, Err: store.ErrFailed},
-			event{Op: "do", Outcome: store.OutcomeInFlight, Key: "d4", N: 1, Err: store.ErrInFlight},
-			event{Op: "do", Outcome: store.OutcomeCompleted, Key: "d4", N: 1},
-			event{Op: "do", Outcome: store.OutcomeInvalid, Key: "d5", N: 1, Err: store.ErrInvalidArgument},
-			event{Op: "delete", Outcome: store.OutcomeDeleted, Key: "d6", N: 1},
-			event{Op: "acquire", Outcome: store.OutcomeAcquired, Key: "d6", N: 1},
-			event{Op: "do", Outcome: store.OutcomeStaleOwner, Key: "d6", N: 1, Err: store.ErrStaleOwner},
-			event{Op: "do", Outcome: store.OutcomeMismatch, Key: "d1", N: 1, Err: store.ErrFingerprintMismatch},
-			event{Op: "acquire", Outcome: store.OutcomeAcquired, Key: "d7", N: 1},
-			event{Op: "acquire", Outcome: store.OutcomeTakenOver, Key: "d7", N: 1},
-			event{Op: "do", Outcome: store.OutcomeCompleted, Key: "d7", N: 1},
+			event{Op: "do", Outcome: store.Outcome("completed"), Key: "d1", N: 1},
+			event{Op: "do", Outcome: store.Outcome("replayed"), Key: "d1", N: 1},
+			event{Op: "do", Outcome: store.Outcome("released"), Key: "d2", N: 1, Err: anyErr},
+			event{Op: "do", Outcome: store.Outcome("failed"), Key: "d3", N: 1, Err: anyErr},
+			event{Op: "do", Outcome: store.Outcome("replayed"), Key: "d3", N: 1, Err: store.ErrFailed},
+			event{Op: "do", Outcome: store.Outcome("in_flight"), Key: "d4", N: 1, Err: store.ErrInFlight},
+			event{Op: "do", Outcome: store.Outcome("completed"), Key: "d4", N: 1},
+			event{Op: "do", Outcome: store.Outcome("invalid"), Key: "d5", N: 1, Err: store.ErrInvalidArgument},
+			event{Op: "delete", Outcome: store.Outcome("deleted"), Key: "d6", N: 1},
+			event{Op: "acquire", Outcome: store.Outcome("acquired"), Key: "d6", N: 1},
+			event{Op: "do", Outcome: store.Outcome("stale_owner"), Key: "d6", N: 1, Err: store.ErrStaleOwner},
+			event{Op: "do", Outcome: store.Outcome("mismatch"), Key: "d1", N: 1, Err: store.ErrFingerprintMismatch},
+			event{Op: "acquire", Outcome: store.Outcome("acquired"), Key: "d7", N: 1},
+			event{Op: "acquire", Outcome: store.Outcome("taken_over"), Key: "d7", N: 1},
+			event{Op: "do", Outcome: store.Outcome("completed"), Key: "d7", N: 1},
 		)
 	})
 
@@ -410,11 +410,11 @@ func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.O
 		})
 		noErr(t, err)
 		got := l.take()
-		if n := len(got); n < 2 || got[n-1].Op != "do" || got[n-1].Outcome != store.OutcomeCompleted {
+		if n := len(got); n < 2 || got[n-1].Op != "do" || got[n-1].Outcome != store.Outcome("completed") {
 			t.Fatalf("events %+v; want renewals, then do completed", got)
 		}
 		for _, e := range got[:len(got)-1] {
-			if e.Op != "extend" || e.Outcome != store.OutcomeExtended || e.Key != "e1" || e.Err != nil {
+			if e.Op != "extend" || e.Outcome != store.Outcome("extended") || e.Key != "e1" || e.Err != nil {
 				t.Errorf("event %+v; want extend e1 extended", e)
 			}
 		}
@@ -426,9 +426,9 @@ func testRecordsEvents(t *testing.T, newStore func(t *testing.T, opts ...store.O
 		})
 		wantErr(t, err, store.ErrStaleOwner)
 		check(t, l,
-			event{Op: "delete", Outcome: store.OutcomeDeleted, Key: "e2", N: 1},
-			event{Op: "extend", Outcome: store.OutcomeStaleOwner, Key: "e2", N: 1},
-			event{Op: "do", Outcome: store.OutcomeReleased, Key: "e2", N: 1, Err: store.ErrStaleOwner},
+			event{Op: "delete", Outcome: store.Outcome("deleted"), Key: "e2", N: 1},
+			event{Op: "extend", Outcome: store.Outcome("stale_owner"), Key: "e2", N: 1},
+			event{Op: "do", Outcome: store.Outcome("released"), Key: "e2", N: 1, Err: store.ErrStaleOwner},
 		)
 	})
 }

@@ -30,9 +30,18 @@ func FailingOps(t *testing.T, obs store.Observer) int {
 	ctx := context.Background()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	claims := store.NewMemoryClaims(store.WithObserver(obs))
-	records := store.NewMemoryRecords(store.WithObserver(obs))
-	outbox := store.NewMemoryOutbox(store.WithObserver(obs))
+	claims, err := store.NewMemoryClaims(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := store.NewMemoryRecords(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox, err := store.NewMemoryOutbox(store.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
 	mustFail := func(what string, err error) {
 		t.Helper()
@@ -41,7 +50,7 @@ func FailingOps(t *testing.T, obs store.Observer) int {
 			t.Fatalf("%s did not fail", what)
 		}
 	}
-	_, err := claims.Claim(cancelled, SecretKey)
+	_, err = claims.Claim(cancelled, SecretKey)
 	mustFail("Claim on a cancelled context", err)
 	_, err = claims.Claim(ctx, SecretKey+strings.Repeat("x", store.MaxIDLen))
 	mustFail("Claim of an oversize id", err)

@@ -9,11 +9,11 @@ import (
 	"github.com/redisonce/redisonce/store"
 )
 
-// TestRecordsOnExtend checks that Records.Do (any RecordStore) calls OnExtend's
+// TestRecordsOnExtend checks that Records.Do calls OnExtend's
 // fn after each successful renewal, with fn's lease, and never after Do
 // returned. (TestClaims' DoReportsExtensions does the same for claims.) s must
 // be empty of the key "k".
-func TestRecordsOnExtend(t *testing.T, s store.RecordStore) {
+func TestRecordsOnExtend(t *testing.T, s *store.Records) {
 	t.Helper()
 	const lease = 900 * time.Millisecond // beats every 300 ms: room for a loaded machine
 	var mu sync.Mutex

@@ -59,7 +59,7 @@ func measureClusterClaimMany(ctx context.Context, cfg config, ids []string, prog
 	for i, id := range ids {
 		tagged[i] = "{b" + strconv.Itoa(i/batchSize) + "}" + id
 	}
-	s := store.NewClaims(rc, store.WithTTL(claimTTL))
+	s := mustStore(store.NewClaims(rc, store.WithTTL(claimTTL)))
 	variants := []struct {
 		name string
 		call callFunc

@@ -34,7 +34,7 @@ func opLifecycle() *operation {
 				// go-job's idempotency.Store over store.Records (the adapter
 				// module): AcquireWith{TTL}, an unfenced Update of status and
 				// payload, AcquireWith{TTL}.
-				gs := gojob.NewStore(store.NewRecords(rc))
+				gs := gojob.NewStore(mustStore(store.NewRecords(rc)))
 				return lifecycle(e, gs, completed), nil
 			}},
 			{name: "go-job queue/idempotency/redis", role: roleGoJob, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {

@@ -1,8 +1,8 @@
 // Command layoutcmp measures what a record layout costs the server: the
 // server CPU per call of each script of go-job's lifecycle (acquire a new
 // key, update it to completed with a result, acquire the duplicate), and the
-// memory of a completed record, for several layouts side by side. It is how
-// issue 23 chose the records layout (BENCHMARKS.md, "The records layout").
+// memory of a completed record, for several layouts side by side: the
+// figures behind the records layout (BENCHMARKS.md, "The records layout").
 //
 //	taskset -c 1 go run ./cmd/layoutcmp -server-cpu 0 -layout a=DIR -layout c=DIR ...
 //

@@ -134,7 +134,10 @@ func (r *claimsRun) consume(ctx context.Context, name string, crash bool) error 
 		return err
 	}
 	defer proc.client.Close()
-	claims := store.NewClaims(proc.client, r.opts...)
+	claims, err := store.NewClaims(proc.client, r.opts...)
+	if err != nil {
+		return err
+	}
 	done := 0
 	for {
 		del, ok := r.q.take(ctx)

@@ -105,7 +105,11 @@ func newOutboxRun(d *Env) (*outboxRun, error) {
 			return r, err
 		}
 		r.procs = append(r.procs, proc)
-		r.gws = append(r.gws, &gatewayNode{name: fmt.Sprintf("g%d", i+1), ob: store.NewOutbox(proc.client, opts...),
+		ob, err := store.NewOutbox(proc.client, opts...)
+		if err != nil {
+			return r, err
+		}
+		r.gws = append(r.gws, &gatewayNode{name: fmt.Sprintf("g%d", i+1), ob: ob,
 			gen: map[string]uint64{}, acks: map[string][]string{}})
 	}
 	r.failing, r.heir = r.gws[outboxFailing], r.gws[outboxHeir]

@@ -289,7 +289,11 @@ func newRecordsRun(d *Env) (*recordsRun, error) {
 			return r, err
 		}
 		r.procs = append(r.procs, proc)
-		name, recs := fmt.Sprintf("s%d", i+1), store.NewRecords(proc.client, opts...)
+		recs, err := store.NewRecords(proc.client, opts...)
+		if err != nil {
+			return r, err
+		}
+		name := fmt.Sprintf("s%d", i+1)
 		r.servers = append(r.servers, &apiServer{name: name, recs: recs, api: newAPI(name, recs, r.p, r.st, r.logged)})
 	}
 	return r, nil

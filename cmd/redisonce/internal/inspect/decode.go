@@ -8,10 +8,8 @@
 //	claims   STRING  "1" (or any value not starting with "~") = processed;
 //	                 "~<token>" = in flight, the key's PTTL is the lease left
 //	outbox   HASH    _seq, _gen, _epoch (µs), _rid, <msg_id> -> "<seq>:<payload>"
-//	records  STRING  layout 1: "ro1 ", four times, fence, status, fp, token,
-//	                 payload (internal/recordlayout; README "Key layout")
-//	         HASH    layout 0, before issue 23: status, payload, created_ms,
-//	                 updated_ms, expires_ms, lease_ms, fence, fp, token
+//	records  STRING  "ro1 ", four times, fence, status, fp, token, payload
+//	                 (internal/recordlayout; docs/non-go.md)
 //
 // A key of another type or shape is reported as Foreign, never a crash.
 package inspect
@@ -156,18 +154,14 @@ type Record struct {
 	Token       string `json:"token,omitempty"`
 	Size        int    `json:"payload_size"`
 	Preview     string `json:"payload_preview"`
-	// Layout is how the record is stored: 1, one string; 0, the hash of
-	// before issue 23, which the scripts read and rewrite in layout 1 on
-	// their next write.
-	Layout int `json:"layout"`
 }
 
-// DecodeRecordValue reads a layout-1 record string: a Foreign error for any
+// DecodeRecordValue reads a record string: a Foreign error for any
 // other string (what the scripts answer CORRUPT for).
 func DecodeRecordValue(key, v string) (Record, error) {
 	f, err := recordlayout.Decode([]byte(v))
 	if err != nil {
-		return Record{Key: key, Layout: 1}, foreign("a string that is not a layout-1 record (%v): not the store's", err)
+		return Record{Key: key}, foreign("a string that is not a record (%v): not the store's", err)
 	}
 	return recordFromFields(key, f, len(f.Payload), Preview(f.Payload, 40)), nil
 }
@@ -185,38 +179,8 @@ func DecodeRecordHeader(key, prefix string, size int) (Record, error) {
 
 func recordFromFields(key string, f recordlayout.Fields, size int, preview string) Record {
 	return Record{Key: key, Status: f.Status, CreatedMs: f.CreatedMS, UpdatedMs: f.UpdatedMS, ExpiresMs: f.ExpiresMS,
-		LeaseMs: f.LeaseMS, Fence: f.Fence, Fingerprint: f.FP, Token: f.Token, Size: size, Preview: preview, Layout: 1}
+		LeaseMs: f.LeaseMS, Fence: f.Fence, Fingerprint: f.FP, Token: f.Token, Size: size, Preview: preview}
 }
-
-// recordTimes are the record's time fields, in the order of Record's.
-var recordTimes = []string{"created_ms", "updated_ms", "expires_ms", "lease_ms"}
-
-// DecodeRecord reads a layout-0 record hash's fields. Only status is required: every
-// other field may be missing (read as empty or 0), so a record written by an
-// older or newer version of the scripts still reads. This is the one place
-// that knows the record's fields.
-func DecodeRecord(key string, f map[string]string) (Record, error) {
-	r := Record{Key: key, Status: f["status"], Fence: f["fence"], Fingerprint: f["fp"], Token: f["token"],
-		Size: len(f["payload"]), Preview: Preview(f["payload"], 40)}
-	if r.Status == "" {
-		return r, foreign("a hash without a status field: not an idempotency record")
-	}
-	times := []*int64{&r.CreatedMs, &r.UpdatedMs, &r.ExpiresMs, &r.LeaseMs}
-	for i, name := range recordTimes {
-		n, err := decimal(f, name, false)
-		if err != nil || n > 1<<53 {
-			return r, foreign("field %s is %s, want decimal ms", name, Preview(f[name], 24))
-		}
-		*times[i] = int64(n)
-	}
-	if _, err := decimal(f, "fence", false); err != nil {
-		return r, err
-	}
-	return r, nil
-}
-
-// RecordFields are the fields stats reads of a record: all but the payload.
-var RecordFields = []string{"status", "created_ms", "updated_ms", "expires_ms", "lease_ms", "fence", "fp", "token"}
 
 // Preview quotes the first n bytes of s (cut at a character boundary) for
 // a terminal: non-printable bytes escaped, "…" when cut.

@@ -66,40 +66,11 @@ func TestDecodeTail(t *testing.T) {
 	}
 }
 
-func TestDecodeRecord(t *testing.T) {
-	full := map[string]string{"status": "completed", "payload": "result", "created_ms": "1000", "updated_ms": "2000",
-		"expires_ms": "0", "lease_ms": "0", "fence": "3", "fp": "f", "token": "t"}
-	got, err := DecodeRecord("k", full)
-	want := Record{Key: "k", Status: "completed", CreatedMs: 1000, UpdatedMs: 2000, Fence: "3", Fingerprint: "f", Token: "t",
-		Size: 6, Preview: `"result"`}
-	if diff := cmp.Diff(want, got); err != nil || diff != "" {
-		t.Errorf("DecodeRecord: %v (-want +got):\n%s", err, diff)
-	}
-	// Optional fields may be missing (an older or slimmer record).
-	got, err = DecodeRecord("k", map[string]string{"status": "pending", "lease_ms": "5"})
-	if err != nil || got.Status != "pending" || got.LeaseMs != 5 || got.Fence != "" {
-		t.Errorf("DecodeRecord of a slim record = %+v, %v", got, err)
-	}
-	for name, f := range map[string]map[string]string{
-		"no status":      {"payload": "x"},
-		"empty status":   {"status": ""},
-		"time not ms":    {"status": "pending", "created_ms": "soon"},
-		"time too large": {"status": "pending", "lease_ms": "99999999999999999999"},
-		"fence not num":  {"status": "pending", "fence": "-1"},
-	} {
-		_, err := DecodeRecord("k", f)
-		var fe *Foreign
-		if !errors.As(err, &fe) {
-			t.Errorf("%s: DecodeRecord = %v, want a Foreign error", name, err)
-		}
-	}
-}
-
 func TestDecodeRecordValue(t *testing.T) {
 	f := recordlayout.Fields{Status: "completed", Payload: "result", CreatedMS: 1000, UpdatedMS: 2000, Fence: "3", FP: "f", Token: "t"}
 	v := string(recordlayout.Encode(f))
 	want := Record{Key: "k", Status: "completed", CreatedMs: 1000, UpdatedMs: 2000, Fence: "3", Fingerprint: "f", Token: "t",
-		Size: 6, Preview: `"result"`, Layout: 1}
+		Size: 6, Preview: `"result"`}
 	got, err := DecodeRecordValue("k", v)
 	if diff := cmp.Diff(want, got); err != nil || diff != "" {
 		t.Errorf("DecodeRecordValue: %v (-want +got):\n%s", err, diff)

@@ -47,26 +47,17 @@ func ReadTail(ctx context.Context, c rueidis.Client, key string) (Tail, error) {
 	return DecodeTail(key, fields, pttl)
 }
 
-// ReadRecord reads an idempotency record: TYPE, GET and HGETALL in one
-// round trip (the one that fits the type answers): a layout-1 string, or a
-// layout-0 hash.
+// ReadRecord reads an idempotency record: TYPE and GET in one round trip.
 func ReadRecord(ctx context.Context, c rueidis.Client, key string) (Record, error) {
-	res := c.DoMulti(ctx, c.B().Type().Key(key).Build(), c.B().Get().Key(key).Build(), c.B().Hgetall().Key(key).Build())
-	if typ, err := res[0].ToString(); err == nil && typ == "string" {
-		v, err := res[1].ToString()
-		if err != nil {
-			return Record{Key: key}, gone(err)
-		}
-		return DecodeRecordValue(key, v)
-	}
-	if err := checkType(res[0], "hash", "a record is a layout-1 string, or a layout-0 hash"); err != nil {
+	res := c.DoMulti(ctx, c.B().Type().Key(key).Build(), c.B().Get().Key(key).Build())
+	if err := checkType(res[0], "string", "a record is a string"); err != nil {
 		return Record{Key: key}, err
 	}
-	fields, err := res[2].AsStrMap()
-	if err != nil || len(fields) == 0 {
+	v, err := res[1].ToString()
+	if err != nil {
 		return Record{Key: key}, gone(err)
 	}
-	return DecodeRecord(key, fields)
+	return DecodeRecordValue(key, v)
 }
 
 // ServerTime is the server's clock in ms since the epoch (TIME): the clock

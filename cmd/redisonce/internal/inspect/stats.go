@@ -167,26 +167,20 @@ type RecordsStats struct {
 	LeaseExpired int `json:"pending_lease_expired"`
 	// OldestExpired is the pending record whose lease passed longest ago.
 	OldestExpired *KeyMs `json:"oldest_expired_lease,omitempty"`
-	// Layout0 counts the records still in layout 0, the nine-field hash of
-	// before issue 23 (counted by status too): the scripts read them, and
-	// their next write rewrites them in layout 1.
-	Layout0 int `json:"layout0"`
 }
 
-// headerMax is the longest layout-1 header (times, fence, status, fp, token):
+// headerMax is the longest record header (times, fence, status, fp, token):
 // stats reads no more of a record, never its payload.
 const headerMax = 4 + 32 + 1 + 19 + 1 + 64 + 2 + 256 + 2 + 256
 
 // Add reads a batch of records keys of one node and counts them: per key,
-// in one pipeline, GETRANGE of a layout-1 header and STRLEN, or for a
-// layout-0 hash HMGET of every field but the payload (the other answers
-// WRONGTYPE); and the node's TIME.
+// in one pipeline, GETRANGE of a record's header and STRLEN (a key of
+// another type answers WRONGTYPE: foreign); and the node's TIME.
 func (s *RecordsStats) Add(ctx context.Context, c rueidis.Client, keys []string) error {
 	now, err := ServerTime(ctx, c)
 	if err != nil {
 		return err
 	}
-	var hashes []string
 	cmds := make(rueidis.Commands, 0, 2*len(keys))
 	for _, k := range keys {
 		cmds = append(cmds, c.B().Getrange().Key(k).Start(0).End(headerMax-1).Build(), c.B().Strlen().Key(k).Build())
@@ -194,10 +188,6 @@ func (s *RecordsStats) Add(ctx context.Context, c rueidis.Client, keys []string)
 	res := c.DoMulti(ctx, cmds...)
 	for i, k := range keys {
 		head, err := res[2*i].ToString()
-		if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-			hashes = append(hashes, k) // a layout-0 record, or foreign
-			continue
-		}
 		size, _ := res[2*i+1].AsInt64()
 		if err == nil && size == 0 {
 			// Gone since SCAN (GETRANGE answers "" for a missing key), or
@@ -219,15 +209,7 @@ func (s *RecordsStats) Add(ctx context.Context, c rueidis.Client, keys []string)
 		}
 		s.add(rec, now)
 	}
-	return s.readHashes(ctx, c, hashes, RecordFields, func(key string, fields map[string]string, _ int) {
-		rec, err := DecodeRecord(key, fields)
-		if err != nil {
-			s.addForeign(key)
-			return
-		}
-		s.Layout0++
-		s.add(rec, now)
-	})
+	return nil
 }
 
 func (s *RecordsStats) add(rec Record, now int64) {

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/cmd/redisonce/internal/inspect"
+	"github.com/redisonce/redisonce/internal/redact"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -212,9 +213,9 @@ func Addrs(nodes []Node) string {
 	return strings.Join(a, ", ")
 }
 
-// Redacted is rawURL for messages, without its password: store.RedactURL,
+// Redacted is rawURL for messages, without its password: redact.URL,
 // which finds the password without parsing the URL (a password may hold
 // "/", "?", "#", "@" or a bad "%" escape).
 func Redacted(rawURL string) string {
-	return store.RedactURL(rawURL)
+	return redact.URL(rawURL)
 }

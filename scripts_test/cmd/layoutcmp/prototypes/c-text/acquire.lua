@@ -3,8 +3,9 @@
   KEYS (n=1)
     [1] prefix..key   STRING  "ro1 " created_ms updated_ms expires_ms lease_ms
                               fence, lengths of status, fp, token; then status,
-                              fp, token, payload (layout 1: README "Key
-                              layout"); a layout-0 HASH is read too
+                              fp, token, payload (layout 1: docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n=4)
     [1] ttl_ms        decimal integer ms a new record lives, 0 = no expiry
     [2] token         the caller's owner token, 1..256 bytes

@@ -1,8 +1,9 @@
 #!lua
 --[[ update.lua — change an idempotency record's status, payload, expiry or lease, fenced by the owner's token.
   KEYS (n=1)
-    [1] prefix..key   STRING  a record in layout 1 (README "Key layout"); a
-                              layout-0 HASH is read too
+    [1] prefix..key   STRING  a record in layout 1 (docs/non-go.md,
+                              "Key layout per store"); a layout-0 HASH is
+                              read too
   ARGV (n>=3)
     [1] token     '' = unfenced (anyone may update); else the owner token the
                   caller acquired with (1..256 bytes)
