@@ -42,6 +42,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 	var mu sync.Mutex
 	var payloads []string
 	started := make(chan struct{}, 1)
+	burstDone := make(chan struct{}) // the first run lasts until every trigger of the burst returned
 	co := mustCoalescer(t)(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
 		runs.Add(1)
 		mu.Lock()
@@ -49,9 +50,9 @@ func TestCoalesceBurstCost(t *testing.T) {
 		mu.Unlock()
 		select {
 		case started <- struct{}{}:
+			<-burstDone
 		default:
 		}
-		time.Sleep(300 * time.Millisecond)
 		return nil
 	}, store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(uniquePrefix(t))))
 	defer co.Close()
@@ -86,6 +87,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(burstDone)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 		t.Errorf("the second run ran %q, not a payload of the burst", payloads[1])
 	}
 	// One call per trigger, and per run: its trigger or hand-over, its end,
-	// a few extensions (none in 300 ms of a 5 s lease).
+	// a few extensions (one every 1.25 s of a 5 s lease).
 	if calls > float64(kept.Load()+1)+6 {
 		t.Errorf("%v script calls for %d triggers and 2 runs, want at most one per trigger plus 6", calls, kept.Load()+1)
 	}
