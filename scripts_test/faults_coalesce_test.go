@@ -31,8 +31,10 @@ import (
 //     completed;
 //   - runs never overlap: no run starts while another run's fn still acted
 //     (a paused run's acts end before its pause; a killed one's at its kill);
-//   - the run count is bounded: a run is started only by a trigger sent after
-//     the previous run's start, or to redo a run that did not complete.
+//   - the run count is bounded: a run is started by a trigger that can have
+//     arrived after the previous run's start (it returned after it), or, at
+//     most once per fault, to redo a run that did not complete (fn
+//     did not return, or its holder paused or died before ending the run).
 func TestFaultCoalesceProcesses(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	for trial := range 2 {
@@ -47,13 +49,14 @@ type coRun struct {
 	payload         string
 	start, lastLive int64 // ns
 	completed       bool  // fn returned with its context live
+	ended           bool  // an end or lost line came
 	proc            int
 }
 
 type coTrig struct {
-	payload string
-	sent    int64
-	proc    int
+	payload    string
+	sent, back int64 // ns: the Trigger call was sent, and returned
+	proc       int
 }
 
 func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
@@ -132,22 +135,22 @@ func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
 		for _, l := range lines {
 			f := strings.Fields(l)
 			switch f[0] {
-			case "trig": // trig <payload> <sent> <ran|kept>
-				trigs = append(trigs, coTrig{payload: f[1], sent: atoi64(f[2]), proc: p.id})
+			case "trig": // trig <payload> <sent> <returned> <ran|kept>
+				trigs = append(trigs, coTrig{payload: f[1], sent: atoi64(f[2]), back: atoi64(f[3]), proc: p.id})
 			case "start": // start <payload> <ns>
 				r := &coRun{payload: f[1], start: atoi64(f[2]), lastLive: atoi64(f[2]), proc: p.id}
 				byPayload[f[1]+"@"+f[2]] = r
 				runs = append(runs, r)
 			case "end", "lost": // end|lost <payload> <start> <lastLive>
 				if r := byPayload[f[1]+"@"+f[2]]; r != nil {
-					r.lastLive, r.completed = atoi64(f[3]), f[0] == "end"
+					r.lastLive, r.completed, r.ended = atoi64(f[3]), f[0] == "end", true
 				}
 			}
 		}
 		if at, ok := killedAt[p.id]; ok {
 			for _, r := range byPayload {
-				if !r.completed && r.lastLive < at {
-					r.lastLive = at // it may have acted until the kill
+				if !r.ended && r.lastLive < at {
+					r.lastLive = at // no end line: it may have acted until the kill
 				}
 			}
 		}
@@ -194,22 +197,51 @@ func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
 			}
 		}
 	}
-	// Bounded: each run is caused by a trigger sent after the previous run's
-	// start, or redoes a run that did not complete.
-	sort.Slice(trigs, func(i, j int) bool { return trigs[i].sent < trigs[j].sent })
+	// Bounded: each run is caused by a trigger that can have arrived after
+	// the previous run's start, or redoes a run that did not complete (or
+	// whose end was not written). A trigger arrived between its send and its
+	// return: after the previous run's grant only if it returned after that
+	// run started.
+	extra := 0
+	byPayload := map[string]coTrig{}
+	for _, tr := range trigs {
+		byPayload[tr.payload] = tr
+	}
 	for i := 1; i < len(runs); i++ {
 		prev, cur := runs[i-1], runs[i]
 		if !prev.completed {
 			continue
 		}
-		k := sort.Search(len(trigs), func(k int) bool { return trigs[k].sent >= prev.start })
-		// A trigger may be acknowledged by no line (its process was killed
-		// before printing it): the run's own payload says when it was sent.
-		caused := (k < len(trigs) && trigs[k].sent < cur.start) || triggerSentBetween(cur.payload, prev.start, cur.start)
+		caused := false
+		for _, tr := range trigs {
+			if tr.back > prev.start && tr.sent < cur.start {
+				caused = true
+				break
+			}
+		}
+		// A trigger acknowledged by no line (its process was killed before
+		// printing it, or its call failed) may have arrived any time after
+		// it was sent: the run's own payload says when.
+		if _, acked := byPayload[cur.payload]; !acked && !caused {
+			caused = triggerSentBefore(cur.payload, cur.start)
+		}
+		// Or it redoes a run whose fn returned but whose holder paused or
+		// died before its coalesce_finish: the same payload, run again after
+		// the lease.
+		for j := 0; j < i && !caused; j++ {
+			caused = runs[j].payload == cur.payload
+		}
 		if !caused {
-			t.Errorf("run %s at %s follows a completed run with no trigger sent in between", cur.payload,
+			// An extra run that no trigger explains: a fault's (a holder paused
+			// or killed around its run's end). Each fault may cost one.
+			extra++
+			t.Logf("run %s at %s follows a completed run with no trigger that can have arrived in between", cur.payload,
 				time.Unix(0, cur.start).Format("15:04:05.000"))
 		}
+
+	}
+	if extra > len(faults) {
+		t.Errorf("%d runs that no trigger explains, more than the %d faults", extra, len(faults))
 	}
 	completed := 0
 	for _, r := range runs {
@@ -224,15 +256,11 @@ func runCoalesceTrial(t *testing.T, url, prefix string, seed int64) {
 	}
 }
 
-// triggerSentBetween reads a payload's send time ("<proc>-<seq>-<sent ns>"):
-// whether it was sent in (after, before).
-func triggerSentBetween(payload string, after, before int64) bool {
+// triggerSentBefore reads a payload's send time ("<proc>-<seq>-<sent ns>"):
+// whether it was sent before at.
+func triggerSentBefore(payload string, at int64) bool {
 	f := strings.Split(payload, "-")
-	if len(f) != 3 {
-		return false
-	}
-	sent := atoi64(f[2])
-	return sent > after && sent < before
+	return len(f) == 3 && atoi64(f[2]) < at
 }
 
 func atoi64(s string) int64 {
@@ -317,7 +345,7 @@ func (p *coProc) wait(t *testing.T, timeout time.Duration) []string {
 // TestCoalesceWorkerProcess is a process of TestFaultCoalesceProcesses: run
 // only in the child processes it starts. It triggers key "k" every 5-15 ms
 // for the burst, sweeping every 100 ms, then only sweeps for the settle time,
-// then prints "bye". Lines: "trig <payload> <sent ns> ran|kept" for each
+// then prints "bye". Lines: "trig <payload> <sent ns> <returned ns> ran|kept" for each
 // acknowledged trigger; "start <payload> <ns>" when fn starts, and "end"
 // (or "lost", when its context ended) "<payload> <start ns> <last live ns>"
 // when it returns. fn acts for 30 ms, checking its context every ms.
@@ -371,9 +399,9 @@ func TestCoalesceWorkerProcess(t *testing.T) {
 		ran, err := co.Trigger(ctx, "k", []byte(payload))
 		switch {
 		case err == nil && ran:
-			say(fmt.Sprintf("trig %s %d ran", payload, sent))
+			say(fmt.Sprintf("trig %s %d %d ran", payload, sent, time.Now().UnixNano()))
 		case err == nil:
-			say(fmt.Sprintf("trig %s %d kept", payload, sent))
+			say(fmt.Sprintf("trig %s %d %d kept", payload, sent, time.Now().UnixNano()))
 		}
 		time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond)
 	}
