@@ -39,6 +39,8 @@ var snippets = []struct {
 	{"record_string", []*regexp.Regexp{regexp.MustCompile(`struct\.unpack\('>c4|'\^\[1-9\]%d\*\$'`)}},
 	{"record_value", []*regexp.Regexp{regexp.MustCompile(`struct\.pack\('>c4`)}},
 	{"load_record", []*regexp.Regexp{regexp.MustCompile(`redis\.pcall\('GET', k\)`)}},
+	{"coalesce_state", []*regexp.Regexp{regexp.MustCompile(`'HMGET', \w+, 'tok'`)}},
+	{"next_fence", []*regexp.Regexp{regexp.MustCompile(`'%s%06d000'`)}},
 	{"one_key", []*regexp.Regexp{regexp.MustCompile(`#KEYS ~= 1`)}},
 	{"batch_keys", []*regexp.Regexp{regexp.MustCompile(`#KEYS > \d|#KEYS == 0|#KEYS\[i\] [=<>]`)}},
 	// Not a snippet: the wrong-type check is always a pcall whose .err (or

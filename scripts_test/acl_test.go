@@ -32,14 +32,15 @@ import (
 //   - Records.Do's waiters (AcquireOptions.Wait): SSUBSCRIBE and SUNSUBSCRIBE
 //     on the record's own key as a shard channel (&idempotency:*), which the
 //     final scripts SPUBLISH to.
+//   - Coalescer.Sweep: SCAN (MATCH its prefix) on every node.
 //   - inside the scripts: every command a script calls (checked against the
 //     scripts by TestACLLineMatchesScripts).
 const aclSetUser = "ACL SETUSER app on >app-secret resetchannels &idempotency:* " +
-	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* -@all " +
+	"~bq:idemp:* ~gateway:outbox:* ~idempotency:* ~redisonce:coalesce:* -@all " +
 	"+client|tracking +ping +cluster|slots +cluster|shards +asking " +
-	"+evalsha +evalsha_ro +eval +eval_ro +script|load +ssubscribe +sunsubscribe " +
-	"+del +exists +get +hdel +hgetall +hlen +hmget +hset +info " +
-	"+pexpire +pexpireat +pttl +set +setrange +spublish +time"
+	"+evalsha +evalsha_ro +eval +eval_ro +script|load +ssubscribe +sunsubscribe +scan " +
+	"+del +exists +get +hdel +hget +hgetall +hlen +hmget +hset +info " +
+	"+persist +pexpire +pexpireat +pttl +set +setrange +spublish +time"
 
 // aclUserURL is the URL the tests connect with as the app user.
 func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }
@@ -48,7 +49,7 @@ func aclUserURL(addr string) string { return "redis://app:app-secret@" + addr }
 // opposed to the commands the scripts call.
 var aclConnectCommands = []string{
 	"client|tracking", "ping", "cluster|slots", "cluster|shards", "asking",
-	"evalsha", "evalsha_ro", "eval", "eval_ro", "script|load", "ssubscribe", "sunsubscribe",
+	"evalsha", "evalsha_ro", "eval", "eval_ro", "script|load", "ssubscribe", "sunsubscribe", "scan",
 }
 
 // createACLUser runs docs/security.md's ACL SETUSER line, as a user would, on n.

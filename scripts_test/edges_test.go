@@ -55,6 +55,10 @@ func TestEdgeWrongTypeIsCorrupt(t *testing.T) {
 		{"update", str, []string{"", "status", "done"}},
 		{"delete", str, []string{"tok"}},
 		{"watch", str, nil},
+		{"coalesce_trigger", str, []string{"tok", "1000", "0", "0", "0", "p"}},
+		{"coalesce_take", str, []string{"tok", "1000"}},
+		{"coalesce_extend", str, []string{"tok", "1000"}},
+		{"coalesce_finish", str, []string{"tok", "1", "done", "0", "1000", "0"}},
 	} {
 		t.Run(tc.name+"/"+strings.Join(tc.args, ","), func(t *testing.T) {
 			got, code, before, after := edgeRun(t, tc.name, tc.seed, tc.args...)
@@ -90,6 +94,10 @@ func TestEdgeExtraArgumentsRefused(t *testing.T) {
 		{"get", []string{"x"}},
 		{"delete", []string{"tok", "x"}},
 		{"watch", []string{"x"}},
+		{"coalesce_trigger", []string{"tok", "1000", "0", "0", "0", "p", "x"}},
+		{"coalesce_take", []string{"tok", "1000", "x"}},
+		{"coalesce_extend", []string{"tok", "1000", "x"}},
+		{"coalesce_finish", []string{"tok", "1", "done", "0", "1000", "0", "x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code, before, after := edgeRun(t, tc.name, nil, tc.args...)

@@ -20,7 +20,7 @@ import (
 
 var (
 	outboxMsgIDs  = []string{"m1", "m2", "m3", "m4"}
-	outboxFuzzIDs = []string{"m1", "m2", "m3", "_seq", "", "ü\x00", strings.Repeat("m", store.MaxMessageIDLen+1)}
+	outboxFuzzIDs = []string{"m1", "m2", "m3", "_seq", "", "ü\x00", strings.Repeat("m", maxMessageIDLen+1)}
 	outboxGens    = []uint64{0, 1, 2, 3, math.MaxUint64}
 	mintedID      = regexp.MustCompile(`^[0-9a-f]{32}$`)
 )

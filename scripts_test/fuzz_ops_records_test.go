@@ -27,7 +27,7 @@ const (
 
 var (
 	recordStatuses     = []string{"pending", "completed", "failed", "custom"}
-	recordFuzzStatuses = []string{"pending", "completed", "failed", "custom", "", strings.Repeat("s", store.MaxStatusLen+1)}
+	recordFuzzStatuses = []string{"pending", "completed", "failed", "custom", "", strings.Repeat("s", maxStatusLen+1)}
 	recordFPs          = []string{"", "fp1", "fp2"}
 )
 

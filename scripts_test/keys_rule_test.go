@@ -65,6 +65,10 @@ var keysCases = []keysCase{
 	{"watch", seedRecord, nil},
 	{"claim_many", nil, []string{"100000", "1"}},
 	{"seen_many", seedCmd("SET", "1"), nil},
+	{"coalesce_trigger", nil, []string{"tok", "100000", "0", "0", "0", "p"}},
+	{"coalesce_take", seedCmd("HSET", "next", "p", "due", "0", "first", "0"), []string{"tok", "100000"}},
+	{"coalesce_extend", seedCmd("HSET", "tok", "tok", "lease", "1", "fence", "1", "run", "p"), []string{"tok", "100000"}},
+	{"coalesce_finish", seedCmd("HSET", "tok", "tok", "lease", "1", "fence", "1", "run", "p"), []string{"tok", "1", "done", "0", "100000", "0"}},
 }
 
 // callKeys runs script s with keys and args by EVALSHA (EVALSHA_RO for a

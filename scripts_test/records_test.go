@@ -261,7 +261,7 @@ func TestRecordsBadInputSendsNothing(t *testing.T) {
 	errs = append(errs,
 		s.Update(ctx, "k", store.Update{}),
 		s.Update(ctx, "k", store.Update{Status: st("")}),
-		s.Update(ctx, "k", store.Update{Status: st(strings.Repeat("s", store.MaxStatusLen+1))}),
+		s.Update(ctx, "k", store.Update{Status: st(strings.Repeat("s", maxStatusLen+1))}),
 		s.Update(ctx, "k", store.Update{Payload: &big}),
 		s.Update(ctx, "", store.Update{Status: st("completed")}),
 		s.Delete(ctx, long),

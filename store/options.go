@@ -47,7 +47,7 @@ func (c config) validFor(store, backend string) error {
 
 // WithPrefix sets the key prefix; a key is prefix + id, built in Go, so the
 // prefix may hold a hash tag like "{app}:". Defaults: Claims "bq:idemp:",
-// Outbox "gateway:outbox:", Records "idempotency:". At most MaxPrefixLen
+// Outbox "gateway:outbox:", Records "idempotency:". At most maxPrefixLen
 // bytes (so that every key fits the scripts' redisonce.MaxKeyLen); a longer
 // one is invalid.
 func WithPrefix(p string) Option {
@@ -138,8 +138,8 @@ func newConfig(defaultPrefix string, opts []Option) config {
 		}
 		o(&c)
 	}
-	if len(c.prefix) > MaxPrefixLen && c.err == nil {
-		c.err = fmt.Errorf("redisonce: WithPrefix: %w: the prefix is %d bytes, the limit is %d", ErrInvalidArgument, len(c.prefix), MaxPrefixLen)
+	if len(c.prefix) > maxPrefixLen && c.err == nil {
+		c.err = fmt.Errorf("redisonce: WithPrefix: %w: the prefix is %d bytes, the limit is %d", ErrInvalidArgument, len(c.prefix), maxPrefixLen)
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -15,10 +15,10 @@ import (
 const DefaultOutboxPrefix = "gateway:outbox:"
 
 const (
-	// MaxMessageIDLen is the longest outbox message id, in bytes. Message ids are
-	// 1..MaxMessageIDLen bytes of any value that does not start with "_" (the
+	// maxMessageIDLen is the longest outbox message id, in bytes. Message ids are
+	// 1..maxMessageIDLen bytes of any value that does not start with "_" (the
 	// prefix of the hash's reserved fields _seq, _gen, _epoch and _rid).
-	MaxMessageIDLen = 256
+	maxMessageIDLen = 256
 	// MaxPayloadLen is the largest outbox payload, in bytes: 4 MiB, the default
 	// largest message a gRPC server receives (MaxRecvMsgSize). Every payload of a
 	// connection's tail comes back in one Unacked reply, so bound the tail with
@@ -239,7 +239,7 @@ func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload [
 //   - the new messages get consecutive seqs, in the order given, and one
 //     Epoch.
 //
-// Every message is validated before anything is sent; at most MaxAppendMany
+// Every message is validated before anything is sent; at most maxAppendMany
 // messages per call. With no messages it sends nothing. The Epoch is re-minted
 // after a failover as AppendWithID's is (see Appended.Epoch), also when every
 // message is a retry. With WithWaitReplicas a burst its replicas did not
@@ -420,14 +420,14 @@ func (s *Outbox) checkAck(ctx context.Context, conn, msgID string, msgIDs []stri
 	return nil
 }
 
-// checkMessageID validates an outbox message id: 1..MaxMessageIDLen bytes, not
+// checkMessageID validates an outbox message id: 1..maxMessageIDLen bytes, not
 // starting with "_".
 func checkMessageID(op, conn, id string) error {
 	switch {
 	case id == "":
 		return errorf(op, conn, ErrInvalidArgument, "empty message id")
-	case len(id) > MaxMessageIDLen:
-		return errorf(op, conn, ErrInvalidArgument, "message id is %d bytes, the limit is %d", len(id), MaxMessageIDLen)
+	case len(id) > maxMessageIDLen:
+		return errorf(op, conn, ErrInvalidArgument, "message id is %d bytes, the limit is %d", len(id), maxMessageIDLen)
 	case id[0] == '_':
 		return errorf(op, conn, ErrInvalidArgument, "message id %q starts with \"_\" (reserved)", id)
 	}

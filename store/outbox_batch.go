@@ -7,15 +7,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// MaxAppendMany is the most messages one AppendMany takes: the burst is one
+// maxAppendMany is the most messages one AppendMany takes: the burst is one
 // script call, which blocks the server while it runs.
-const MaxAppendMany = 1000
+const maxAppendMany = 1000
 
 var scriptAppendMany = mustScript("append_many")
 
 // Outgoing is one message given to AppendMany.
 type Outgoing struct {
-	// ID is the message id, 1..MaxMessageIDLen bytes not starting with "_";
+	// ID is the message id, 1..maxMessageIDLen bytes not starting with "_";
 	// empty: AppendMany mints one, as Append does.
 	ID string
 	// Payload is the message's bytes, at most MaxPayloadLen.
@@ -28,8 +28,8 @@ func (s *Outbox) checkAppendMany(ctx context.Context, conn string, msgs []Outgoi
 	if err := s.check(ctx, "append_many", conn); err != nil {
 		return err
 	}
-	if len(msgs) > MaxAppendMany {
-		return errorf("append_many", conn, ErrInvalidArgument, "%d messages, the limit is %d", len(msgs), MaxAppendMany)
+	if len(msgs) > maxAppendMany {
+		return errorf("append_many", conn, ErrInvalidArgument, "%d messages, the limit is %d", len(msgs), maxAppendMany)
 	}
 	for _, m := range msgs {
 		if m.ID != "" {

@@ -27,14 +27,14 @@ const (
 	// result is replayed on every retry, so it should stay small; put a large
 	// result elsewhere and store a reference to it.
 	MaxRecordPayloadLen = 1 << 20
-	// MaxStatusLen is the longest status, in bytes; a status is never empty.
-	MaxStatusLen = 64
+	// maxStatusLen is the longest status, in bytes; a status is never empty.
+	maxStatusLen = 64
 	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
 	// a hex or base64 digest of the request, not for the request itself.
 	MaxFingerprintLen = 256
-	// MaxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
-	// characters; non-Go callers may use any 1..MaxTokenLen bytes.
-	MaxTokenLen = 256
+	// maxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
+	// characters; non-Go callers may use any 1..maxTokenLen bytes.
+	maxTokenLen = 256
 	// MaxSmallPayloadLen is the largest payload Do's final write stores when
 	// Redis is out of memory (maxmemory under noeviction): that write
 	// (complete.lua) runs anyway, so an effect that happened is recorded, and
@@ -43,10 +43,10 @@ const (
 	MaxSmallPayloadLen = 1024
 )
 
-// MaxFence is the largest fence a record holds: 9999999999999999999, the
+// maxFence is the largest fence a record holds: 9999999999999999999, the
 // largest decimal of 19 digits (the scripts keep fences canonical and within
-// uint64). A pending record at MaxFence whose lease passed is not taken over.
-const MaxFence uint64 = 9999999999999999999
+// uint64). A pending record at maxFence whose lease passed is not taken over.
+const maxFence uint64 = 9999999999999999999
 
 // ErrFailed is returned by Do for a key whose record is failed: an earlier run
 // of fn returned an error marked with Permanent, stored as the record's
@@ -55,7 +55,7 @@ const MaxFence uint64 = 9999999999999999999
 var ErrFailed = errors.New("failed")
 
 // Status is a record's lifecycle state. The three constants are the ones the
-// stores give meaning to; Update may store any other 1..MaxStatusLen bytes.
+// stores give meaning to; Update may store any other 1..maxStatusLen bytes.
 type Status string
 
 // The statuses of a record.
@@ -107,7 +107,7 @@ type Record struct {
 // Update is a partial change to a record; nil fields are left as they are, and
 // at least one of Status, Payload, ExpiresAt and LeaseUntil must be set.
 type Update struct {
-	// Status sets the status (1..MaxStatusLen bytes). Any status other than
+	// Status sets the status (1..maxStatusLen bytes). Any status other than
 	// StatusPending clears the lease, whatever LeaseUntil says.
 	Status *Status
 	// Payload sets the payload (at most MaxRecordPayloadLen bytes).
@@ -447,7 +447,7 @@ func (s *Records) Delete(ctx context.Context, key string) error {
 // DeleteFenced removes key's record only if token (from the Record that
 // AcquireWith returned) is still its owner's: ErrStaleOwner when another
 // caller took the record over, and nothing is deleted. A missing key is not an
-// error. token must be 1..MaxTokenLen bytes.
+// error. token must be 1..maxTokenLen bytes.
 func (s *Records) DeleteFenced(ctx context.Context, key, token string) error {
 	if s == nil {
 		return nilStore("delete_fenced", key, "Records")
@@ -754,8 +754,8 @@ func checkSmall(op, key, token string, status Status, payload []byte) error {
 		return err
 	}
 	switch {
-	case status == "" || len(status) > MaxStatusLen || status == StatusPending:
-		return errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, not pending", MaxStatusLen)
+	case status == "" || len(status) > maxStatusLen || status == StatusPending:
+		return errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, not pending", maxStatusLen)
 	case len(payload) > MaxSmallPayloadLen:
 		return errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxSmallPayloadLen)
 	}
@@ -763,8 +763,8 @@ func checkSmall(op, key, token string, status Status, payload []byte) error {
 }
 
 func checkToken(op, key, token string) error {
-	if token == "" || len(token) > MaxTokenLen {
-		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", MaxTokenLen, len(token))
+	if token == "" || len(token) > maxTokenLen {
+		return errorf(op, key, ErrInvalidArgument, "token must be 1..%d bytes, got %d", maxTokenLen, len(token))
 	}
 	return nil
 }
@@ -791,8 +791,8 @@ func (u Update) fields(op, key string) (updateFields, error) {
 	}
 	if u.Status != nil {
 		st := string(*u.Status)
-		if st == "" || len(st) > MaxStatusLen {
-			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", MaxStatusLen, len(st))
+		if st == "" || len(st) > maxStatusLen {
+			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", maxStatusLen, len(st))
 		}
 		f.status = &st
 	}

@@ -109,7 +109,7 @@ func (s *memRecords) acquire(_ context.Context, op, key string, o AcquireOptions
 			return Record{}, acquiredNot, errorf(op, key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 		}
 		// acquire.lua: a record at the largest fence (19 nines) is never taken over.
-		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token || r.fence >= MaxFence {
+		if r.status != string(StatusPending) || r.lease == 0 || r.lease > now || r.running == r.token || r.fence >= maxFence {
 			return r.record(key, false), acquiredNot, nil
 		}
 		r.token, r.lease, r.updated = token, leaseUntil, now

@@ -12,7 +12,9 @@ import (
 )
 
 // maxExported bounds package store's exported surface: each idea once, one
-// public type per store. A new name has to push an old one out.
+// public type per store. A new name has to push an old one out. (The
+// Coalescer holds 7: its type, CoalesceOptions, NewCoalescer,
+// NewMemoryCoalescer, Trigger, Sweep, Close.)
 const maxExported = 100
 
 // TestExportedSurface counts the package's exported identifiers as go/doc

@@ -13,10 +13,10 @@ import (
 // is exactly prefix + id.
 const MaxIDLen = 1024
 
-// MaxPrefixLen is the longest key prefix accepted (WithPrefix), in bytes:
+// maxPrefixLen is the longest key prefix accepted (WithPrefix), in bytes:
 // with an id of at most MaxIDLen, every key fits the 1..redisonce.MaxKeyLen
 // bytes the scripts accept.
-const MaxPrefixLen = redisonce.MaxKeyLen - MaxIDLen
+const maxPrefixLen = redisonce.MaxKeyLen - MaxIDLen
 
 // checkCtx refuses a nil context (ErrInvalidArgument) and returns a done
 // one's error, before anything is sent.

@@ -130,6 +130,10 @@ type config struct {
 	grace         time.Duration
 	observer      store.Observer
 	err           error
+
+	coalesceKey       func(Message) string // WithCoalesce
+	coalesceOpts      store.CoalesceOptions
+	coalesceStoreOpts []store.Option
 }
 
 // WithConcurrency sets how many handlers run at once. Default 16.
@@ -273,13 +277,14 @@ type Consumer struct {
 	cfg                 config
 	minIdle             time.Duration
 	minIdleMS           string
+	co                  *store.Coalescer // WithCoalesce
 }
 
 // New returns a Consumer named consumer in group on stream: it runs h once
 // per claim id through claims. client is borrowed (Run does not close it);
 // claims may share it. Options: WithConcurrency, WithLease, WithIDField,
 // WithDeadLetter, WithRetryDelay, WithBlock, WithReclaimInterval,
-// WithStartID, WithShutdownGrace, WithObserver. Consumer names must be unique
+// WithStartID, WithShutdownGrace, WithObserver, WithCoalesce. Consumer names must be unique
 // within the group (a process's hostname and pid, say).
 func New(client rueidis.Client, claims *store.Claims, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
 	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1}
@@ -312,6 +317,9 @@ func New(client rueidis.Client, claims *store.Claims, stream, group, consumer st
 	// lease, an entry is worth reclaiming.
 	c.minIdle = cfg.lease
 	c.minIdleMS = strconv.FormatInt(c.minIdle.Milliseconds(), 10)
+	if err := c.newCoalescer(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -337,6 +345,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
+	go r.sweep(ctx)
 	defer func() {
 		close(r.acks) // every handler has returned: flush the last acks
 		<-acked

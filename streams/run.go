@@ -346,6 +346,9 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 	if c.cfg.maxDeliveries > 0 && m.Deliveries > c.cfg.maxDeliveries {
 		return r.deadLetter(m, fmt.Sprintf("delivered %d times", m.Deliveries))
 	}
+	if c.co != nil {
+		return r.coalesce(m)
+	}
 	end := r.begin(m.ClaimID)
 	res := delivery.Do(r.hctx, c.claims, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
 	end()

@@ -22,6 +22,8 @@ type config struct {
 	lease time.Duration
 	id    func(context.Context, *asynq.Task) (string, error)
 	err   error
+	co    *store.Coalescer // WithCoalesce
+	coKey func(context.Context, *asynq.Task) (string, error)
 }
 
 // WithLease sets the lease Claims.Do takes on a task id (default
@@ -111,7 +113,7 @@ func Middleware(claims *store.Claims, opts ...Option) asynq.MiddlewareFunc {
 		}
 		o(&c)
 	}
-	if claims == nil && c.err == nil {
+	if claims == nil && c.co == nil && c.err == nil {
 		c.err = fmt.Errorf("redisonce/asynq: Middleware(nil claims): %w", store.ErrInvalidArgument)
 	}
 	return func(h asynq.Handler) asynq.Handler {
@@ -123,6 +125,8 @@ func Middleware(claims *store.Claims, opts ...Option) asynq.MiddlewareFunc {
 				return fmt.Errorf("redisonce/asynq: nil handler: %w", store.ErrInvalidArgument)
 			case ctx == nil || t == nil:
 				return fmt.Errorf("redisonce/asynq: nil context or task: %w", store.ErrInvalidArgument)
+			case c.co != nil:
+				return c.coalesce(ctx, t)
 			}
 			id, err := c.id(ctx, t)
 			if err != nil {

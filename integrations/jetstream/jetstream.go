@@ -185,9 +185,12 @@ type Handler struct {
 	ctx        context.Context
 	report     func(jetstream.Msg, Outcome, error)
 	ackTimeout time.Duration
+	co         *store.Coalescer // WithCoalesce
+	coKey      func(jetstream.Msg) (string, error)
 }
 
-// New returns a Handler that runs fn once per message id through claims. It
+// New returns a Handler that runs fn once per message id through claims (or,
+// with WithCoalesce, triggers the message's key; fn may then be nil). It
 // returns store.ErrInvalidArgument for a nil claims or fn, a lease or ack
 // timeout <= 0, a nil id function, policy, context or option.
 func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
@@ -202,8 +205,10 @@ func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, op
 	switch {
 	case claims == nil:
 		return nil, invalid("nil claims")
-	case fn == nil:
+	case fn == nil && h.co == nil:
 		return nil, invalid("nil fn")
+	case h.co != nil && h.coKey == nil:
+		return nil, invalid("nil coalescing key function")
 	case h.lease <= 0:
 		return nil, invalid("lease %v must be > 0", h.lease)
 	case h.ackTimeout <= 0:
@@ -255,6 +260,9 @@ func (h *Handler) Process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 }
 
 func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, error) {
+	if h.co != nil {
+		return h.coalesce(ctx, msg)
+	}
 	id, err := h.id(msg)
 	if err == nil && id == "" {
 		err = errors.New("empty id")

@@ -197,6 +197,8 @@ type Consumer struct {
 	report        func(*kgo.Record, Outcome, error)
 	maxBuffered   int
 	revokeTimeout time.Duration
+	co            *store.Coalescer // WithCoalesce
+	coKey         func(*kgo.Record) (string, error)
 
 	mu      sync.Mutex
 	runCtx  context.Context // set by Run: the partitions' parent
@@ -215,7 +217,8 @@ type topicPartition struct {
 // kgo.ConsumeTopics, the seed brokers). Do not set OnPartitionsAssigned,
 // OnPartitionsRevoked or OnPartitionsLost, nor DisableAutoCommit, in opts.
 //
-// It returns store.ErrInvalidArgument for a nil claims or fn, a lease,
+// With WithCoalesce, fn may be nil (the Coalescer's fn runs). It returns
+// store.ErrInvalidArgument for a nil claims or fn, a lease,
 // buffer or revoke timeout <= 0, a nil id function, policy or option.
 func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
@@ -229,8 +232,10 @@ func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts
 	switch {
 	case claims == nil:
 		return nil, invalid("nil claims")
-	case fn == nil:
+	case fn == nil && c.co == nil:
 		return nil, invalid("nil fn")
+	case c.co != nil && c.coKey == nil:
+		return nil, invalid("nil coalescing key function")
 	case c.lease <= 0:
 		return nil, invalid("lease %v must be > 0", c.lease)
 	case c.id == nil:
@@ -470,10 +475,25 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 			err = errors.New("empty id")
 		}
 		var res delivery.Result
-		if err != nil {
+		switch {
+		case c.co != nil:
+			o, cerr, keyErr := c.coalesce(ctx, r)
+			switch {
+			case o != OutcomeRetry:
+				c.say(r, o, cerr)
+				return true
+			case keyErr:
+				// a record without a usable key fails like fn: the policy decides
+				res = delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: coalescing key: %w", cerr)}
+			case ctx.Err() != nil:
+				res = delivery.Result{Row: delivery.Shutdown, Err: cerr}
+			default:
+				res = delivery.Result{Row: delivery.StoreError, Err: cerr} // retried after a backoff
+			}
+		case err != nil:
 			// a record without a usable id fails like fn: the policy decides
 			res = delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: record id: %w", err)}
-		} else {
+		default:
 			res = delivery.Do(ctx, c.claims, id, c.lease, func(ctx context.Context) error { return c.fn(ctx, r) })
 		}
 		switch res.Row {

@@ -560,9 +560,9 @@ def flow_decode(url, scripts, p):
 # ---- The KEYS rule, the order of checks, and edge statements --
 
 
-# The README's Functions flags: allow-oom on these nine, no-writes on the
+# The README's Functions flags: allow-oom on these eleven, no-writes on the
 # read-only scripts, none on the others.
-ALLOW_OOM = {"forget", "commit", "extend", "release", "ack", "drop", "delete", "renew", "complete"}
+ALLOW_OOM = {"forget", "commit", "extend", "release", "ack", "drop", "delete", "renew", "complete", "coalesce_extend", "coalesce_finish"}
 
 
 def flow_edges(call, p, r):
@@ -642,6 +642,67 @@ def flow_function_flags(r, scripts):
     eq(got, want, "the functions' flags")
 
 
+# ---- Coalescing -----------------------------------------------------------
+
+
+def flow_coalesce(call, p, r):
+    """docs/non-go.md, "Coalescing": trigger, extend, take, finish by hand."""
+    args = ("30000", "0", "0", "0")  # lease_ms, debounce_ms, max_wait_ms, throttle_ms
+    k = p + "coalesce:k"
+    # Nobody holds the key: the caller runs its own payload, with a clock fence.
+    got = call("coalesce_trigger", k, "tok-1", *args, b"\x00p1")
+    eq(got[0], 1, "coalesce_trigger on an idle key runs")
+    fence1 = got[1]
+    check(is_bytes(fence1, "fence") and len(fence1) == 19 and fence1.isdigit(), f"fence {fence1!r}: 19 digits")
+    # A run holds it: each trigger is kept as the next, a later one replacing it.
+    for payload in (b"p2", b"p3"):
+        got = call("coalesce_trigger", k, "tok-x", *args, payload)
+        eq(got[0], 0, "coalesce_trigger while held is kept")
+        check(20000 < got[1] <= 30000, f"wait_ms {got[1]}: the holder's lease left")
+    eq(r.hget(k, "next"), b"p3", "the next is the last payload")
+    eq(call("coalesce_extend", k, "tok-1", "30000"), 1, "coalesce_extend by the holder")
+    eq(call("coalesce_extend", k, "tok-x", "30000"), 0, "coalesce_extend by another")
+    eq(call("coalesce_take", k, "tok-4", "30000")[0], 0, "coalesce_take while held waits")
+    # A stale fence (or token) can neither finish the run nor clear the next.
+    call.err("STALE_OWNER", "coalesce_finish", k, "tok-1", "999", "done", "1000", "30000", "0")
+    call.err("STALE_OWNER", "coalesce_finish", k, "tok-x", fence1, "done", "1000", "30000", "0")
+    eq(r.hget(k, "next"), b"p3", "the next survives a stale finish")
+    # The run ends: the next is due, so the same caller is handed it.
+    got = call("coalesce_finish", k, "tok-1", fence1, "done", "1000", "30000", "0")
+    eq([got[0], got[2]], [1, b"p3"], "coalesce_finish hands over the next")
+    check(int(got[1]) > int(fence1), "the handed-over run's fence is above the first")
+    eq(call("coalesce_finish", k, "tok-1", got[1], "done", "1000", "30000", "0"), [-1], "coalesce_finish: idle")
+    eq(r.exists(k), 0, "an idle key is deleted")
+
+    # A holder that died: once its lease passed, a take runs its payload again.
+    k = p + "coalesce:dead"
+    got = call("coalesce_trigger", k, "tok-1", "1", "0", "0", "0", b"x")
+    eq(got[0], 1, "a run with a 1 ms lease")
+    dead = got[1]
+    time.sleep(0.02)
+    got = call("coalesce_take", k, "tok-2", "30000")
+    eq([got[0], got[2]], [1, b"x"], "coalesce_take of a dead holder's run")
+    call.err("STALE_OWNER", "coalesce_finish", k, "tok-1", dead, "done", "1000", "30000", "0")
+    eq(call("coalesce_finish", k, "tok-2", got[1], "retry", "1000", "30000", "0")[0], 0, "a failed run is kept for a retry")
+    eq(r.hget(k, "next"), b"x", "the retried payload is the next")
+
+    # Debounce: kept until the key was quiet for debounce_ms.
+    k = p + "coalesce:debounce"
+    got = call("coalesce_trigger", k, "tok-1", "30000", "50", "1000", "0", b"d")
+    check(got[0] == 0 and 0 < got[1] <= 50, f"a debounced trigger is kept: {got!r}")
+    eq(call("coalesce_take", k, "tok-2", "30000")[0], 0, "coalesce_take before the debounce passed")
+    time.sleep(0.08)
+    got = call("coalesce_take", k, "tok-2", "30000")
+    eq([got[0], got[2]], [1, b"d"], "coalesce_take after the debounce")
+
+    k = p + "coalesce:bad"
+    call.err("BADARG", "coalesce_trigger", k, "tok", "0", "0", "0", "0", b"p")
+    call.err("BADARG", "coalesce_trigger", k, "tok", "1000", "-1", "0", "0", b"p")
+    call.err("BADARG", "coalesce_finish", k, "tok", "1", "ok", "0", "1000", "0")
+    eq(r.exists(k), 0, "nothing written by refused calls")
+    eq(call("coalesce_take", k, "tok", "30000"), [-1], "coalesce_take of nothing")
+
+
 # ---- main ---------------------------------------------------------------
 
 
@@ -662,7 +723,7 @@ def main():
     for mode in ("evalsha", "fcall"):
         call = Caller(r, scripts, mode)
         p = f"{PREFIX}{mode}:"
-        for flow in (flow_claims, flow_outbox, flow_records, flow_batch, flow_corrupt, flow_edges):
+        for flow in (flow_claims, flow_outbox, flow_records, flow_batch, flow_corrupt, flow_edges, flow_coalesce):
             try:
                 flow(call, p, r)
                 passed += 1

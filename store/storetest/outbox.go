@@ -524,9 +524,9 @@ func outboxAppendManyAllOrNothing(t *testing.T, x *outboxSuite) {
 	// Bad input refuses the whole burst before anything is sent.
 	for _, bad := range [][]store.Outgoing{
 		{{ID: "ok"}, {ID: "_reserved"}},
-		{{ID: "ok"}, {ID: strings.Repeat("i", store.MaxMessageIDLen+1)}},
+		{{ID: "ok"}, {ID: strings.Repeat("i", maxMessageIDLen+1)}},
 		{{ID: "ok"}, {ID: "big", Payload: make([]byte, store.MaxPayloadLen+1)}},
-		make([]store.Outgoing, store.MaxAppendMany+1),
+		make([]store.Outgoing, maxAppendMany+1),
 	} {
 		_, err := s.AppendMany(ctx, "other", bad)
 		wantErr(t, err, store.ErrInvalidArgument)
@@ -738,12 +738,12 @@ func outboxBinaryPayloads(t *testing.T, x *outboxSuite) {
 func outboxMessageIDs(t *testing.T, x *outboxSuite) {
 	ctx, newStore := x.ctx, x.newStore
 	s := newStore(t)
-	good := []string{"a:b", "1:2", "a\x00b", "{tag}", "ünï", " ", "x_", strings.Repeat("i", store.MaxMessageIDLen)}
+	good := []string{"a:b", "1:2", "a\x00b", "{tag}", "ünï", " ", "x_", strings.Repeat("i", maxMessageIDLen)}
 	for _, id := range good {
 		_, err := s.AppendWithID(ctx, "c", id, []byte(id))
 		noErr(t, err)
 	}
-	bad := []string{"", strings.Repeat("i", store.MaxMessageIDLen+1), "_", "_x", "_seq", "_gen", "_epoch"}
+	bad := []string{"", strings.Repeat("i", maxMessageIDLen+1), "_", "_x", "_seq", "_gen", "_epoch"}
 	for _, id := range bad {
 		_, err := s.AppendWithID(ctx, "c", id, []byte("p"))
 		wantErr(t, err, store.ErrInvalidArgument)

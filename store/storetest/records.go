@@ -617,7 +617,7 @@ func recordsPayloadsAreBinarySafe(t *testing.T, x *recordsSuite) {
 	a := mustAcquire(t, s, "k", store.AcquireOptions{}, true)
 	p := []byte("a\x00b\xff\r\n:{}")
 	big := bytes.Repeat([]byte{0, 1, 2, 0xfe}, store.MaxRecordPayloadLen/4)
-	st := store.Status(strings.Repeat("s", store.MaxStatusLen))
+	st := store.Status(strings.Repeat("s", maxStatusLen))
 	for _, payload := range [][]byte{p, big, {}} {
 		noErr(t, s.Update(ctx, "k", store.Update{Payload: &payload, Status: &st, Token: a.Token}))
 		got := mustGet(t, s, "k", true)
@@ -641,9 +641,9 @@ func recordsUpdateBadInputChangesNothing(t *testing.T, x *recordsSuite) {
 		"nothing":       {},
 		"token only":    {Token: a.Token},
 		"empty status":  {Status: statusPtr("")},
-		"long status":   {Status: statusPtr(store.Status(strings.Repeat("s", store.MaxStatusLen+1)))},
+		"long status":   {Status: statusPtr(store.Status(strings.Repeat("s", maxStatusLen+1)))},
 		"long payload":  {Payload: &long, Status: statusPtr(store.StatusCompleted)},
-		"long token":    {Status: statusPtr(store.StatusCompleted), Token: strings.Repeat("t", store.MaxTokenLen+1)},
+		"long token":    {Status: statusPtr(store.StatusCompleted), Token: strings.Repeat("t", maxTokenLen+1)},
 		"far expiry":    {ExpiresAt: timePtr(time.Date(40000, 1, 1, 0, 0, 0, 0, time.UTC))},
 		"far lease":     {LeaseUntil: timePtr(time.Date(40000, 1, 1, 0, 0, 0, 0, time.UTC))},
 		"fenced + long": {Payload: &long, Token: a.Token},
@@ -698,7 +698,7 @@ func recordsBadInput(t *testing.T, x *recordsSuite) {
 		_, _, err := s.Do(ctx, "m", store.AcquireOptions{Lease: lease}, fn)
 		wantErr(t, err, store.ErrInvalidArgument)
 	}
-	for _, tok := range []string{"", strings.Repeat("t", store.MaxTokenLen+1)} {
+	for _, tok := range []string{"", strings.Repeat("t", maxTokenLen+1)} {
 		wantErr(t, s.DeleteFenced(ctx, "m", tok), store.ErrInvalidArgument)
 	}
 	mustGet(t, s, "m", false)

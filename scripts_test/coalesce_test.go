@@ -1,0 +1,41 @@
+package scripts_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redisonce/redisonce/store"
+	"github.com/redisonce/redisonce/store/storetest"
+)
+
+func coalescerHarness(url func(*testing.T) string) func(*testing.T) {
+	return func(t *testing.T) {
+		c := newClient(t, url(t))
+		storetest.TestCoalescer(t, storetest.CoalescerHarness{
+			New: func(t *testing.T, fn func(ctx context.Context, key string, payload []byte) error, o store.CoalesceOptions, opts ...store.Option) (*store.Coalescer, error) {
+				return store.NewCoalescer(c, fn, o, append([]store.Option{store.WithPrefix(uniquePrefix(t))}, opts...)...)
+			},
+			Wait: time.Sleep,
+			Now:  time.Now,
+			Tick: 200 * time.Millisecond,
+		})
+	}
+}
+
+func TestCoalescerConformance(t *testing.T) {
+	t.Run("standalone", coalescerHarness(standaloneURL))
+	t.Run("cluster", coalescerHarness(clusterURL))
+}
+
+// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
+// Coalescer, failing the test on its error.
+func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
+	return func(co *store.Coalescer, err error) *store.Coalescer {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return co
+	}
+}
