@@ -270,7 +270,7 @@ func TestFenceScriptsAcquire(t *testing.T) {
 	// The largest fence is never taken over.
 	seed("9999999999999999999")
 	if flag, s := acquireFence(t, c, key, "0"); flag != 0 || s != "9999999999999999999" {
-		t.Errorf("takeover at MaxFence: flag %d fence %s, want 0 and the fence kept", flag, s)
+		t.Errorf("takeover at the largest fence: flag %d fence %s, want 0 and the fence kept", flag, s)
 	}
 	// A fence below the clock (a small one, or one from long ago): the clock's.
 	seed("7")
