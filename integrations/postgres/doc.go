@@ -21,7 +21,7 @@
 //	the row says processed (Redis lost it,  (false, nil), fn skipped, the claim
 //	  or its commit never landed)             committed in Redis
 //	fn failed                               (true, fn's error), rolled back, claim released
-//	a newer lease holds the row             (false, store.ErrStaleOwner), nothing committed
+//	a newer owner ended this transaction    (false, store.ErrStaleOwner), nothing committed
 //	a statement failed                      its error (*pgconn.PgError inside), rolled
 //	                                          back, claim released
 //

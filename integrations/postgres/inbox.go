@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -27,7 +28,7 @@ var inboxDDL string
 // otherwise.
 const DefaultInboxTable = "redisonce_inbox"
 
-// DefaultInboxRetention is how long Prune keeps a row after its last claim
+// DefaultInboxRetention is how long Prune keeps a row after its commit
 // unless WithInboxRetention says otherwise.
 const DefaultInboxRetention = 7 * 24 * time.Hour
 
@@ -37,9 +38,8 @@ const DefaultInboxPruneBatch = 1000
 
 // InboxDB is the database an Inbox runs on: a *pgxpool.Pool (the usual
 // choice, safe for concurrent Do calls) or a *pgx.Conn (one Do at a time)
-// satisfy it. A pgx.Tx does not, on purpose: the statement that records a
-// lease must commit on its own, before fn's transaction, for a newer lease
-// to refuse an older one that is still inside its transaction.
+// satisfy it. A pgx.Tx does not: each Do runs a transaction of its own,
+// whose commit is the effect's.
 type InboxDB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -62,7 +62,7 @@ type Inbox struct {
 	pruneBatch int
 	txOptions  pgx.TxOptions
 
-	sqlClaim, sqlState, sqlFinish, sqlPrune, ddl string
+	sqlTake, sqlRow, sqlEnd, sqlLock, sqlAfter, sqlPrune, ddl string
 
 	committed, duplicates, inFlight, alreadyProcessed, stale, failed, redisCommitFailed atomic.Uint64
 }
@@ -97,12 +97,12 @@ func WithInboxTable(parts ...string) InboxOption {
 	}
 }
 
-// WithInboxRetention is how long a row is kept after its last claim (the
-// latest lease that reached the database, claimed_at) before Prune deletes it. Keep it longer than the longest time a message can be
-// redelivered after it was processed, and than the longest Do: a delivery
-// that comes after its row was pruned, and finds no processed mark in Redis
-// either (the claims' TTL passed, or Redis lost it), runs fn again. Default:
-// DefaultInboxRetention (7 days). Must be > 0.
+// WithInboxRetention is how long a row is kept after its transaction
+// committed (processed_at) before Prune deletes it. Keep it longer than the
+// longest time a message can be redelivered after it was processed: a
+// delivery that comes after its row was pruned, and finds no processed mark
+// in Redis either (the claims' TTL passed, or Redis lost it), runs fn again.
+// Default: DefaultInboxRetention (7 days). Must be > 0.
 func WithInboxRetention(d time.Duration) InboxOption {
 	return func(c *inboxConfig) error {
 		if d <= 0 {
@@ -173,33 +173,39 @@ func newInbox(claims claimer, db InboxDB, opts ...InboxOption) (*Inbox, error) {
 		}
 	}
 	ib := &Inbox{claims: claims, db: db, table: cfg.table.Sanitize(),
-		index:     pgx.Identifier{cfg.table[len(cfg.table)-1] + "_claimed_at_idx"}.Sanitize(),
+		index:     pgx.Identifier{cfg.table[len(cfg.table)-1] + "_processed_at_idx"}.Sanitize(),
 		retention: cfg.retention, pruneBatch: cfg.pruneBatch, txOptions: cfg.txOptions}
 	t := ib.table
-	// The lease's row: a new row, or the fence and owner of an unprocessed
-	// row whose fence is not above this lease's. It commits on its own at
-	// once, so an older owner still at work finds it replaced when it comes
-	// to mark the row processed, and nobody waits for that owner's
-	// transaction to get here.
-	ib.sqlClaim = `INSERT INTO ` + t + ` AS t (id, fence, owner, claimed_at) VALUES ($1, $2, $3, now())
-ON CONFLICT (id) DO UPDATE SET fence = excluded.fence, owner = excluded.owner, claimed_at = excluded.claimed_at
-WHERE t.processed_at IS NULL AND t.fence <= excluded.fence
-RETURNING true`
-	ib.sqlState = `SELECT fence::text, processed_at IS NOT NULL FROM ` + t + ` WHERE id = $1`
-	// In fn's transaction, after fn: only the row's current owner marks it
-	// processed. The row lock is taken here, at the end, so a newer owner's
-	// claim statement never waits for an older owner's fn.
-	ib.sqlFinish = `UPDATE ` + t + ` SET processed_at = now()
-WHERE id = $1 AND fence = $2 AND owner = $3 AND processed_at IS NULL`
+	// The first statement of fn's transaction: the id's row, written only
+	// when this transaction holds the id's advisory lock (a transaction of
+	// another owner of the id, at work, holds it) and no row is there (one
+	// is there only when an owner's transaction committed). It never waits:
+	// no lock, or a row, and it writes nothing.
+	ib.sqlTake = `INSERT INTO ` + t + ` (id, fence, owner) SELECT $1, $2, $3
+WHERE pg_try_advisory_xact_lock($4, $5)
+ON CONFLICT (id) DO NOTHING RETURNING true`
+	ib.sqlRow = `SELECT 1 FROM ` + t + ` WHERE id = $1`
+	// Every other session whose transaction holds the id's lock: an owner
+	// whose lease is gone (this one holds the claim), still inside its
+	// transaction.
+	holders := `FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2
+AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+AND classid = $1::int4::oid AND objid = $2::int4::oid AND granted AND pid <> pg_backend_pid()`
+	ib.sqlEnd = `SELECT count(pg_terminate_backend(pid)) ` + holders
+	ib.sqlLock = `SELECT pg_advisory_xact_lock($1, $2)`
+	// After a failed COMMIT, on another connection: the row's owner, and
+	// whether another session holds the id's lock.
+	ib.sqlAfter = `SELECT (SELECT owner FROM ` + t + ` WHERE id = $3),
+EXISTS (SELECT 1 ` + holders + `)`
 	// One bounded batch; rows locked by a transaction at work are skipped.
 	ib.sqlPrune = `DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + `
-WHERE claimed_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
+WHERE processed_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	ib.ddl = ddlFor(ib.table, ib.index)
 	return ib, nil
 }
 
 var (
-	ddlIndexName = regexp.MustCompile(`\bredisonce_inbox_claimed_at_idx\b`)
+	ddlIndexName = regexp.MustCompile(`\bredisonce_inbox_processed_at_idx\b`)
 	ddlTableName = regexp.MustCompile(`\bredisonce_inbox\b`)
 )
 
@@ -256,35 +262,50 @@ func (ib *Inbox) CreateTable(ctx context.Context) error {
 //     store.Claims.Do). An id already processed answers (false, nil) and an
 //     id another consumer holds answers (false, an error wrapping
 //     store.ErrInFlight), both without touching Postgres.
-//  2. Holding the claim, one statement (committed on its own) records the
-//     lease's fence and owner token in the id's inbox row. A row already
-//     processed means the effect committed before (the last commit to Redis
-//     did not land, or Redis lost the mark): fn is skipped and Do answers
-//     (false, nil). A row held by a lease with a higher fence refuses this
-//     one: (false, an error wrapping store.ErrStaleOwner).
-//  3. One transaction: fn(ctx, tx), then the row marked processed, only if
-//     the row still names this lease (an owner whose lease was taken over
-//     meanwhile is refused: rolled back, ErrStaleOwner), then COMMIT. The
-//     transaction is always committed or rolled back, also when fn panics.
+//  2. Holding the claim, it begins one transaction whose first statement
+//     writes the id's inbox row with the lease's fence and owner token. A row
+//     already there means the effect committed before (the last commit to
+//     Redis did not land, or Redis lost the mark): fn is skipped and Do
+//     answers (false, nil). Another owner's transaction still at work on the
+//     id (it holds the id's advisory lock) belongs to a lease that is gone —
+//     this call holds the claim: that session is ended
+//     (pg_terminate_backend), its transaction rolls back, and the row is
+//     written once its lock is free. The statement never waits behind an
+//     owner paused in its fn.
+//  3. fn(ctx, tx), then COMMIT: the effect and the row commit together, or
+//     neither does. The transaction is always committed or rolled back, also
+//     when fn panics. An owner whose transaction a newer owner ended finds
+//     its COMMIT failing and answers (false, an error wrapping
+//     store.ErrStaleOwner) while the newer owner works, (false, nil) once the
+//     newer owner's row is there: it changed nothing.
 //  4. Only then the claim commits in Redis. When that commit fails, the
 //     effect is still once (the row says so, and the next delivery finds
 //     it): Do answers (true, nil) and counts it in InboxStats.
 //
+// A first delivery costs what a plain SQL inbox costs (BEGIN, the row's
+// INSERT, fn's statements, COMMIT) plus the claim's two calls to Redis.
+//
 // ctx given to fn is the claim's: it carries the lease (store.LeaseFromContext:
 // its Fence, never lower than any lease granted before for the id, to fence
-// fn's own rows) and is cancelled when the lease is lost; the statements of
-// steps 2 and 3 use it, so an owner that knows its lease is gone commits
+// fn's own rows) and is cancelled when the lease is lost; the transaction's
+// statements use it, so an owner that knows its lease is gone commits
 // nothing. fn must do its effect with tx only, and must not commit or roll
 // it back.
 //
 // ran is true when fn was called and its transaction committed (err nil), or
 // when fn, or a statement after it, failed (err says which; the transaction
 // rolled back and the claim was released, so a redelivery retries). It is
-// false when fn was not called, and when fn's transaction was rolled back
-// because the row turned out processed (err nil) or taken by a newer lease
-// (ErrStaleOwner). A failed COMMIT (a connection lost while committing) has
-// an unknown outcome: Do returns its error and releases the claim, and the
-// redelivery finds the row processed or not, whichever happened.
+// false when fn was not called, and when fn's transaction was ended by a
+// newer owner. A COMMIT that fails is resolved on another connection: the
+// row names this lease (committed: true, nil), another one (false, nil), or
+// none while a newer owner holds the id (false, ErrStaleOwner); otherwise its
+// outcome is unknown (the connection was lost while committing): Do returns
+// its error and releases the claim, and the redelivery finds the row or not,
+// whichever happened.
+//
+// The role Do runs as ends a stale owner's session: it must be the role of
+// every consumer of the table, or have pg_signal_backend (a superuser's
+// sessions only a superuser can end).
 //
 // id must be valid UTF-8 without NUL (the row's key is text) and what the
 // claim store accepts; lease must be > 0; checked before any write.
@@ -351,16 +372,16 @@ func (ib *Inbox) check(ctx context.Context, id string, lease time.Duration, fn f
 // handler of a consumer that runs it through its own *store.Claims (the
 // streams runner, the jetstream, kafka, watermill and asynq integrations), or
 // a Claims.Do of yours. It reads the claim from ctx (store.LeaseFromContext:
-// the id, the owner token, the fence), records the lease in the id's inbox
-// row, and runs fn and marks the row processed in one transaction (Do's steps
-// 2 and 3); the claim's commit in Redis is the caller's, after Apply returns
-// nil.
+// the id, the owner token, the fence), and writes the id's inbox row, runs fn
+// and commits in one transaction (Do's steps 2 and 3); the claim's commit in
+// Redis is the caller's, after Apply returns nil.
 //
 // It returns nil when fn's transaction committed, and also when the row was
 // processed already (fn is skipped: a redelivery after "SQL committed, Redis
 // not", or Redis lost the mark): in both cases the effect is in the database
 // once, and the message can be acknowledged. A lease a newer one replaced is
-// an error wrapping store.ErrStaleOwner, and nothing is committed; fn's
+// an error wrapping store.ErrStaleOwner (its transaction was ended by the
+// newer owner, still at work), and nothing is committed; fn's
 // error, or a statement's, is returned as it is, after the rollback. Outside
 // a claim's fn (no lease in ctx), or with an id the row cannot hold (not
 // UTF-8, or with NUL), it returns an error wrapping store.ErrInvalidArgument,
@@ -386,7 +407,7 @@ const (
 	resultFailed    result = iota // fn or a statement failed: rolled back
 	resultCommitted               // fn's transaction committed
 	resultProcessed               // the row was processed already: fn skipped, or rolled back
-	resultStale                   // a newer lease holds the row: nothing changed
+	resultStale                   // a newer owner ended the transaction: nothing changed
 )
 
 // attempt is what apply did, for Do.
@@ -395,23 +416,27 @@ type attempt struct {
 	fnCalled bool
 }
 
+// lockKeys are the two keys of the id's transaction-scoped advisory lock
+// (pg_try_advisory_xact_lock(int4, int4)): a 64-bit FNV-1a hash of the
+// table's name and the id, so ids of different inbox tables never share one.
+// (Two ids of one table share one with a chance of 2^-64: then one owner
+// would end the other's transaction, which rolls back and is redelivered.)
+func (ib *Inbox) lockKeys(id string) (int32, int32) {
+	h := fnv.New64a()
+	h.Write([]byte(ib.table))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	k := h.Sum64()
+	return int32(k >> 32), int32(k)
+}
+
 // apply is steps 2 and 3 of Do, run while the claim is held.
 func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, pgx.Tx) error, r *attempt) error {
 	l, ok := store.LeaseFromContext(ctx)
 	if !ok || l.Token == "" {
 		return fmt.Errorf("redisonce: inbox %q: %w: the claim gave fn no lease (store.LeaseFromContext)", id, store.ErrUnexpectedReply)
 	}
-	fence := l.Fence
-	var claimed bool
-	err := ib.db.QueryRow(ctx, ib.sqlClaim, id, fence, l.Token).Scan(&claimed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ib.refused(ctx, id, fence, r)
-	}
-	if err != nil {
-		ib.failed.Add(1)
-		return ib.sqlError(ctx, id, "record the lease", err)
-	}
-
+	k1, k2 := ib.lockKeys(id)
 	tx, err := ib.db.BeginTx(ctx, ib.txOptions)
 	if err != nil {
 		ib.failed.Add(1)
@@ -420,66 +445,126 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 	done := false
 	defer func() {
 		if !done { // fn panicked, or a step below failed
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
-			_ = tx.Rollback(rctx)
-			cancel()
+			ib.rollback(ctx, tx)
 		}
 	}()
+	var took bool
+	err = tx.QueryRow(ctx, ib.sqlTake, id, l.Fence, l.Token, k1, k2).Scan(&took)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		took, err = ib.takeOver(ctx, tx, id, l, k1, k2, r)
+	case err != nil:
+		err = ib.sqlError(ctx, id, "record the lease", err)
+	}
+	if err != nil || !took {
+		if err != nil && r.result == resultFailed {
+			ib.failed.Add(1)
+		}
+		return err
+	}
 	r.fnCalled = true
 	if err := fn(ctx, tx); err != nil {
 		ib.failed.Add(1)
 		return err
 	}
-	tag, err := tx.Exec(ctx, ib.sqlFinish, id, fence, l.Token)
-	if err != nil {
-		ib.failed.Add(1)
-		return ib.sqlError(ctx, id, "mark processed", err)
-	}
-	if tag.RowsAffected() != 1 {
-		done = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
-		_ = tx.Rollback(rctx)
-		cancel()
-		return ib.refused(ctx, id, fence, r)
-	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		ib.failed.Add(1)
-		return ib.sqlError(ctx, id, "commit (its outcome is unknown: the next delivery finds the row processed or not)", err)
+		return ib.afterFailedCommit(ctx, id, l, k1, k2, err, r)
 	}
 	r.result = resultCommitted
 	ib.committed.Add(1)
 	return nil
 }
 
+// takeOver is apply's path when its first statement wrote nothing: the row
+// is there (an owner's transaction committed: this one is refused), or
+// another owner's transaction holds the id. This call holds the claim, so
+// that owner's lease is gone (it expired while the owner was paused or cut
+// off, or Redis lost it): its session is ended (pg_terminate_backend), which
+// rolls its transaction back, and once the id's lock is this transaction's
+// the row is written. The owner finds its connection closed when it comes
+// to commit: a stale owner changes nothing, also when it does not know its
+// lease is gone. took is false with nil when the row says the effect
+// committed before.
+func (ib *Inbox) takeOver(ctx context.Context, tx pgx.Tx, id string, l store.Lease, k1, k2 int32, r *attempt) (bool, error) {
+	for range 2 {
+		var one int
+		err := tx.QueryRow(ctx, ib.sqlRow, id).Scan(&one)
+		if err == nil {
+			return false, ib.refused(r)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return false, ib.sqlError(ctx, id, "read the row", err)
+		}
+		if _, err := tx.Exec(ctx, ib.sqlEnd, k1, k2); err != nil {
+			return false, ib.sqlError(ctx, id, "end a stale owner's transaction (the role needs pg_signal_backend, or to be the role of every consumer)", err)
+		}
+		if _, err := tx.Exec(ctx, ib.sqlLock, k1, k2); err != nil {
+			return false, ib.sqlError(ctx, id, "wait for a stale owner's transaction to end", err)
+		}
+		var took bool
+		err = tx.QueryRow(ctx, ib.sqlTake, id, l.Fence, l.Token, k1, k2).Scan(&took)
+		if err == nil {
+			return took, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return false, ib.sqlError(ctx, id, "record the lease", err)
+		}
+		// The ended owner committed just before it was ended: read the row.
+	}
+	return false, ib.sqlError(ctx, id, "record the lease", errors.New("the row is neither there nor writable"))
+}
+
+// afterFailedCommit resolves a COMMIT that returned an error, on another
+// connection: the row names this lease (the commit landed before the
+// connection was lost: committed), or another one (refused: processed, or a
+// newer owner's), or there is none while another session holds the id's lock
+// (a newer owner ended this transaction and is at work: stale). Otherwise the
+// outcome is not known (the commit may still land): the error is returned
+// and the redelivery finds the row or not.
+func (ib *Inbox) afterFailedCommit(ctx context.Context, id string, l store.Lease, k1, k2 int32, cerr error, r *attempt) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
+	defer cancel()
+	var row *string
+	var held bool
+	if err := ib.db.QueryRow(rctx, ib.sqlAfter, k1, k2, id).Scan(&row, &held); err == nil {
+		switch {
+		case row != nil:
+			if *row == l.Token {
+				r.result = resultCommitted
+				ib.committed.Add(1)
+				return nil
+			}
+			return ib.refused(r)
+		case held:
+			r.result = resultStale
+			ib.stale.Add(1)
+			return fmt.Errorf("redisonce: inbox %q: %w: a newer owner of the id ended this transaction; nothing was committed (%v)", id, store.ErrStaleOwner, cerr)
+		}
+	}
+	ib.failed.Add(1)
+	return ib.sqlError(ctx, id, "commit (its outcome is unknown: the next delivery finds the row or not)", cerr)
+}
+
+func (ib *Inbox) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
+	_ = tx.Rollback(rctx)
+	cancel()
+}
+
 // rollbackBudget bounds a rollback, which runs even when fn's context is
 // cancelled.
 const rollbackBudget = 5 * time.Second
 
-// refused classifies a row this lease may not write: processed already
-// (resultProcessed, nil: fn is skipped and the claim commits) or held by a
-// newer lease (resultStale, ErrStaleOwner).
-func (ib *Inbox) refused(ctx context.Context, id string, fence uint64, r *attempt) error {
-	var rowFence string
-	var processed bool
-	err := ib.db.QueryRow(ctx, ib.sqlState, id).Scan(&rowFence, &processed)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		r.result = resultStale
-		ib.stale.Add(1)
-		return fmt.Errorf("redisonce: inbox %q: %w: the inbox row is gone (pruned while this lease was at work? keep the retention far above the lease)", id, store.ErrStaleOwner)
-	case err != nil:
-		ib.failed.Add(1)
-		return ib.sqlError(ctx, id, "read the row", err)
-	case processed:
-		r.result = resultProcessed
-		ib.alreadyProcessed.Add(1)
-		return nil
-	default:
-		r.result = resultStale
-		ib.stale.Add(1)
-		return fmt.Errorf("redisonce: inbox %q: %w: the inbox row belongs to a newer lease (fence %s, this one %d); nothing was committed", id, store.ErrStaleOwner, rowFence, fence)
-	}
+// refused counts a row an owner's transaction committed, which refuses
+// every later lease, whatever its fence: the effect is in the database once
+// (a redelivery after "SQL committed, Redis not", Redis lost the mark, or
+// this owner's lease was taken over and the newer owner committed). fn is
+// skipped, or its transaction rolled back, and the claim commits.
+func (ib *Inbox) refused(r *attempt) error {
+	r.result = resultProcessed
+	ib.alreadyProcessed.Add(1)
+	return nil
 }
 
 // sqlError wraps a database error with the operation and the id; a missing
@@ -497,7 +582,7 @@ func (ib *Inbox) sqlError(ctx context.Context, id, what string, err error) error
 	return fmt.Errorf("redisonce: inbox %q: %s: %w", id, what, err)
 }
 
-// Prune deletes the rows whose last claim is older than the retention
+// Prune deletes the rows committed longer ago than the retention
 // window, in DELETE statements of at most the prune batch each (rows locked
 // by a transaction at work are left for the next time), until a batch comes
 // back short or ctx is done. It returns how many rows it deleted.
@@ -557,9 +642,10 @@ type InboxStats struct {
 	InFlight uint64
 	// AlreadyProcessed: Redis had no processed mark (a commit to Redis that
 	// did not land, or Redis lost it) but the row was processed: fn was
-	// skipped, or its transaction rolled back.
+	// skipped, or its transaction rolled back (an owner whose transaction a
+	// newer owner ended, which then committed, is counted here).
 	AlreadyProcessed uint64
-	// Stale: a newer lease held the row; nothing was committed.
+	// Stale: a newer owner ended this transaction; nothing was committed.
 	Stale uint64
 	// Failed: fn or a statement failed; the transaction rolled back.
 	Failed uint64

@@ -253,9 +253,9 @@ func (b blindClaims) Do(ctx context.Context, id string, lease time.Duration, fn 
 
 // TestInboxLostLeaseCommitsNothing: an older owner loses its lease while fn
 // runs (Redis flushed) and a newer owner claims the id. The newer owner's
-// claim statement replaces the row's owner without waiting for the older
-// transaction, and the older one, blind to its lost lease, is refused by the
-// database when it comes to commit: rolled back, whether the newer owner has
+// first statement ends the older owner's transaction without waiting for it,
+// and the older one, blind to its lost lease, is refused by the database
+// when it comes to commit: rolled back, whether the newer owner has
 // committed already (the row is processed: false, nil) or is still at work
 // (false, ErrStaleOwner).
 func TestInboxLostLeaseCommitsNothing(t *testing.T) {
@@ -426,7 +426,7 @@ func TestInboxPrune(t *testing.T) {
 		}
 	}
 	// 30 rows aged past the retention, 10 not.
-	if _, err := e.pool.Exec(e.ctx, `UPDATE redisonce_inbox SET claimed_at = now() - interval '2 hours'
+	if _, err := e.pool.Exec(e.ctx, `UPDATE redisonce_inbox SET processed_at = now() - interval '2 hours'
 		WHERE id IN (SELECT id FROM redisonce_inbox ORDER BY id LIMIT 30)`); err != nil {
 		t.Fatal(err)
 	}
@@ -447,56 +447,55 @@ func TestInboxPrune(t *testing.T) {
 	}
 }
 
-// TestInboxFenceLowerThanTheRowsIsRefused: a row left by an owner whose
-// lease carried a higher fence (it died before its commit) refuses a lease
-// with a lower one — nothing is written and fn does not run — and a row left
-// by a dead owner with a fence not above the lease's is taken over.
-func TestInboxFenceLowerThanTheRowsIsRefused(t *testing.T) {
+// TestInboxCommittedRowRefusesEveryLease: a row is there only when an
+// owner's transaction committed, and it refuses every later lease, whatever
+// its fence — one above the lease's (a newer owner committed) or below it
+// (the effect committed before, and Redis lost the mark): fn does not run,
+// nothing is written, and the claim commits in Redis (the id is processed).
+func TestInboxCommittedRowRefusesEveryLease(t *testing.T) {
 	e := newInboxEnv(t)
 	const maxFence = "18446744073709551615" // every fence is at most a uint64
-	if _, err := e.pool.Exec(e.ctx, `INSERT INTO redisonce_inbox (id, fence, owner) VALUES ('high', $1::numeric, 'dead'), ('low', 0, 'dead')`, maxFence); err != nil {
+	if _, err := e.pool.Exec(e.ctx, `INSERT INTO redisonce_inbox (id, fence, owner) VALUES ('high', $1::numeric, 'other'), ('low', 0, 'other')`, maxFence); err != nil {
 		t.Fatal(err)
 	}
-	ran, err := e.inbox.Do(e.ctx, "high", 5*time.Second, func(context.Context, pgx.Tx) error {
-		t.Error("fn ran under a lease whose fence is below the row's")
-		return nil
-	})
-	if ran || !errors.Is(err, store.ErrStaleOwner) {
-		t.Fatalf("lower fence: ran %v, err %v; want false, ErrStaleOwner", ran, err)
-	}
-	var fence, owner string
-	var processed bool
-	if err := e.pool.QueryRow(e.ctx, `SELECT fence::text, owner, processed_at IS NOT NULL FROM redisonce_inbox WHERE id = 'high'`).
-		Scan(&fence, &owner, &processed); err != nil || fence != maxFence || owner != "dead" || processed {
-		t.Fatalf("the refused lease changed the row: fence %s owner %s processed %v (%v)", fence, owner, processed, err)
-	}
-	// The claim was released in Redis: the id is not marked processed.
 	rc := newRedis(t, e.rurl)
-	if v, _ := rc.Do(e.ctx, rc.B().Get().Key("in:high").Build()).ToString(); v == "1" {
-		t.Fatal("the refused id is marked processed in Redis")
+	for _, id := range []string{"high", "low"} {
+		before := e.stmts.Load()
+		ran, err := e.inbox.Do(e.ctx, id, 5*time.Second, func(context.Context, pgx.Tx) error {
+			t.Errorf("%s: fn ran although the row says the effect committed", id)
+			return nil
+		})
+		if ran || err != nil {
+			t.Fatalf("%s: ran %v, err %v; want false, nil", id, ran, err)
+		}
+		// BEGIN, the row's INSERT (nothing written), the row's read, ROLLBACK.
+		if d := e.stmts.Load() - before; d != 4 {
+			t.Fatalf("%s: %d statements, want 4", id, d)
+		}
+		var fence, owner string
+		if err := e.pool.QueryRow(e.ctx, `SELECT fence::text, owner FROM redisonce_inbox WHERE id = $1`, id).Scan(&fence, &owner); err != nil || owner != "other" {
+			t.Fatalf("%s: the refused lease changed the row: fence %s owner %s (%v)", id, fence, owner, err)
+		}
+		if v, _ := rc.Do(e.ctx, rc.B().Get().Key("in:"+id).Build()).ToString(); v != "1" {
+			t.Fatalf("%s: Redis holds %q, want the processed mark", id, v)
+		}
 	}
-
-	ran, err = e.inbox.Do(e.ctx, "low", 5*time.Second, pay("low", 3))
-	if !ran || err != nil {
-		t.Fatalf("a dead owner's row with a lower fence: ran %v, err %v; want true, nil", ran, err)
+	if st := e.inbox.Stats(); st.AlreadyProcessed != 2 || st.Committed != 0 || st.Stale != 0 {
+		t.Fatalf("stats %+v", st)
 	}
-	if err := e.pool.QueryRow(e.ctx, `SELECT owner, processed_at IS NOT NULL FROM redisonce_inbox WHERE id = 'low'`).
-		Scan(&owner, &processed); err != nil || owner == "dead" || !processed {
-		t.Fatalf("row low: owner %s processed %v (%v)", owner, processed, err)
-	}
-	if got := e.ledger(t); len(got) != 1 || got["low"] != 1 {
-		t.Fatalf("ledger %v", got)
+	if got := e.ledger(t); len(got) != 0 {
+		t.Fatalf("ledger %v, want empty", got)
 	}
 }
 
-// TestInboxUniqueKeyBlocking: both owners' fn insert the same unique key.
-// The newer owner's claim statement takes the inbox row at once (the older
-// transaction holds no lock on it); its fn then waits on the older owner's
-// uncommitted insert. The older owner, blind to its lost lease, comes to
-// commit: the row names the newer lease, so it rolls back — which frees the
-// newer owner's insert, and the newer owner commits. One row, the newer
-// owner's.
-func TestInboxUniqueKeyBlocking(t *testing.T) {
+// TestInboxStaleOwnerEnded: both owners' fn insert the same unique key. The
+// older owner, blind to its lost lease, holds its transaction open inside fn
+// (its payment inserted, not committed). The newer owner does not wait
+// behind it: its first statement finds the id's lock taken, ends the older
+// owner's session, and its own insert of the key goes through at once. The
+// older owner, released, finds its COMMIT refused: ErrStaleOwner, nothing
+// committed. One payment, the newer owner's.
+func TestInboxStaleOwnerEnded(t *testing.T) {
 	e := newInboxEnv(t)
 	if _, err := e.pool.Exec(e.ctx, `CREATE TABLE payments (msg_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
 		t.Fatal(err)
@@ -523,45 +522,35 @@ func TestInboxUniqueKeyBlocking(t *testing.T) {
 		err error
 	}
 	inside, release := make(chan struct{}), make(chan struct{})
-	older, newer := make(chan res, 1), make(chan res, 1)
+	older := make(chan res, 1)
 	go func() {
 		ran, err := blind.Do(e.ctx, "m1", 5*time.Second, insert(1, inside, release))
 		older <- res{ran, err}
 	}()
 	<-inside
-	var olderOwner string
-	if err := e.pool.QueryRow(e.ctx, `SELECT owner FROM redisonce_inbox WHERE id = 'm1'`).Scan(&olderOwner); err != nil {
-		t.Fatal(err)
+	var olderPID int
+	if err := e.pool.QueryRow(e.ctx, `SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%payments%'`).Scan(&olderPID); err != nil {
+		t.Fatalf("the older owner's open transaction: %v", err)
 	}
 	e.flush() // the older lease is gone from Redis
-	go func() {
-		ran, err := e.inbox.Do(e.ctx, "m1", 5*time.Second, insert(2, nil, nil))
-		newer <- res{ran, err}
-	}()
-	// The newer owner's claim statement lands while the older transaction is open.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var owner string
-		if err := e.pool.QueryRow(e.ctx, `SELECT owner FROM redisonce_inbox WHERE id = 'm1'`).Scan(&owner); err != nil {
-			t.Fatal(err)
-		}
-		if owner != olderOwner {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the newer owner's claim statement did not land while the older transaction was open")
-		}
+	start := time.Now()
+	ran, err := e.inbox.Do(e.ctx, "m1", 5*time.Second, insert(2, nil, nil))
+	if !ran || err != nil {
+		t.Fatalf("newer owner: ran %v, err %v; want true, nil", ran, err)
 	}
-	select {
-	case r := <-newer:
-		t.Fatalf("the newer owner finished while the older one held the key: %v, %v", r.ran, r.err)
-	case <-time.After(200 * time.Millisecond): // it waits on the older owner's insert
+	t.Logf("the newer owner committed %v after it started, the older transaction still open in its client", time.Since(start).Round(time.Millisecond))
+	var alive int
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, olderPID).Scan(&alive); err != nil || alive != 0 {
+		t.Fatalf("the older owner's session (pid %d) is still there: %d, %v", olderPID, alive, err)
 	}
 	close(release)
-	if r := <-older; r.ran || !errors.Is(r.err, store.ErrStaleOwner) {
-		t.Fatalf("older owner: ran %v, err %v; want false, ErrStaleOwner", r.ran, r.err)
+	if r := <-older; r.ran || r.err != nil {
+		// The newer owner committed first: the older one's COMMIT failed,
+		// and the row it then finds is the newer owner's.
+		t.Fatalf("older owner: ran %v, err %v; want false, nil", r.ran, r.err)
 	}
-	if r := <-newer; !r.ran || r.err != nil {
-		t.Fatalf("newer owner: ran %v, err %v; want true, nil", r.ran, r.err)
+	if st := blind.Stats(); st.Committed != 0 || st.AlreadyProcessed != 1 {
+		t.Fatalf("older owner's stats %+v", st)
 	}
 	var amount int
 	if err := e.pool.QueryRow(e.ctx, `SELECT amount FROM payments WHERE msg_id = 'm1'`).Scan(&amount); err != nil || amount != 2 {
