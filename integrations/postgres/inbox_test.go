@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redisonce/redisonce/integrations/postgres"
+	"github.com/redisonce/redisonce/internal/faultnet"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -555,5 +558,157 @@ func TestInboxStaleOwnerEnded(t *testing.T) {
 	var amount int
 	if err := e.pool.QueryRow(e.ctx, `SELECT amount FROM payments WHERE msg_id = 'm1'`).Scan(&amount); err != nil || amount != 2 {
 		t.Fatalf("payment amount %d (%v), want the newer owner's 2", amount, err)
+	}
+}
+
+// splitDB runs fn's transactions on one pool and every other statement (the
+// read that resolves a failed COMMIT) on another.
+type splitDB struct {
+	tx   *pgxpool.Pool
+	rest *pgxpool.Pool
+}
+
+func (d splitDB) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	return d.tx.BeginTx(ctx, o)
+}
+func (d splitDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.rest.Exec(ctx, sql, args...)
+}
+func (d splitDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.rest.QueryRow(ctx, sql, args...)
+}
+
+// TestInboxCommitReplyLost: fn's COMMIT reaches the server, and the
+// connection is lost before its reply comes back (a proxy delays every byte,
+// and cuts the connection between the COMMIT's arrival and its reply's). Do
+// resolves the failed COMMIT by reading the row on another connection: it
+// names this lease, so the effect committed, and Do answers (true, nil) and
+// commits the claim in Redis — not an error that would have the message
+// redelivered. (When the machine is so slow that the cut comes before the
+// COMMIT's arrival, nothing committed and Do must say so: the attempt is
+// repeated with a longer delay.)
+func TestInboxCommitReplyLost(t *testing.T) {
+	e := newInboxEnv(t)
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := faultnet.Listen(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	host, port, _ := net.SplitHostPort(px.Addr())
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	cut, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cut.Close)
+	rc := newRedis(t, e.rurl)
+	ib, err := postgres.NewInbox(mustStore(store.NewClaims(rc, store.WithPrefix("in:"))), splitDB{tx: cut, rest: e.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, lag := range []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second} {
+		id := fmt.Sprintf("m%d", i)
+		px.SetLatency(0)
+		ran, err := ib.Do(e.ctx, id, 30*time.Second, func(ctx context.Context, tx pgx.Tx) error {
+			if err := pay(id, 5)(ctx, tx); err != nil {
+				return err
+			}
+			px.SetLatency(lag)
+			time.AfterFunc(lag*3/2, px.Cut) // after the COMMIT's arrival, before its reply's
+			return nil
+		})
+		rows := e.ledger(t)[id]
+		t.Logf("lag %v: ran %v, err %v; ledger rows %d", lag, ran, err, rows)
+		if rows == 0 {
+			// The cut came first: nothing committed, and Do must not say it did.
+			if err == nil {
+				t.Fatalf("lag %v: Do answered (%v, nil) but nothing committed", lag, ran)
+			}
+			continue
+		}
+		if rows != 1 || !ran || err != nil {
+			t.Fatalf("lag %v: the COMMIT landed (%d ledger rows); Do answered (%v, %v), want (true, nil)", lag, rows, ran, err)
+		}
+		if v, _ := rc.Do(e.ctx, rc.B().Get().Key("in:"+id).Build()).ToString(); v != "1" {
+			t.Fatalf("lag %v: Redis holds %q for the id, want the processed mark", lag, v)
+		}
+		if st := ib.Stats(); st.Committed != 1 || st.Failed != 0 && st.Failed != uint64(i) {
+			t.Fatalf("stats %+v", st)
+		}
+		return
+	}
+	t.Fatal("the cut never came after the COMMIT's arrival")
+}
+
+// TestInboxStaleOwnerNotEndable: a newer owner whose role may not end the
+// stale owner's session (another role, without pg_signal_backend) gets a
+// clear error naming the privilege, writes nothing and releases its claim;
+// the stale owner's transaction is then the one that decides, as it would
+// without the inbox.
+func TestInboxStaleOwnerNotEndable(t *testing.T) {
+	e := newInboxEnv(t)
+	for _, q := range []string{
+		`CREATE ROLE inbox_consumer2 LOGIN`,
+		`GRANT ALL ON redisonce_inbox, ledger, ledger_seq_seq TO inbox_consumer2`,
+	} {
+		if _, err := e.pool.Exec(e.ctx, q); err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = "inbox_consumer2"
+	other, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	rc := newRedis(t, e.rurl)
+	blind, err := postgres.NewInboxWithClaimer(blindClaims{mustStore(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := postgres.NewInbox(mustStore(store.NewClaims(rc, store.WithPrefix("in:"))), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release, older := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := blind.Do(e.ctx, "m1", 5*time.Second, func(ctx context.Context, tx pgx.Tx) error {
+			if err := pay("m1", 1)(ctx, tx); err != nil {
+				return err
+			}
+			close(inside)
+			<-release
+			return nil
+		})
+		older <- err
+	}()
+	<-inside
+	e.flush() // the older lease is gone from Redis
+	ran, err := newer.Do(e.ctx, "m1", 5*time.Second, pay("m1", 2))
+	if ran || err == nil || !strings.Contains(err.Error(), "pg_signal_backend") {
+		t.Fatalf("newer owner: ran %v, err %v; want false and an error naming pg_signal_backend", ran, err)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Fatalf("newer owner's error %v: want the server's insufficient_privilege (42501) inside", err)
+	}
+	if v, _ := rc.Do(e.ctx, rc.B().Get().Key("in:m1").Build()).ToString(); v != "" {
+		t.Fatalf("the newer owner left %q in Redis, want its claim released", v)
+	}
+	close(release)
+	if err := <-older; err != nil {
+		t.Fatalf("older owner: %v", err)
+	}
+	if rows, sum := e.count(t, `SELECT count(*) FROM ledger WHERE msg_id = 'm1'`), e.count(t, `SELECT sum(amount) FROM ledger`); rows != 1 || sum != 1 {
+		t.Fatalf("ledger: %d rows, amount %d; want the older owner's one row", rows, sum)
 	}
 }
