@@ -14,7 +14,7 @@ import (
 )
 
 // outage is how long the server is down under a running Do: longer than the
-// 5 s a final write was once given, well inside the lease.
+// 5 s budget of the final write's first attempt, well inside the lease.
 const (
 	outage      = 7 * time.Second
 	outageLease = 30 * time.Second
