@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -33,7 +34,7 @@ func TestRecordsDoFinalWriteOutlastsOutage(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{AppendOnly: mode != "restart without data"})
 			c := newClient(t, srv.URL())
-			rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+			rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 			ctx := context.Background()
 			var runs atomic.Int64
 			started, release := make(chan struct{}), make(chan struct{})
@@ -107,7 +108,7 @@ func TestRecordsDoFinalWriteUnderFullMemory(t *testing.T) {
 	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
 	c := newClient(t, srv.URL())
 	loadScripts(t, c) // SCRIPT LOAD is refused under OOM too
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	ctx := context.Background()
 	small := []byte(strings.Repeat("s", store.MaxSmallPayloadLen))
 	large := []byte(strings.Repeat("L", store.MaxSmallPayloadLen+1))
