@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -16,7 +17,7 @@ import (
 // handler gives a handler that answers every request 500 (fail closed: the
 // handler never runs unguarded) saying what is wrong.
 func TestBadInputNeverPanics(t *testing.T) {
-	rs := mustStore(store.NewMemoryRecords())
+	rs := must.Store(store.NewMemoryRecords())
 	shared := httpidem.WithSharedKeys()
 	for name, opts := range map[string][]httpidem.Option{
 		"no scope":          nil,

@@ -27,7 +27,12 @@ func Example() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"payment":"pay_%d","amount":%s}`, charges, body)
 	})
-	idem, err := httpidem.Middleware(mustStore(store.NewMemoryRecords()), httpidem.WithScope(func(r *http.Request) string {
+	records, err := store.NewMemoryRecords() // store.OpenRecords(redisURL) in production
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	idem, err := httpidem.Middleware(records, httpidem.WithScope(func(r *http.Request) string {
 		user, _, _ := r.BasicAuth() // after authentication: the caller's identity
 		return user
 	}))

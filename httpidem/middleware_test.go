@@ -14,13 +14,14 @@ import (
 
 	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/httpidem/httpidemtest"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
 // The suite on the in-memory store; scripts_test runs it on Redis.
 func TestMiddlewareMemory(t *testing.T) {
 	httpidemtest.TestMiddleware(t, httpidemtest.Harness{
-		New: func(t *testing.T) *store.Records { return mustStore(store.NewMemoryRecords()) },
+		New: func(t *testing.T) *store.Records { return must.Store(store.NewMemoryRecords()) },
 	})
 }
 
@@ -43,7 +44,7 @@ func TestMiddlewareRefusedOptions(t *testing.T) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 		req.Header.Set(httpidem.HeaderKey, tc.key)
-		mustMiddleware(t, mustStore(store.NewMemoryRecords()), append([]httpidem.Option{httpidem.WithSharedKeys()}, tc.opts...)...)(next).ServeHTTP(rec, req)
+		mustMiddleware(t, must.Store(store.NewMemoryRecords()), append([]httpidem.Option{httpidem.WithSharedKeys()}, tc.opts...)...)(next).ServeHTTP(rec, req)
 		if rec.Code != tc.want || rec.Header().Get("Content-Type") != httpidem.ProblemContentType || ran {
 			t.Errorf("status %d (%s), handler ran %v; want a %d problem and no run", rec.Code, rec.Header().Get("Content-Type"), ran, tc.want)
 		}
@@ -69,7 +70,7 @@ func serveTwice(t *testing.T, h http.Handler) (first, second *httptest.ResponseR
 // WriteHeader is ignored, 1xx responses go out at once and are not stored.
 func TestMiddlewareWriterSemantics(t *testing.T) {
 	runs := 0
-	h := mustMiddleware(t, mustStore(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mustMiddleware(t, must.Store(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		w.Header().Set("Link", "</style.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
@@ -118,7 +119,7 @@ func TestMiddlewareWriterSemantics(t *testing.T) {
 // Flusher does; it fits in a record, so it is stored and replayed.
 func TestMiddlewareResponseControllerFlush(t *testing.T) {
 	runs := 0
-	h := mustMiddleware(t, mustStore(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mustMiddleware(t, must.Store(store.NewMemoryRecords()), httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		io.WriteString(w, "a")
 		if err := http.NewResponseController(w).Flush(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -108,7 +109,7 @@ func TestBatchFirstWinsWaitReplicas(t *testing.T) {
 	c := newClient(t, primary.URL())
 	for round := range 20 {
 		prefix := fmt.Sprintf("%sr%d:", uniquePrefix(t), round)
-		cs := mustStore(store.NewClaims(c, store.WithWaitReplicas(1, 5*time.Second), store.WithPrefix(prefix)))
+		cs := must.Store(store.NewClaims(c, store.WithWaitReplicas(1, 5*time.Second), store.WithPrefix(prefix)))
 		// Odd rounds: 1500 distinct ids (calls of 500, 500, 500) and 600
 		// repeats (two more calls); even rounds: 500 distinct and a repeat
 		// of the first (a 1-key call, quick to run). Every repeat is in a

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -273,7 +274,7 @@ func TestBatchScriptsCrossSlot(t *testing.T) {
 func TestClaimManySlotGrouping(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, cluster3URL(t))
-	s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
+	s := must.Store(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 	r := rand.New(rand.NewPCG(1, 2))
 	parts := []string{"{", "}", "a", "b", "{t}", "{}", "x{y", "é", "{tag1}", "{tag2}"}
 	ids := make([]string, 2000)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -14,7 +15,7 @@ var errBenchUnexpected = errors.New("unexpected result")
 // BenchmarkClaim claims a fresh id per op (every claim creates its key).
 func BenchmarkClaim(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -30,7 +31,7 @@ func BenchmarkClaim(b *testing.B) {
 // BenchmarkClaimMany claims 100 fresh ids per op.
 func BenchmarkClaimMany(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ids := benchIDs(b.N * 100)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -46,7 +47,7 @@ func BenchmarkClaimMany(b *testing.B) {
 // BenchmarkSeen asks about an id that is claimed.
 func BenchmarkSeen(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ctx := context.Background()
 		if err := s.Remember(ctx, "seen"); err != nil {
 			b.Fatal(err)
@@ -64,7 +65,7 @@ func BenchmarkSeen(b *testing.B) {
 // BenchmarkForget forgets a claimed id per op.
 func BenchmarkForget(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
 		if _, err := s.ClaimMany(ctx, ids); err != nil {
@@ -78,7 +79,7 @@ func BenchmarkForget(b *testing.B) {
 // a no-op fn, commit.
 func BenchmarkClaimsDo(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
 		fn := func(context.Context) error { return nil }
@@ -95,7 +96,7 @@ func BenchmarkClaimsDo(b *testing.B) {
 // BenchmarkSeenMany asks about 100 ids in one call, every other one claimed.
 func BenchmarkSeenMany(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ctx := context.Background()
 		ids := benchIDs(100)
 		if _, err := s.ClaimMany(ctx, ids[:50]); err != nil {

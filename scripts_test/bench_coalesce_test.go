@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -43,7 +44,7 @@ func TestCoalesceBurstCost(t *testing.T) {
 	var payloads []string
 	started := make(chan struct{}, 1)
 	burstDone := make(chan struct{}) // the first run lasts until every trigger of the burst returned
-	co := mustCoalescer(t)(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
+	co := must.Store(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
 		runs.Add(1)
 		mu.Lock()
 		payloads = append(payloads, string(payload))
@@ -138,10 +139,10 @@ func BenchmarkCoalesceBurst(b *testing.B) {
 			var runs atomic.Int64
 			rebuild := func(context.Context) error { runs.Add(1); time.Sleep(5 * time.Millisecond); return nil }
 			prefix := benchPrefix(b)
-			co := mustCoalescer(b)(store.NewCoalescer(c, func(ctx context.Context, _ string, _ []byte) error { return rebuild(ctx) },
+			co := must.Store(store.NewCoalescer(c, func(ctx context.Context, _ string, _ []byte) error { return rebuild(ctx) },
 				store.CoalesceOptions{Lease: 5 * time.Second}, store.WithPrefix(prefix)))
 			defer co.Close()
-			claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Minute)))
+			claims := must.Store(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Minute)))
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				b.Fatal(err)
 			}

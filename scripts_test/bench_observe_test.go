@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -17,7 +18,7 @@ var benchObserver = store.ObserverFunc(func(context.Context, store.Event) {})
 
 func BenchmarkClaimObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
 			store.WithObserver(benchObserver)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
@@ -33,7 +34,7 @@ func BenchmarkClaimObserved(b *testing.B) {
 
 func BenchmarkAppendObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour),
 			store.WithObserver(benchObserver)))
 		conns := benchConns(1024)
 		ctx := context.Background()
@@ -46,7 +47,7 @@ func BenchmarkAppendObserved(b *testing.B) {
 
 func BenchmarkAcquireObserved(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithObserver(benchObserver)))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithObserver(benchObserver)))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -40,7 +41,7 @@ func benchFill(b *testing.B, ob *store.Outbox, conns []string, per, n int) []str
 // connections, TTL 1h.
 func BenchmarkAppend(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		conns := benchConns(1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -53,7 +54,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAppendWithID appends under caller-given ids.
 func BenchmarkAppendWithID(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		conns := benchConns(1024)
 		ids := benchIDs(b.N)
 		ctx := context.Background()
@@ -68,7 +69,7 @@ func BenchmarkAppendWithID(b *testing.B) {
 // the HDEL writes).
 func BenchmarkAck(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		conns := benchConns(256)
 		ids := benchFill(b, ob, conns, 100, b.N)
 		ctx := context.Background()
@@ -81,7 +82,7 @@ func BenchmarkAck(b *testing.B) {
 // BenchmarkAckMany acks 100 messages of one connection per op.
 func BenchmarkAckMany(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		conns := benchConns(256)
 		ids := benchFill(b, ob, conns, 100, b.N*100)
 		ctx := context.Background()
@@ -101,7 +102,7 @@ func BenchmarkUnacked(b *testing.B) {
 	for _, n := range []int{10, 1000, 10000} {
 		b.Run("tail="+strconv.Itoa(n), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
+				ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
 				benchFill(b, ob, []string{"conn"}, n, n)
 				ctx := context.Background()
 				benchParallel(b, g, func(int) error {
@@ -119,7 +120,7 @@ func BenchmarkUnacked(b *testing.B) {
 // BenchmarkAdvanceGeneration raises the floor of one of 256 connections per op.
 func BenchmarkAdvanceGeneration(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		conns := benchConns(256)
 		benchFill(b, ob, conns, 1, len(conns))
 		ctx := context.Background()
@@ -132,7 +133,7 @@ func BenchmarkAdvanceGeneration(b *testing.B) {
 // BenchmarkDropConn drops a connection of one message per op.
 func BenchmarkDropConn(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		conns := benchConns(b.N)
 		benchFill(b, ob, conns, 1, b.N)
 		ctx := context.Background()
@@ -144,7 +145,7 @@ func BenchmarkDropConn(b *testing.B) {
 // benchmark's payload) to one of 1024 connections.
 func BenchmarkAppendMany(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		ob := mustStore(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		ob := must.Store(store.NewOutbox(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ctx := context.Background()
 		conns := benchConns(1024)
 		ids := benchIDs(b.N * 100)

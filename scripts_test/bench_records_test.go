@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -43,7 +44,7 @@ func benchCompleted(b *testing.B, s *store.Records, n int) []string {
 // BenchmarkAcquire acquires a fresh key per op (the create path).
 func BenchmarkAcquire(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -60,7 +61,7 @@ func BenchmarkAcquire(b *testing.B) {
 // record comes back with its 256-byte result).
 func BenchmarkAcquireExisting(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -77,7 +78,7 @@ func BenchmarkAcquireExisting(b *testing.B) {
 // owner's token, on one of 1024 records.
 func BenchmarkUpdate(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, tokens := benchPending(b, s, 1024)
 		ctx := context.Background()
 		status, payload := store.StatusCompleted, make([]byte, 256)
@@ -91,7 +92,7 @@ func BenchmarkUpdate(b *testing.B) {
 // BenchmarkGet reads a completed record with a 256-byte result.
 func BenchmarkGet(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error {
@@ -107,7 +108,7 @@ func BenchmarkGet(b *testing.B) {
 // BenchmarkDelete deletes a record per op, whoever owns it.
 func BenchmarkDelete(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, _ := benchPending(b, s, b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error { return s.Delete(ctx, keys[i]) })
@@ -117,7 +118,7 @@ func BenchmarkDelete(b *testing.B) {
 // BenchmarkDeleteFenced deletes a record per op, fenced by its owner's token.
 func BenchmarkDeleteFenced(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys, tokens := benchPending(b, s, b.N)
 		ctx := context.Background()
 		benchParallel(b, g, func(i int) error { return s.DeleteFenced(ctx, keys[i], tokens[i]) })
@@ -128,7 +129,7 @@ func BenchmarkDeleteFenced(b *testing.B) {
 // the fenced update to completed.
 func BenchmarkRecordsDo(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchIDs(b.N)
 		ctx := context.Background()
 		result := make([]byte, 256)
@@ -147,7 +148,7 @@ func BenchmarkRecordsDo(b *testing.B) {
 // replaying the stored result.
 func BenchmarkRecordsDoReplay(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
+		s := must.Store(store.NewRecords(benchClient(b), store.WithPrefix(benchPrefix(b))))
 		keys := benchCompleted(b, s, 1024)
 		ctx := context.Background()
 		// fn never runs on a replay; Do refuses a nil one.
@@ -174,7 +175,7 @@ func BenchmarkFinalWriteServerTime(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { srv.Stop() })
-	s := mustStore(store.NewRecords(benchClientAt(b, srv.URL()), store.WithPrefix(benchPrefix(b))))
+	s := must.Store(store.NewRecords(benchClientAt(b, srv.URL()), store.WithPrefix(benchPrefix(b))))
 	keys, tokens := benchPending(b, s, b.N)
 	ctx := context.Background()
 	status, payload := store.StatusCompleted, make([]byte, 256)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -88,9 +89,9 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 				acked.Add(1)
 			}
 		})
-		var claims *store.Claims = mustStore(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour)))
+		var claims *store.Claims = must.Store(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithTTL(time.Hour)))
 		if kind == "runner-memclaims" {
-			claims = mustStore(store.NewMemoryClaims())
+			claims = must.Store(store.NewMemoryClaims())
 		}
 		cons, err := streams.New(c, claims, stream, group, "c1", handler, streams.WithConcurrency(concurrency), streams.WithObserver(obs))
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -48,7 +49,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		}
 		b.Run("Claim/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := mustStore(store.NewClaims(benchClientAt(b, url), opts(b)...))
+				s := must.Store(store.NewClaims(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -62,7 +63,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("Append/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := mustStore(store.NewOutbox(benchClientAt(b, url), opts(b)...))
+				s := must.Store(store.NewOutbox(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -73,7 +74,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("ClaimMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := mustStore(store.NewClaims(benchClientAt(b, url), opts(b)...))
+				s := must.Store(store.NewClaims(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {
@@ -87,7 +88,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 		})
 		b.Run("AppendMany16/wait="+strconv.Itoa(wait), func(b *testing.B) {
 			benchEach(b, func(b *testing.B, g int) {
-				s := mustStore(store.NewOutbox(benchClientAt(b, url), opts(b)...))
+				s := must.Store(store.NewOutbox(benchClientAt(b, url), opts(b)...))
 				ids := benchIDs(16 * b.N)
 				ctx := context.Background()
 				benchParallel(b, g, func(i int) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
@@ -56,7 +57,7 @@ func TestClaimsClusterClientMode(t *testing.T) {
 func TestClaimsSeedLayout(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
-	s := mustStore(store.NewClaims(c, store.WithTTL(time.Minute)))
+	s := must.Store(store.NewClaims(c, store.WithTTL(time.Minute)))
 	id := keyFor(t, "")
 	if won, err := s.Claim(ctx, id); err != nil || !won {
 		t.Fatalf("Claim = %v, %v", won, err)
@@ -83,7 +84,7 @@ func TestClaimsOddIDs(t *testing.T) {
 			ctx := context.Background()
 			c := newClient(t, url(t))
 			prefix := uniquePrefix(t)
-			s := mustStore(store.NewClaims(c, store.WithPrefix(prefix)))
+			s := must.Store(store.NewClaims(c, store.WithPrefix(prefix)))
 			for _, id := range []string{"a\x00b", "{x}", "}{", "a:b:{c}", "\xff\xfe"} {
 				if won, err := s.Claim(ctx, id); err != nil || !won {
 					t.Fatalf("Claim(%q) = %v, %v", id, won, err)
@@ -102,7 +103,7 @@ func TestClaimsBadInputSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	s := mustStore(store.NewClaims(c))
+	s := must.Store(store.NewClaims(c))
 	before := commandCount(t, c)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -175,7 +176,7 @@ func TestClaimsConcurrentOneWinner(t *testing.T) {
 	prefix := uniquePrefix(t)
 	var stores []*store.Claims
 	for range 4 {
-		stores = append(stores, mustStore(store.NewClaims(newClient(t, url), store.WithPrefix(prefix))))
+		stores = append(stores, must.Store(store.NewClaims(newClient(t, url), store.WithPrefix(prefix))))
 	}
 	for round := range 100 {
 		id := fmt.Sprint("id-", round)
@@ -220,7 +221,7 @@ func TestClaimManyNoScript(t *testing.T) {
 	for name, url := range map[string]func(*testing.T) string{"standalone": standaloneURL, "cluster": clusterURL} {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
-			s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
+			s := must.Store(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 			for round := range 3 {
 				for _, n := range c.Nodes() {
 					if err := n.Do(ctx, n.B().ScriptFlush().Build()).Error(); err != nil {
@@ -251,7 +252,7 @@ func TestClaimManyNoScript(t *testing.T) {
 func TestClaimManyAcrossSlots(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, cluster3URL(t))
-	s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
+	s := must.Store(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 	ids := make([]string, 300)
 	want := make([]bool, len(ids))
 	for i := range ids {
@@ -295,7 +296,7 @@ func TestClaimsClose(t *testing.T) {
 	ctx := context.Background()
 	url := standaloneURL(t)
 	c := newClient(t, url)
-	if err := mustStore(store.NewClaims(c)).Close(); err != nil {
+	if err := must.Store(store.NewClaims(c)).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -99,7 +100,7 @@ func TestCLIStatsCluster(t *testing.T) {
 	url := cluster3URL(t)
 	c := newClient(t, url)
 	prefix := fmt.Sprintf("cli-stats-%d:", time.Now().UnixNano())
-	claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
+	claims := must.Store(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	ctx := context.Background()
 	const n = 300
 	for i := range n {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -47,7 +48,7 @@ func coalescer(t *testing.T, e *cliEnv, o store.CoalesceOptions) (*store.Coalesc
 	t.Helper()
 	var mu sync.Mutex
 	var ran []string
-	c := mustCoalescer(t)(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
+	c := must.Store(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		ran = append(ran, string(payload))
@@ -102,7 +103,7 @@ func coRunsAfter(d time.Duration, want string) func(t *testing.T, e *cliEnv, id 
 func coHoldGo(t *testing.T, e *cliEnv, id string) {
 	t.Helper()
 	started, release := make(chan struct{}), make(chan struct{})
-	c := mustCoalescer(t)(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
+	c := must.Store(store.NewCoalescer(e.raw, func(ctx context.Context, key string, payload []byte) error {
 		close(started)
 		<-release
 		return nil

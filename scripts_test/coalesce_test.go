@@ -27,15 +27,3 @@ func TestCoalescerConformance(t *testing.T) {
 	t.Run("standalone", coalescerHarness(standaloneURL))
 	t.Run("cluster", coalescerHarness(clusterURL))
 }
-
-// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
-// Coalescer, failing the test on its error.
-func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
-	return func(co *store.Coalescer, err error) *store.Coalescer {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return co
-	}
-}

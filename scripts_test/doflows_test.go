@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -28,7 +29,7 @@ func TestDoLeaseKeptAlive(t *testing.T) {
 
 	t.Run("Claims", func(t *testing.T) {
 		prefix := keyFor(t, "doflows:")
-		s := mustStore(store.NewClaims(c, store.WithPrefix(prefix)))
+		s := must.Store(store.NewClaims(c, store.WithPrefix(prefix)))
 		var runs atomic.Int32
 		first := make(chan error, 1)
 		go func() {
@@ -67,7 +68,7 @@ func TestDoLeaseKeptAlive(t *testing.T) {
 
 	t.Run("Records", func(t *testing.T) {
 		prefix := keyFor(t, "doflows:")
-		s := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
+		s := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
 		o := store.AcquireOptions{Lease: 200 * time.Millisecond}
 		var runs atomic.Int32
 		type out struct {
@@ -120,7 +121,7 @@ func TestDoCrashedOwnerLeaseExpires(t *testing.T) {
 
 	t.Run("Claims", func(t *testing.T) {
 		prefix := keyFor(t, "doflows:")
-		s := mustStore(store.NewClaims(c, store.WithPrefix(prefix)))
+		s := must.Store(store.NewClaims(c, store.WithPrefix(prefix)))
 		do(t, c, "SET", prefix+"m", "~crashed", "PX", "200")
 		if ran, err := s.Do(ctx, "m", time.Second, func(context.Context) error { return nil }); ran || !errors.Is(err, store.ErrInFlight) {
 			t.Fatalf("Do while the crashed owner's lease is live = %v, %v; want false, ErrInFlight", ran, err)
@@ -133,7 +134,7 @@ func TestDoCrashedOwnerLeaseExpires(t *testing.T) {
 
 	t.Run("Records", func(t *testing.T) {
 		prefix := keyFor(t, "doflows:")
-		s := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
+		s := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
 		// AcquireWith alone renews nothing: the owner behaves as a crashed one.
 		crashed, ok, err := s.AcquireWith(ctx, "k", store.AcquireOptions{Lease: 200 * time.Millisecond})
 		if !ok || err != nil {
@@ -158,7 +159,7 @@ func TestDoCommitUnderFullMemory(t *testing.T) {
 	srv := newServer(t, redisproc.Options{MaxMemoryPolicy: "noeviction"})
 	c := newClient(t, srv.URL())
 	ctx := context.Background()
-	s := mustStore(store.NewClaims(c))
+	s := must.Store(store.NewClaims(c))
 	ran, err := s.Do(ctx, "m", 300*time.Millisecond, func(ctx context.Context) error {
 		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
 			return err
@@ -190,7 +191,7 @@ func TestDoCommitUnderFullMemory(t *testing.T) {
 func TestRecordsDoFailurePolicy(t *testing.T) {
 	c := newClient(t, standaloneURL(t))
 	ctx := context.Background()
-	s := mustStore(store.NewRecords(c, store.WithPrefix(keyFor(t, "doflows:"))))
+	s := must.Store(store.NewRecords(c, store.WithPrefix(keyFor(t, "doflows:"))))
 	o := store.AcquireOptions{Lease: time.Second}
 	for i, fail := range []error{errors.New("provider 503"), context.Canceled, context.DeadlineExceeded} {
 		key := fmt.Sprintf("k%d", i)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -191,7 +192,7 @@ func TestEdgeSeqExactStore(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	s := mustStore(store.NewOutbox(c, store.WithPrefix(prefix)))
+	s := must.Store(store.NewOutbox(c, store.WithPrefix(prefix)))
 	do(t, c, "HSET", prefix+"c", "_seq", "99999999999998", "_gen", "0", "_epoch", "1700000000000000", "_rid", outboxRid(t, c))
 	a, err := s.AppendWithID(ctx, "c", "m1", []byte("p1"))
 	if err != nil || a.Seq != 99999999999999 || !a.Created || a.Epoch != 1700000000000000 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -28,57 +29,57 @@ func TestEventsNameScripts(t *testing.T) {
 	})
 	prefix := uniquePrefix(t)
 
-	claims := mustStore(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithObserver(obs)))
-	must := func(err error) {
+	claims := must.Store(store.NewClaims(c, store.WithPrefix(prefix+"c:"), store.WithObserver(obs)))
+	check := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	_, err := claims.Claim(ctx, "a")
-	must(err)
+	check(err)
 	_, err = claims.ClaimMany(ctx, []string{"b"})
-	must(err)
+	check(err)
 	_, err = claims.SeenMany(ctx, []string{"a", "b"})
-	must(err)
-	must(claims.Remember(ctx, "c"))
+	check(err)
+	check(claims.Remember(ctx, "c"))
 	_, err = claims.Seen(ctx, "a")
-	must(err)
-	must(claims.Forget(ctx, "a"))
+	check(err)
+	check(claims.Forget(ctx, "a"))
 	_, err = claims.Do(ctx, "d", 90*time.Millisecond, func(context.Context) error {
 		time.Sleep(60 * time.Millisecond) // two extensions at least, every 30ms
 		return nil
 	})
-	must(err)
+	check(err)
 
-	outbox := mustStore(store.NewOutbox(c, store.WithPrefix(prefix+"o:"), store.WithObserver(obs)))
+	outbox := must.Store(store.NewOutbox(c, store.WithPrefix(prefix+"o:"), store.WithObserver(obs)))
 	id, _, err := outbox.Append(ctx, "k", []byte("p"))
-	must(err)
+	check(err)
 	_, err = outbox.Unacked(ctx, "k")
-	must(err)
+	check(err)
 	_, err = outbox.Tail(ctx, "k")
-	must(err)
-	must(outbox.Ack(ctx, "k", id, 1))
+	check(err)
+	check(outbox.Ack(ctx, "k", id, 1))
 	_, err = outbox.AckMany(ctx, "k", []string{id}, 1)
-	must(err)
-	must(outbox.AdvanceGeneration(ctx, "k", 2))
+	check(err)
+	check(outbox.AdvanceGeneration(ctx, "k", 2))
 	_, err = outbox.AppendMany(ctx, "k", []store.Outgoing{{Payload: []byte("q")}})
-	must(err)
-	must(outbox.DropConn(ctx, "k"))
+	check(err)
+	check(outbox.DropConn(ctx, "k"))
 
-	records := mustStore(store.NewRecords(c, store.WithPrefix(prefix+"r:"), store.WithObserver(obs)))
+	records := must.Store(store.NewRecords(c, store.WithPrefix(prefix+"r:"), store.WithObserver(obs)))
 	rec, _, err := records.Acquire(ctx, "r", time.Minute)
-	must(err)
+	check(err)
 	_, _, err = records.Get(ctx, "r")
-	must(err)
+	check(err)
 	done := store.StatusCompleted
-	must(records.Update(ctx, "r", store.Update{Status: &done, Token: rec.Token}))
-	must(records.Delete(ctx, "r"))
+	check(records.Update(ctx, "r", store.Update{Status: &done, Token: rec.Token}))
+	check(records.Delete(ctx, "r"))
 	_, _, err = records.Do(ctx, "d", store.AcquireOptions{Lease: 90 * time.Millisecond}, func(context.Context) ([]byte, error) {
 		time.Sleep(60 * time.Millisecond)
 		return nil, nil
 	})
-	must(err)
+	check(err)
 
 	want := map[string]string{
 		"claims.claim": "claim", "claims.claim_many": "claim_many", "claims.seen_many": "seen_many", "claims.remember": "claim",

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -72,7 +73,7 @@ func runFailoverCoalesce(t *testing.T, wait bool) (lost, acked int) {
 	if wait {
 		opts = append(opts, store.WithWaitReplicas(1, 2*time.Second))
 	}
-	c1 := mustCoalescer(t)(store.NewCoalescer(newClient(t, primary.URL()), fn, store.CoalesceOptions{Lease: lease}, opts...))
+	c1 := must.Store(store.NewCoalescer(newClient(t, primary.URL()), fn, store.CoalesceOptions{Lease: lease}, opts...))
 	defer c1.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	// Each trigger's payload is unique: when it was sent, and when its
@@ -139,7 +140,7 @@ func runFailoverCoalesce(t *testing.T, wait bool) (lost, acked int) {
 	// The new primary (no replica of its own: no WAIT): its Coalescer takes
 	// what the old one left (a next, or a run whose holder is gone, after
 	// its lease).
-	c2 := mustCoalescer(t)(store.NewCoalescer(newClient(t, replica.URL()), fn, store.CoalesceOptions{Lease: lease}, store.WithPrefix(prefix)))
+	c2 := must.Store(store.NewCoalescer(newClient(t, replica.URL()), fn, store.CoalesceOptions{Lease: lease}, store.WithPrefix(prefix)))
 	defer c2.Close()
 	for deadline := time.Now().Add(5 * lease); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, err := c2.Sweep(context.Background()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -362,7 +363,7 @@ func TestCoalesceWorkerProcess(t *testing.T) {
 	var mu sync.Mutex
 	say := func(s string) { mu.Lock(); _, _ = w.WriteString(s + "\n"); _ = w.Flush(); mu.Unlock() }
 	c := newClient(t, f[0])
-	co := mustCoalescer(t)(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
+	co := must.Store(store.NewCoalescer(c, func(ctx context.Context, key string, payload []byte) error {
 		start := time.Now().UnixNano()
 		say(fmt.Sprintf("start %s %d", payload, start))
 		last := start

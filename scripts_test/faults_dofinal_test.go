@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -34,7 +35,7 @@ func TestFaultConnectionLostBeforeDoFinalWrite(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	t.Run("claims", func(t *testing.T) {
-		s := mustStore(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
+		s := must.Store(store.NewClaims(c, store.WithPrefix(uniquePrefix(t))))
 		for i := range 20 {
 			id := "m" + string(rune('a'+i))
 			ran, err := s.Do(ctx, id, time.Minute, func(context.Context) error { kill(); return nil })
@@ -47,7 +48,7 @@ func TestFaultConnectionLostBeforeDoFinalWrite(t *testing.T) {
 		}
 	})
 	t.Run("records", func(t *testing.T) {
-		s := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+		s := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 		for i := range 20 {
 			key := "k" + string(rune('a'+i))
 			res, replayed, err := s.Do(ctx, key, store.AcquireOptions{Lease: time.Minute}, func(context.Context) ([]byte, error) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redisonce/redisonce"
 	"github.com/redisonce/redisonce/internal/faultnet"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -169,7 +170,7 @@ func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Du
 	const id = "lease-id"
 	aOpts = append([]store.Option{store.WithPrefix(prefix)}, aOpts...)
 	if kind == "claims" {
-		sa, sb := mustStore(store.NewClaims(ca, aOpts...)), mustStore(store.NewClaims(cb, store.WithPrefix(prefix)))
+		sa, sb := must.Store(store.NewClaims(ca, aOpts...)), must.Store(store.NewClaims(cb, store.WithPrefix(prefix)))
 		do := func(s *store.Claims) func(context.Context, func(context.Context) error) error {
 			return func(ctx context.Context, fn func(context.Context) error) error {
 				_, err := s.Do(ctx, id, lease, fn)
@@ -178,7 +179,7 @@ func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Du
 		}
 		return do(sa), do(sb)
 	}
-	sa, sb := mustStore(store.NewRecords(ca, aOpts...)), mustStore(store.NewRecords(cb, store.WithPrefix(prefix)))
+	sa, sb := must.Store(store.NewRecords(ca, aOpts...)), must.Store(store.NewRecords(cb, store.WithPrefix(prefix)))
 	do := func(s *store.Records) func(context.Context, func(context.Context) error) error {
 		return func(ctx context.Context, fn func(context.Context) error) error {
 			_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: lease}, func(ctx context.Context) ([]byte, error) {
@@ -227,7 +228,7 @@ func TestLeaseRetriedCommitAfterTakeover(t *testing.T) {
 			return loseFirstCommitReply(ctx, script, cmd)
 		}}
 		prefix := uniquePrefix(t)
-		a, b := mustStore(store.NewClaims(hooked, store.WithPrefix(prefix))), mustStore(store.NewClaims(base, store.WithPrefix(prefix)))
+		a, b := must.Store(store.NewClaims(hooked, store.WithPrefix(prefix))), must.Store(store.NewClaims(base, store.WithPrefix(prefix)))
 		bCommitted := make(chan struct{})
 		type result struct {
 			ran bool
@@ -270,7 +271,7 @@ func TestLeaseRetriedCommitAfterTakeover(t *testing.T) {
 
 	t.Run("NoTakeover", func(t *testing.T) {
 		commits.Store(0)
-		s := mustStore(store.NewClaims(&hookClient{Client: base, hook: loseFirstCommitReply}, store.WithPrefix(uniquePrefix(t))))
+		s := must.Store(store.NewClaims(&hookClient{Client: base, hook: loseFirstCommitReply}, store.WithPrefix(uniquePrefix(t))))
 		ran, err := s.Do(ctx, "m", lease, func(context.Context) error { return nil })
 		if !ran || err != nil || commits.Load() != 2 {
 			t.Errorf("Do whose first commit's reply was lost = %v, %v after %d commits; want true, nil after 2", ran, err, commits.Load())

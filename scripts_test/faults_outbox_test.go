@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -40,7 +41,7 @@ type outboxMsg struct {
 
 func newOutboxLoad(c rueidis.Client, prefix string, tags []string) *outboxLoad {
 	l := &outboxLoad{
-		s: mustStore(store.NewOutbox(c, store.WithPrefix(prefix))), prefix: prefix,
+		s: must.Store(store.NewOutbox(c, store.WithPrefix(prefix))), prefix: prefix,
 		appended: map[string]outboxMsg{}, ackTried: map[string]bool{}, acked: map[string]bool{},
 		mine: map[int][]string{},
 	}
@@ -230,7 +231,7 @@ func (l *outboxLoad) Check(t *testing.T, c rueidis.Client) int {
 }
 
 func outboxProbes(c rueidis.Client, prefix string) []probe {
-	s := mustStore(store.NewOutbox(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
+	s := must.Store(store.NewOutbox(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	return []probe{
 		{name: "Append", write: true, run: func(ctx context.Context, id string) (bool, error) {
 			_, _, err := s.Append(ctx, id, []byte("p"))
@@ -266,7 +267,7 @@ func outboxProbes(c rueidis.Client, prefix string) []probe {
 
 // outboxSeedTail gives connection id a tail of two messages, m1 and m2.
 func outboxSeedTail(ctx context.Context, c rueidis.Client, prefix, id string) error {
-	s := mustStore(store.NewOutbox(c, store.WithPrefix(prefix)))
+	s := must.Store(store.NewOutbox(c, store.WithPrefix(prefix)))
 	for _, m := range []string{"m1", "m2"} {
 		if _, err := s.AppendWithID(ctx, id, m, []byte("payload "+m)); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -38,7 +39,7 @@ type recToken struct{ key, token string }
 
 func newRecordsLoad(c rueidis.Client, prefix string, tags []string) *recordsLoad {
 	return &recordsLoad{
-		s: mustStore(store.NewRecords(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
+		s: must.Store(store.NewRecords(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
 		tried: map[string]bool{}, pending: map[string]bool{}, completed: map[string]string{},
 		tokens: map[int]recToken{}, sharedWins: map[string]int{}, sharedErrs: map[string]bool{},
 	}
@@ -189,7 +190,7 @@ func (l *recordsLoad) Check(t *testing.T, c rueidis.Client) int {
 }
 
 func recordsProbes(c rueidis.Client, prefix string) []probe {
-	s := mustStore(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
+	s := must.Store(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	st, payload := store.StatusCompleted, []byte("x")
 	return []probe{
 		{name: "Acquire", write: true, run: func(ctx context.Context, id string) (bool, error) {
@@ -229,6 +230,6 @@ func recordsProbes(c rueidis.Client, prefix string) []probe {
 
 // recordsSeed gives key id a pending record with a long lease.
 func recordsSeed(ctx context.Context, c rueidis.Client, prefix, id string) error {
-	_, _, err := mustStore(store.NewRecords(c, store.WithPrefix(prefix))).AcquireWith(ctx, id, store.AcquireOptions{Lease: time.Hour})
+	_, _, err := must.Store(store.NewRecords(c, store.WithPrefix(prefix))).AcquireWith(ctx, id, store.AcquireOptions{Lease: time.Hour})
 	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
 )
@@ -86,7 +87,7 @@ var reliabilityStores = []storeKind{
 		},
 		probes: claimsProbes,
 		seed: func(ctx context.Context, c rueidis.Client, prefix, id string) error {
-			_, err := mustStore(store.NewClaims(c, store.WithPrefix(prefix))).Claim(ctx, id)
+			_, err := must.Store(store.NewClaims(c, store.WithPrefix(prefix))).Claim(ctx, id)
 			return err
 		},
 		wrongType: func(key string) []string { return []string{"HSET", key, "f", "v"} },
@@ -135,7 +136,7 @@ var reliabilityStores = []storeKind{
 }
 
 func claimsProbes(c rueidis.Client, prefix string) []probe {
-	s := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
+	s := must.Store(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(time.Hour)))
 	return []probe{
 		{name: "Claim", write: true, run: func(ctx context.Context, id string) (bool, error) {
 			_, err := s.Claim(ctx, id)
@@ -319,7 +320,7 @@ type claimsLoad struct {
 
 func newClaimsLoad(c rueidis.Client, prefix string, tags []string) *claimsLoad {
 	return &claimsLoad{
-		s: mustStore(store.NewClaims(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
+		s: must.Store(store.NewClaims(c, store.WithPrefix(prefix))), prefix: prefix, tags: tags,
 		tried: map[string]bool{}, acked: map[string]bool{},
 		sharedWins: map[string]int{}, sharedErrs: map[string]bool{},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
@@ -325,8 +326,8 @@ func fenceOfRecordsDo(t *testing.T, s *store.Records, key string) uint64 {
 func TestFenceAcrossRestartWithoutData(t *testing.T) {
 	srv := newServer(t, redisproc.Options{}) // no RDB, no AOF: a restart loses every key
 	c := newClient(t, srv.URL())
-	claims := mustStore(store.NewClaims(c, store.WithPrefix("f:c:")))
-	records := mustStore(store.NewRecords(c, store.WithPrefix("f:r:")))
+	claims := must.Store(store.NewClaims(c, store.WithPrefix("f:c:")))
+	records := must.Store(store.NewRecords(c, store.WithPrefix("f:r:")))
 
 	c1 := fenceOfClaimsDo(t, claims, "m")
 	r1 := fenceOfRecordsDo(t, records, "k")
@@ -338,8 +339,8 @@ func TestFenceAcrossRestartWithoutData(t *testing.T) {
 	}
 	// A new client: the old one's connections died with the server.
 	c = newClient(t, srv.URL())
-	claims = mustStore(store.NewClaims(c, store.WithPrefix("f:c:")))
-	records = mustStore(store.NewRecords(c, store.WithPrefix("f:r:")))
+	claims = must.Store(store.NewClaims(c, store.WithPrefix("f:c:")))
+	records = must.Store(store.NewRecords(c, store.WithPrefix("f:r:")))
 	if seen, err := claims.Seen(context.Background(), "m"); err != nil || seen {
 		t.Fatalf("Seen after the restart = %v, %v: the test needs a server that lost its data", seen, err)
 	}
@@ -356,7 +357,7 @@ func TestFenceClaimsDoAfterExpiredLease(t *testing.T) {
 	// Do's fence is above the dead consumer's.
 	c := newClient(t, standaloneURL(t))
 	prefix := keyFor(t, "f:") + ":"
-	s := mustStore(store.NewClaims(c, store.WithPrefix(prefix)))
+	s := must.Store(store.NewClaims(c, store.WithPrefix(prefix)))
 	loadScripts(t, c)
 	m := evalRaw(t, c, "claim", []string{prefix + "m"}, "20", "~dead")
 	dead, err := m.ToString()
@@ -379,8 +380,8 @@ func TestFenceAcrossFlushAll(t *testing.T) {
 	// replica): the next lease's fence is above the one before the flush.
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	claims := mustStore(store.NewClaims(c, store.WithPrefix("f:c:")))
-	records := mustStore(store.NewRecords(c, store.WithPrefix("f:r:")))
+	claims := must.Store(store.NewClaims(c, store.WithPrefix("f:c:")))
+	records := must.Store(store.NewRecords(c, store.WithPrefix("f:r:")))
 	lastC, lastR := fenceOfClaimsDo(t, claims, "m"), fenceOfRecordsDo(t, records, "k")
 	for i := 0; i < 20; i++ {
 		do(t, c, "FLUSHALL")

@@ -10,6 +10,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -27,9 +28,9 @@ var (
 
 var outboxModel = opModel{
 	name:      "outbox",
-	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryOutbox(opts...)) },
+	newMemory: func(opts ...store.Option) any { return must.Store(store.NewMemoryOutbox(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return mustStore(store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...))
+		return must.Store(store.NewOutbox(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(r *opReader) []store.Option {
 		return []store.Option{store.WithMaxUnacked(int(r.byte() % 4))}

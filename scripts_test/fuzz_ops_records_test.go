@@ -10,6 +10,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -35,9 +36,9 @@ var errRetryLater = errors.New("retry later")
 
 var recordsModel = opModel{
 	name:      "records",
-	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryRecords(opts...)) },
+	newMemory: func(opts ...store.Option) any { return must.Store(store.NewMemoryRecords(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return mustStore(store.NewRecords(c, append(opts, store.WithPrefix(prefix))...))
+		return must.Store(store.NewRecords(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {

@@ -10,6 +10,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -205,9 +206,9 @@ var opModels = []opModel{claimsModel, outboxModel, recordsModel}
 
 var claimsModel = opModel{
 	name:      "claims",
-	newMemory: func(opts ...store.Option) any { return mustStore(store.NewMemoryClaims(opts...)) },
+	newMemory: func(opts ...store.Option) any { return must.Store(store.NewMemoryClaims(opts...)) },
 	newRedis: func(c rueidis.Client, prefix string, opts ...store.Option) any {
-		return mustStore(store.NewClaims(c, append(opts, store.WithPrefix(prefix))...))
+		return must.Store(store.NewClaims(c, append(opts, store.WithPrefix(prefix))...))
 	},
 	options: func(*opReader) []store.Option { return nil },
 	decode: func(r *opReader, valid bool) op {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/store"
 )
@@ -164,12 +165,12 @@ var scriptStates = []scriptState{
 		if err := outboxSeedTail(ctx, c, prefix, id); err != nil {
 			return err
 		}
-		_, err := mustStore(store.NewOutbox(c, store.WithPrefix(prefix))).AckMany(ctx, id, []string{"m1", "m2"}, 5)
+		_, err := must.Store(store.NewOutbox(c, store.WithPrefix(prefix))).AckMany(ctx, id, []string{"m1", "m2"}, 5)
 		return err
 	}},
 	{"record pending", recordsSeed},
 	{"record completed", func(ctx context.Context, c rueidis.Client, prefix, id string) error {
-		s := mustStore(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(60e9)))
+		s := must.Store(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(60e9)))
 		_, _, err := s.Do(ctx, id, store.AcquireOptions{Lease: 60e9, Fingerprint: "fp"}, func(context.Context) ([]byte, error) {
 			return []byte("result"), nil
 		})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -52,7 +53,7 @@ func TestHTTPIdemOutage(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{AppendOnly: true})
 			c := newClient(t, srv.URL())
-			rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+			rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 			var charges atomic.Int64
 			started, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
@@ -119,7 +120,7 @@ func TestHTTPIdemFullMemory(t *testing.T) {
 	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
 	c := newClient(t, srv.URL())
 	loadScripts(t, c) // SCRIPT LOAD is refused under OOM too
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	large := strings.Repeat("L", 4<<10)
 	var runs sync.Map // path -> *atomic.Int64
 	var arrived sync.WaitGroup

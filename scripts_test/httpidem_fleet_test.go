@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -102,7 +103,7 @@ func TestHTTPIdemFleet(t *testing.T) {
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newAPI := func(c rueidis.Client) string {
-		rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
+		rs := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
 		api := httptest.NewUnstartedServer(mustMiddleware(t, rs, httpidem.WithScope(account), httpidem.WithLease(lease), httpidem.WithLogger(quiet))(mux))
 		api.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic probe's stack
 		api.Start()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/httpidem/httpidemtest"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -26,7 +27,7 @@ func TestHTTPIdem(t *testing.T) {
 			c := newClient(t, url(t))
 			httpidemtest.TestMiddleware(t, httpidemtest.Harness{
 				New: func(t *testing.T) *store.Records {
-					return mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+					return must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 				},
 			})
 		})
@@ -42,7 +43,7 @@ func TestHTTPIdemRawRecord(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
 	h := mustMiddleware(t, rs, httpidem.WithSharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/notdone":
@@ -96,7 +97,7 @@ func mustMiddleware(t *testing.T, rs httpidem.Store, opts ...httpidem.Option) fu
 func TestHTTPIdemClientsGiveUp(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	var mu sync.Mutex
 	charges := map[string]int{}
 	byFirstTry := map[string]bool{} // the key's charge came from the try that gave up

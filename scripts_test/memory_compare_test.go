@@ -13,6 +13,7 @@ import (
 	gojobredis "github.com/goliatone/go-job/queue/idempotency/redis"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -57,7 +58,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 		id := func(i int) string { return fmt.Sprintf("9f1c6a2e-4b7d-4c1a-8e3f-%012d", i) } // 36 bytes
 
 		// Claims against a plain SET NX key.
-		claims := mustStore(store.NewClaims(c, store.WithTTL(24*time.Hour)))
+		claims := must.Store(store.NewClaims(c, store.WithTTL(24*time.Hour)))
 		if _, err := claims.Claim(ctx, id(1)); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 		add("setnx", "plain SET key 1 NX PX (same key length)", usage("bq:plain:"+id(1)), "bq:plain:"+id(1))
 
 		// Outbox messages against Stream entries, per message.
-		ob := mustStore(store.NewOutbox(c))
+		ob := must.Store(store.NewOutbox(c))
 		perMessage := func(name, what, conn string, n, size int) {
 			t.Helper()
 			msgs := make([]store.Outgoing, n)
@@ -104,7 +105,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 
 		// A record against go-job's JSON string, both completed with the same
 		// 48-byte and 256-byte results.
-		recs := mustStore(store.NewRecords(c))
+		recs := must.Store(store.NewRecords(c))
 		gj := gojobredis.NewStore(gojobRueidis{c})
 		done := idempotency.StatusCompleted
 		for _, size := range []int{48, 256} {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -68,7 +69,7 @@ func TestMemoryPerKey(t *testing.T) {
 	id := func(i int) string { return fmt.Sprintf("9f1c6a2e-4b7d-4c1a-8e3f-%012d", i) } // a UUID's 36 bytes
 
 	// Claims: one string key per id, default prefix "bq:idemp:".
-	claims := mustStore(store.NewClaims(c, store.WithTTL(24*time.Hour)))
+	claims := must.Store(store.NewClaims(c, store.WithTTL(24*time.Hour)))
 	if _, err := claims.Claim(ctx, id(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestMemoryPerKey(t *testing.T) {
 
 	// Outbox: one hash per connection. A message is a field (its 32-hex id)
 	// and a value "<seq>:<payload>".
-	ob := mustStore(store.NewOutbox(c))
+	ob := must.Store(store.NewOutbox(c))
 	tail := func(conn string, n, size int) string {
 		t.Helper()
 		key := store.DefaultOutboxPrefix + conn
@@ -119,7 +120,7 @@ func TestMemoryPerKey(t *testing.T) {
 	perMessage("outbox, hashtable tail (100 msgs, 256 B payload)", "wide", 100, 256, "hashtable", 800)
 
 	// Records: one string per key (layout 1), default prefix "idempotency:".
-	recs := mustStore(store.NewRecords(c))
+	recs := must.Store(store.NewRecords(c))
 	record := func(key string, payload int, want string) {
 		t.Helper()
 		if _, _, err := recs.Do(ctx, key, store.AcquireOptions{TTL: 24 * time.Hour, Lease: time.Minute, Fingerprint: "sha256:0123456789abcdef"},

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -50,9 +51,9 @@ func newCLIEnv(t *testing.T, url, prefix string) *cliEnv {
 		ctx:    context.Background(),
 		raw:    c,
 		prefix: prefix,
-		claims: mustStore(store.NewClaims(c, store.WithPrefix(prefix))),
-		outbox: mustStore(store.NewOutbox(c, store.WithPrefix(prefix))),
-		recs:   mustStore(store.NewRecords(c, store.WithPrefix(prefix))),
+		claims: must.Store(store.NewClaims(c, store.WithPrefix(prefix))),
+		outbox: must.Store(store.NewOutbox(c, store.WithPrefix(prefix))),
+		recs:   must.Store(store.NewRecords(c, store.WithPrefix(prefix))),
 	}
 }
 

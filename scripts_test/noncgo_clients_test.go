@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -216,21 +217,21 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 	goPrefix, prefix := run+"go:", run+"flows:"
 
 	// The Go stores' keys, which the program reads.
-	claims := mustStore(store.NewClaims(c, store.WithPrefix(goPrefix)))
+	claims := must.Store(store.NewClaims(c, store.WithPrefix(goPrefix)))
 	if ok, err := claims.Claim(ctx, "claim"); !ok || err != nil {
 		t.Fatalf("Claims.Claim: %v, %v", ok, err)
 	}
 	if got, err := claims.ClaimMany(ctx, []string{"{batch}:1", "{batch}:2"}); err != nil || !cmp.Equal(got, []bool{true, true}) {
 		t.Fatalf("Claims.ClaimMany: %v, %v", got, err)
 	}
-	outbox := mustStore(store.NewOutbox(c, store.WithPrefix(goPrefix)))
+	outbox := must.Store(store.NewOutbox(c, store.WithPrefix(goPrefix)))
 	if _, err := outbox.AppendWithID(ctx, "conn", "m1", noncgoBin); err != nil {
 		t.Fatalf("Outbox.AppendWithID: %v", err)
 	}
 	if _, err := outbox.AppendMany(ctx, "burst", []store.Outgoing{{ID: "b1", Payload: noncgoBin}, {ID: "b2", Payload: []byte("two")}}); err != nil {
 		t.Fatalf("Outbox.AppendMany: %v", err)
 	}
-	if _, _, err := mustStore(store.NewRecords(c, store.WithPrefix(goPrefix))).Do(ctx, "rec", store.AcquireOptions{Lease: time.Minute},
+	if _, _, err := must.Store(store.NewRecords(c, store.WithPrefix(goPrefix))).Do(ctx, "rec", store.AcquireOptions{Lease: time.Minute},
 		func(context.Context) ([]byte, error) { return noncgoBin, nil }); err != nil {
 		t.Fatalf("Records.Do: %v", err)
 	}
@@ -273,7 +274,7 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 	// What the program left, read by the Go stores, for each way it ran.
 	for _, mode := range []string{"evalsha", "fcall"} {
 		p := store.WithPrefix(prefix + mode + ":")
-		claims := mustStore(store.NewClaims(c, p))
+		claims := must.Store(store.NewClaims(c, p))
 		if ran, err := claims.Do(ctx, "handoff:claim", time.Minute, func(context.Context) error { return nil }); ran || err != nil {
 			t.Errorf("%s: Claims.Do(handoff:claim) = %v, %v; want a duplicate", mode, ran, err)
 		}
@@ -287,7 +288,7 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 		if won, err := claims.ClaimMany(ctx, batch); err != nil || !cmp.Equal(won, []bool{false, false}) {
 			t.Errorf("%s: Claims.ClaimMany(%q) = %v, %v; want duplicates", mode, batch, won, err)
 		}
-		outbox := mustStore(store.NewOutbox(c, p))
+		outbox := must.Store(store.NewOutbox(c, p))
 		tail, err := outbox.Tail(ctx, "handoff:conn")
 		if err != nil {
 			t.Fatalf("%s: Outbox.Tail(handoff:conn): %v", mode, err)
@@ -302,7 +303,7 @@ func runNonGoFlows(t *testing.T, client string, prog ...string) {
 		if diff := cmp.Diff([]store.Message{{ID: "m1", Seq: 1, Payload: noncgoBin}, {ID: "m2", Seq: 2, Payload: []byte("two")}}, tail.Messages); diff != "" {
 			t.Errorf("%s: Outbox.Tail(handoff:burst): messages (-want +got):\n%s", mode, diff)
 		}
-		r, ok, err := mustStore(store.NewRecords(c, p)).Get(ctx, "handoff:rec")
+		r, ok, err := must.Store(store.NewRecords(c, p)).Get(ctx, "handoff:rec")
 		if !ok || err != nil {
 			t.Fatalf("%s: Records.Get(handoff:rec) = %v, %v", mode, ok, err)
 		}

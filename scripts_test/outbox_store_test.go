@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
@@ -50,7 +51,7 @@ func TestOutboxConcurrentAppends(t *testing.T) {
 	seqs := make(chan uint64, writers*each)
 	var wg sync.WaitGroup
 	for w := range writers {
-		ob := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+		ob := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -85,7 +86,7 @@ func TestOutboxConcurrentAppends(t *testing.T) {
 	}
 	// The stored tail agrees: 4000 messages, seqs 1..4000 in order, and each
 	// writer's messages in its own order.
-	msgs, err := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))).Unacked(ctx, "conn")
+	msgs, err := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix))).Unacked(ctx, "conn")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +118,8 @@ func TestOutboxTakeoverRace(t *testing.T) {
 	url := standaloneURL(t)
 	prefix := outboxPrefix(t)
 	ctx := context.Background()
-	a := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
-	b := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+	a := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+	b := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 	for round := range 5 {
 		conn := fmt.Sprintf("conn-%d", round)
 		const n = 300
@@ -196,8 +197,8 @@ func TestOutboxTwoNodes(t *testing.T) {
 			url := topo.url(t)
 			prefix := outboxPrefix(t)
 			ctx := context.Background()
-			n1 := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
-			n2 := mustStore(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+			n1 := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
+			n2 := must.Store(store.NewOutbox(newClient(t, url), store.WithPrefix(prefix)))
 			var seqs []uint64
 			for i := range 6 {
 				node := []*store.Outbox{n1, n2}[i%2]
@@ -239,7 +240,7 @@ func TestOutboxCorruptState(t *testing.T) {
 	url := standaloneURL(t)
 	c := newClient(t, url)
 	prefix := outboxPrefix(t)
-	ob := mustStore(store.NewOutbox(c, store.WithPrefix(prefix)))
+	ob := must.Store(store.NewOutbox(c, store.WithPrefix(prefix)))
 	ctx := context.Background()
 
 	outboxSeed(t, c, prefix+"foreign", map[string]string{"_seq": "2", "_gen": "0", "_epoch": outboxOldEpoch, "m": "not a seq"}, 0)
@@ -342,7 +343,7 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 		{"return 2", []op{advanceOp}},
 		{"return redis.error_reply('WHAT is this')", []op{appendOp, tailOp, ackOp, advanceOp, dropOp}},
 	} {
-		s := mustStore(store.NewOutbox(outboxImpostor{c, tc.reply}, store.WithPrefix(outboxPrefix(t))))
+		s := must.Store(store.NewOutbox(outboxImpostor{c, tc.reply}, store.WithPrefix(outboxPrefix(t))))
 		for _, o := range tc.ops {
 			err := o.call(s)
 			if tc.reply == "return redis.error_reply('WHAT is this')" {
@@ -366,7 +367,7 @@ func TestOutboxUnexpectedReplies(t *testing.T) {
 func TestOutboxNoScript(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	ob := mustStore(store.NewOutbox(c))
+	ob := must.Store(store.NewOutbox(c))
 	ctx := context.Background()
 	flush := func() {
 		t.Helper()
@@ -432,7 +433,7 @@ func TestOutboxOpen(t *testing.T) {
 	}
 	// A borrowed client stays open.
 	c := newClient(t, url)
-	if err := mustStore(store.NewOutbox(c)).Close(); err != nil {
+	if err := must.Store(store.NewOutbox(c)).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
@@ -457,7 +458,7 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	ob := mustStore(store.NewOutbox(c))
+	ob := must.Store(store.NewOutbox(c))
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	before := commandCount(t, c)
@@ -508,7 +509,7 @@ func TestOutboxEpochAfterSnapshotRestore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
-	o := mustStore(store.NewOutbox(newClient(t, srv.URL())))
+	o := must.Store(store.NewOutbox(newClient(t, srv.URL())))
 	many := func(ids ...string) []store.Outgoing {
 		out := make([]store.Outgoing, len(ids))
 		for i, id := range ids {
@@ -565,7 +566,7 @@ func TestOutboxEpochAfterSnapshotRestore(t *testing.T) {
 	}
 	// A client of its own (the old one's connections died with the server;
 	// a write is not retried on a lost connection).
-	o = mustStore(store.NewOutbox(newClient(t, srv.URL())))
+	o = must.Store(store.NewOutbox(newClient(t, srv.URL())))
 	// Back from the snapshot: a3, b4 and b5 are gone; their seqs are handed
 	// out again, under a new epoch.
 	again := appendMany("one", "x3", "x4")

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
 
 // outage is how long the server is down under a running Do: longer than the
-// 5 s a final write was once given, well inside the lease.
+// 5 s budget of the final write's first attempt, well inside the lease.
 const (
 	outage      = 7 * time.Second
 	outageLease = 30 * time.Second
@@ -33,7 +34,7 @@ func TestRecordsDoFinalWriteOutlastsOutage(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{AppendOnly: mode != "restart without data"})
 			c := newClient(t, srv.URL())
-			rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+			rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 			ctx := context.Background()
 			var runs atomic.Int64
 			started, release := make(chan struct{}), make(chan struct{})
@@ -107,7 +108,7 @@ func TestRecordsDoFinalWriteUnderFullMemory(t *testing.T) {
 	srv := newServer(t, redisproc.Options{MaxMemory: "8mb", MaxMemoryPolicy: "noeviction"})
 	c := newClient(t, srv.URL())
 	loadScripts(t, c) // SCRIPT LOAD is refused under OOM too
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	ctx := context.Background()
 	small := []byte(strings.Repeat("s", store.MaxSmallPayloadLen))
 	large := []byte(strings.Repeat("L", store.MaxSmallPayloadLen+1))

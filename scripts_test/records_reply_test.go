@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -153,7 +154,7 @@ func TestRecordsUnexpectedReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	s := mustStore(store.NewRecords(c))
+	s := must.Store(store.NewRecords(c))
 
 	// A well-formed record, in reply order.
 	rec := []any{"completed", "res", "1000", "2000", "0", "0", "1", "fp", ""}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
@@ -47,7 +48,7 @@ func TestRecordsLayout(t *testing.T) {
 	for name, url := range map[string]func(*testing.T) string{"standalone": standaloneURL, "cluster": clusterURL} {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
-			s := mustStore(store.NewRecords(c))
+			s := must.Store(store.NewRecords(c))
 			id := keyFor(t, "")
 			key := store.DefaultRecordsPrefix + id
 			t.Cleanup(func() { _ = s.Delete(ctx, id) })
@@ -100,7 +101,7 @@ func TestRecordsLayout(t *testing.T) {
 			}
 
 			// The store's TTL applies when AcquireOptions.TTL is 0.
-			s2 := mustStore(store.NewRecords(c, store.WithTTL(time.Hour)))
+			s2 := must.Store(store.NewRecords(c, store.WithTTL(time.Hour)))
 			rec2, _, err := s2.Acquire(ctx, id+":2", 0)
 			recNoErr(t, err)
 			t.Cleanup(func() { _ = s2.Delete(ctx, id+":2") })
@@ -122,7 +123,7 @@ func TestRecordsConcurrentAcquire(t *testing.T) {
 	const clients = 32
 	stores := make([]*store.Records, clients)
 	for i := range stores {
-		stores[i] = mustStore(store.NewRecords(newClient(t, url), store.WithPrefix(prefix), store.WithTTL(time.Minute)))
+		stores[i] = must.Store(store.NewRecords(newClient(t, url), store.WithPrefix(prefix), store.WithTTL(time.Minute)))
 	}
 	raw := newClient(t, url)
 
@@ -190,8 +191,8 @@ func TestRecordsStalledOwner(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			prefix := uniquePrefix(t)
-			stalled := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
-			fresh := mustStore(store.NewRecords(newClient(t, url(t)), store.WithPrefix(prefix)))
+			stalled := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
+			fresh := must.Store(store.NewRecords(newClient(t, url(t)), store.WithPrefix(prefix)))
 			a, ok, err := stalled.AcquireWith(ctx, "job", store.AcquireOptions{TTL: time.Minute, Lease: 50 * time.Millisecond})
 			if err != nil || !ok {
 				t.Fatalf("acquire: %v, %v", ok, err)
@@ -238,7 +239,7 @@ func TestRecordsBadInputSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	s := mustStore(store.NewRecords(c))
+	s := must.Store(store.NewRecords(c))
 	before := commandCount(t, c)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -294,7 +295,7 @@ func TestRecordsForeignValue(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	s := mustStore(store.NewRecords(c, store.WithPrefix(prefix)))
+	s := must.Store(store.NewRecords(c, store.WithPrefix(prefix)))
 	json := `{"key":"export:123","status":"completed"}`
 	do(t, c, "SET", prefix+"export:123", json)
 	_, _, err := s.Acquire(ctx, "export:123", 0)
@@ -322,7 +323,7 @@ func TestRecordsForeignValue(t *testing.T) {
 func TestRecordsNoScript(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
-	s := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	s := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	flush := func() {
 		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -353,7 +354,7 @@ func TestRecordsNoScript(t *testing.T) {
 func TestRecordsAcrossSlots(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, cluster3URL(t))
-	s := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	s := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	for i := range 60 {
 		key := strconv.Itoa(i)
 		res, replayed, err := s.Do(ctx, key, store.AcquireOptions{Lease: time.Minute, TTL: time.Minute}, func(context.Context) ([]byte, error) {
@@ -389,7 +390,7 @@ func TestRecordsClose(t *testing.T) {
 	ctx := context.Background()
 	url := standaloneURL(t)
 	c := newClient(t, url)
-	if err := mustStore(store.NewRecords(c)).Close(); err != nil {
+	if err := must.Store(store.NewRecords(c)).Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {

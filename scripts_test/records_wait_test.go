@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -31,7 +32,7 @@ func TestRecordsWaitRaw(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, redisproc.Options{})
 	c := newClient(t, srv.URL())
-	rs := mustStore(store.NewRecords(c, store.WithPrefix("w:")))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix("w:")))
 	loadScripts(t, c) // EVALSHA finds them: no EVAL fallback in the counts
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)

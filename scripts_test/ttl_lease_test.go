@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -168,7 +169,7 @@ func TestRecordOutlivesShortTTL(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, url(t))
 			prefix := uniquePrefix(t)
-			s := mustStore(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(ttlShort)))
+			s := must.Store(store.NewRecords(c, store.WithPrefix(prefix), store.WithTTL(ttlShort)))
 			o := store.AcquireOptions{Lease: ttlLease}
 			key := ttlTrials(t, func(key string, tl *ttlTimeline) ttlTrial {
 				return ttlOwner(tl, func(fn func(context.Context) error) error {
@@ -221,7 +222,7 @@ func TestClaimOutlivesShortTTL(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, standaloneURL(t))
 	prefix := uniquePrefix(t)
-	s := mustStore(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(ttlShort)))
+	s := must.Store(store.NewClaims(c, store.WithPrefix(prefix), store.WithTTL(ttlShort)))
 	key := ttlTrials(t, func(key string, tl *ttlTimeline) ttlTrial {
 		return ttlOwner(tl, func(fn func(context.Context) error) error {
 			_, err := s.Do(ctx, key, ttlLease, fn)
@@ -249,7 +250,7 @@ func TestClaimOutlivesShortTTL(t *testing.T) {
 func TestHTTPIdemOutlivesShortTTL(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, standaloneURL(t))
-	rs := mustStore(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
+	rs := must.Store(store.NewRecords(c, store.WithPrefix(uniquePrefix(t))))
 	var runs sync.Map // key -> *atomic.Int64
 	var mu sync.Mutex
 	var tl *ttlTimeline

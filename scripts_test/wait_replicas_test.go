@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
@@ -126,8 +127,8 @@ func TestWaitReplicas(t *testing.T) {
 	// The replica stalls: the writes happen on the primary and say so
 	// (through stores that wait 300 ms).
 	short := store.WithWaitReplicas(1, 300*time.Millisecond)
-	sClaims, sOutbox, sRecords := mustStore(store.NewClaims(newClient(t, primary.URL()), short)),
-		mustStore(store.NewOutbox(newClient(t, primary.URL()), short)), mustStore(store.NewRecords(newClient(t, primary.URL()), short))
+	sClaims, sOutbox, sRecords := must.Store(store.NewClaims(newClient(t, primary.URL()), short)),
+		must.Store(store.NewOutbox(newClient(t, primary.URL()), short)), must.Store(store.NewRecords(newClient(t, primary.URL()), short))
 	if err := replica.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -310,8 +311,8 @@ func TestWaitReplicasDo(t *testing.T) {
 	// Long enough for the claim to be confirmed on a busy machine; the final
 	// write, with the replica stalled, waits it out.
 	opt := store.WithWaitReplicas(1, 2*time.Second)
-	claims := mustStore(store.NewClaims(newClient(t, primary.URL()), opt))
-	records := mustStore(store.NewRecords(newClient(t, primary.URL()), opt))
+	claims := must.Store(store.NewClaims(newClient(t, primary.URL()), opt))
+	records := must.Store(store.NewRecords(newClient(t, primary.URL()), opt))
 	// fn stalls the replica (it resumes once Do has returned) and runs for
 	// three leases.
 	stall := func(fnCtx context.Context) error {
@@ -529,12 +530,12 @@ func TestWaitReplicasObserved(t *testing.T) {
 		return out
 	}
 	wait := store.WithWaitReplicas(1, 300*time.Millisecond)
-	claims := mustStore(store.NewClaims(newClient(t, primary.URL()), wait, obs))
-	outbox := mustStore(store.NewOutbox(newClient(t, primary.URL()), wait, obs))
-	records := mustStore(store.NewRecords(newClient(t, primary.URL()), wait, obs))
+	claims := must.Store(store.NewClaims(newClient(t, primary.URL()), wait, obs))
+	outbox := must.Store(store.NewOutbox(newClient(t, primary.URL()), wait, obs))
+	records := must.Store(store.NewRecords(newClient(t, primary.URL()), wait, obs))
 	// A message to ack, through a store that does not wait (a busy machine
 	// may take longer than 300 ms to confirm it).
-	if _, err := mustStore(store.NewOutbox(newClient(t, primary.URL()))).AppendWithID(ctx, "c", "m0", nil); err != nil {
+	if _, err := must.Store(store.NewOutbox(newClient(t, primary.URL()))).AppendWithID(ctx, "c", "m0", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := replica.Pause(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis/mock"
 	"go.uber.org/mock/gomock"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -179,14 +180,14 @@ func TestBadInputNeverPanics(t *testing.T) {
 		}
 	}
 	cases = append(cases,
-		storeCase{"Claims", mustStore(store.NewClaims(untouched(t))), false},
-		storeCase{"Outbox", mustStore(store.NewOutbox(untouched(t))), false},
-		storeCase{"Records", mustStore(store.NewRecords(untouched(t))), false},
-		storeCase{"MemoryClaims", mustStore(store.NewMemoryClaims()), false},
-		storeCase{"MemoryOutbox", mustStore(store.NewMemoryOutbox()), false},
-		storeCase{"MemoryRecords", mustStore(store.NewMemoryRecords()), false},
-		storeCase{"Coalescer", mustStore(store.NewCoalescer(untouched(t), coalesceNop, store.CoalesceOptions{})), false},
-		storeCase{"MemoryCoalescer", mustStore(store.NewMemoryCoalescer(coalesceNop, store.CoalesceOptions{})), false},
+		storeCase{"Claims", must.Store(store.NewClaims(untouched(t))), false},
+		storeCase{"Outbox", must.Store(store.NewOutbox(untouched(t))), false},
+		storeCase{"Records", must.Store(store.NewRecords(untouched(t))), false},
+		storeCase{"MemoryClaims", must.Store(store.NewMemoryClaims()), false},
+		storeCase{"MemoryOutbox", must.Store(store.NewMemoryOutbox()), false},
+		storeCase{"MemoryRecords", must.Store(store.NewMemoryRecords()), false},
+		storeCase{"Coalescer", must.Store(store.NewCoalescer(untouched(t), coalesceNop, store.CoalesceOptions{})), false},
+		storeCase{"MemoryCoalescer", must.Store(store.NewMemoryCoalescer(coalesceNop, store.CoalesceOptions{})), false},
 	)
 	// A typed-nil store (var c *store.Claims): every call gives
 	// ErrInvalidArgument, Close gives nil. nilReceivers lists every exported
@@ -335,7 +336,7 @@ func TestBadInputFunctions(t *testing.T) {
 		if ctx != nil {
 			t.Errorf("OnExtend(nil, fn) = %v, want the nil context back", ctx)
 		}
-		ran, err := mustStore(store.NewMemoryClaims()).Do(ctx, "m1", time.Second, func(context.Context) error { return nil })
+		ran, err := must.Store(store.NewMemoryClaims()).Do(ctx, "m1", time.Second, func(context.Context) error { return nil })
 		if ran || !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("Do under OnExtend(nil, fn) = %v, %v; want false, ErrInvalidArgument", ran, err)
 		}

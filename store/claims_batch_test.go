@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis/mock"
 	"go.uber.org/mock/gomock"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -100,7 +101,7 @@ func TestClaimManyDedupesInGo(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			for _, seen := range []bool{false, true} {
 				c, rec := newBatchRecorder(t, 1)
-				s := mustStore(store.NewClaims(c, store.WithPrefix("p:")))
+				s := must.Store(store.NewClaims(c, store.WithPrefix("p:")))
 				var got []bool
 				var err error
 				if seen {
@@ -146,7 +147,7 @@ func TestClaimManyOneGroupStandalone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, rec := newBatchRecorder(t, 1)
-	s := mustStore(store.NewClaims(c, store.WithWaitReplicas(1, time.Second)))
+	s := must.Store(store.NewClaims(c, store.WithWaitReplicas(1, time.Second)))
 	ids := make([]string, 2100)
 	for i := range ids {
 		ids[i] = fmt.Sprint("m", i)
@@ -182,7 +183,7 @@ func TestClaimManyRepeatsObserved(t *testing.T) {
 		c, _ := newBatchRecorder(t, 1)
 		got := map[store.Outcome]int{}
 		obs := store.ObserverFunc(func(_ context.Context, e store.Event) { got[e.Outcome] += e.N })
-		s := mustStore(store.NewClaims(c, store.WithObserver(obs)))
+		s := must.Store(store.NewClaims(c, store.WithObserver(obs)))
 		ids := []string{"a", "b", "a", "c", "a"}
 		var err error
 		want := map[store.Outcome]int{store.Outcome("claimed"): 3, store.Outcome("duplicate"): 2}

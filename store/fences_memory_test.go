@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
 )
@@ -17,8 +18,8 @@ import (
 func TestMemoryFencesFollowTheClock(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
-	claims := mustStore(store.NewMemoryClaims(store.WithClock(clock.Now)))
-	records := mustStore(store.NewMemoryRecords(store.WithClock(clock.Now)))
+	claims := must.Store(store.NewMemoryClaims(store.WithClock(clock.Now)))
+	records := must.Store(store.NewMemoryRecords(store.WithClock(clock.Now)))
 	claimFence := func() uint64 {
 		t.Helper()
 		var f uint64

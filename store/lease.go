@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -430,7 +431,8 @@ func (h *heartbeat) stop() (deadline time.Time, lost bool) {
 // leaves such a write done or not done; without the retry a Do whose callback
 // ran would leave its lease in place, and the message or request would run
 // again once the lease expired. ctx is the write's own budget (Do gives its
-// final writes 5 seconds): a context error while ctx is still live is
+// final writes 5 seconds; under runLease's hold, a heldCtx, which a failed
+// attempt widens to the lease): a context error while ctx is still live is
 // someone else's — rueidis fails every command waiting on a redial with the
 // error of the command that started the dial (docs/upstream-rueidis-redial.md)
 // — and is retried like any transport failure.
@@ -453,7 +455,16 @@ func retryLost(ctx context.Context, write func(context.Context) error) error {
 func retryLostPaced(ctx context.Context, maxPause time.Duration, write func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := write(ctx)
-		if err == nil || !transient(ctx, err) {
+		if err == nil {
+			return nil
+		}
+		if h, ok := ctx.(*heldCtx); ok {
+			// A failed attempt under runLease's hold: from here on the
+			// budget is the lease (the first attempt's own deadline, if
+			// that is what it met, does not end the write).
+			h.widen()
+		}
+		if !transient(ctx, err) {
 			return err
 		}
 		select {
@@ -533,7 +544,7 @@ func takeLease(ctx context.Context, lease time.Duration, sentinel error, extend 
 // landed) or another caller's (left alone) is a success.
 //
 // hold keeps the heartbeat beating through the give-back and the final
-// write, whose budget is then the lease it holds (heldFor: as long as the
+// write, whose budget is then the lease it holds (heldCtx: as long as the
 // lease is held, at least finalWriteBudget) instead of finalWriteBudget:
 // Records.Do's outcome survives an outage as long as its lease does.
 // finish then gets the deadline and loss as they stood when fn returned.
@@ -560,19 +571,21 @@ func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, hold 
 		deadline time.Time
 		lost     bool
 		wctx     context.Context
-		cancel   context.CancelFunc
 	)
 	if hold {
 		hb.mu.Lock()
 		deadline, lost = hb.deadline, hb.lost
 		hb.mu.Unlock()
-		wctx, cancel = heldFor(context.WithoutCancel(ctx), hb)
 		defer hb.stop()
+		h := newHeldCtx(context.WithoutCancel(ctx), hb)
+		defer h.release()
+		wctx = h
 	} else {
 		deadline, lost = hb.stop()
+		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+		defer cancel()
 	}
-	defer cancel()
 	if fnErr != nil && (keep == nil || !keep(fnErr)) {
 		if err := retryLost(wctx, giveBack); err != nil {
 			// The lease will expire on its own; report both.
@@ -583,16 +596,76 @@ func runLease(ctx context.Context, hb *heartbeat, l Lease, sent time.Time, hold 
 	return finish(wctx, fnErr, deadline, lost)
 }
 
+// heldCtx is the context of a Do's final write under runLease's hold. Its
+// first attempt runs under a plain deadline, finalWriteBudget from fn's
+// return: rueidis runs a lone command that has a deadline synchronously on
+// its connection (a context without one, like heldFor's, sends it through
+// the connection's background reader and writer), and no timer of the held
+// budget is set, so a write that lands at once costs what it costs without
+// hold. Once an attempt has failed, retryLostPaced widens it (widen): from
+// then on, for that write's retries and every later write of the same final
+// write, it is heldFor's context, which lasts as long as the lease is held.
+// One goroutine runs the final write and widens it; others may read it.
+type heldCtx struct {
+	context.Context // the first phase: finalWriteBudget from fn's return
+	cancel          context.CancelFunc
+	base            context.Context
+	hb              *heartbeat
+	floor           time.Time // the end of finalWriteBudget
+	wide            atomic.Pointer[heldPhase]
+}
+
+// heldPhase is a heldCtx once widened: heldFor's context and its cancel.
+type heldPhase struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// newHeldCtx returns the final write's context under hold (parent: the Do's
+// ctx without its cancellation; hb still beating); release frees it.
+func newHeldCtx(parent context.Context, hb *heartbeat) *heldCtx {
+	first, cancel := context.WithTimeout(parent, finalWriteBudget)
+	c := &heldCtx{Context: first, cancel: cancel, base: parent, hb: hb}
+	c.floor, _ = first.Deadline()
+	return c
+}
+
+// release ends c, in whichever phase it is.
+func (c *heldCtx) release() {
+	c.cancel()
+	if w := c.wide.Load(); w != nil {
+		w.cancel()
+	}
+}
+
+// widen moves c to its held phase (once; later calls do nothing).
+func (c *heldCtx) widen() {
+	if c.wide.Load() == nil {
+		ctx, cancel := heldFor(c.base, c.hb, c.floor)
+		c.wide.Store(&heldPhase{ctx, cancel})
+	}
+}
+
+func (c *heldCtx) phase() context.Context {
+	if w := c.wide.Load(); w != nil {
+		return w.ctx
+	}
+	return c.Context
+}
+
+func (c *heldCtx) Deadline() (time.Time, bool) { return c.phase().Deadline() }
+func (c *heldCtx) Done() <-chan struct{}       { return c.phase().Done() }
+func (c *heldCtx) Err() error                  { return c.phase().Err() }
+
 // heldFor returns a context for a Do's final write after fn returned, the
-// heartbeat still beating: it ends once both finalWriteBudget has passed and
-// the heartbeat's local lease deadline has (the deadline moves with every
-// renewal, so a write retried through an outage goes on for as long as the
-// lease is held, and at least finalWriteBudget). Past the deadline another
-// caller may take the record over; a fenced write then fails with
-// ErrStaleOwner, so trying up to it costs nothing but time.
-func heldFor(parent context.Context, h *heartbeat) (context.Context, context.CancelFunc) {
+// heartbeat still beating: it ends once both floor (finalWriteBudget from
+// fn's return) has passed and the heartbeat's local lease deadline has (the
+// deadline moves with every renewal, so a write retried through an outage
+// goes on for as long as the lease is held, and at least finalWriteBudget).
+// Past the deadline another caller may take the record over; a fenced write
+// then fails with ErrStaleOwner, so trying up to it costs nothing but time.
+func heldFor(parent context.Context, h *heartbeat, floor time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
-	floor := time.Now().Add(finalWriteBudget)
 	var mu sync.Mutex
 	var t *time.Timer
 	var check func()

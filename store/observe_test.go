@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -127,9 +128,9 @@ func TestObserverAllocs(t *testing.T) {
 		if obs != nil {
 			opts = append(opts, store.WithObserver(obs))
 		}
-		claims := mustStore(store.NewMemoryClaims(opts...))
-		outbox := mustStore(store.NewMemoryOutbox(opts...))
-		records := mustStore(store.NewMemoryRecords(opts...))
+		claims := must.Store(store.NewMemoryClaims(opts...))
+		outbox := must.Store(store.NewMemoryOutbox(opts...))
+		records := must.Store(store.NewMemoryRecords(opts...))
 		if _, err := claims.Claim(ctx, "m"); err != nil {
 			t.Fatal(err)
 		}

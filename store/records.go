@@ -258,7 +258,7 @@ type recordsBackend interface {
 	// get is get.lua: the record without its token, or false.
 	get(ctx context.Context, key string) (Record, bool, error)
 	// update is update.lua with u, checked as f.
-	update(ctx context.Context, op, key string, u Update, f updateFields) error
+	update(ctx context.Context, op, key string, f updateFields) error
 	// complete is complete.lua: the fenced final write of a small outcome
 	// (checked by checkSmall), which Redis runs even when memory is full.
 	complete(ctx context.Context, op, key, token string, status Status, payload []byte) error
@@ -426,7 +426,7 @@ func (s *Records) update(ctx context.Context, op, key string, u Update) error {
 	if err != nil {
 		return err
 	}
-	return s.b.update(ctx, op, key, u, f)
+	return s.b.update(ctx, op, key, f)
 }
 
 // Delete removes key's record, whoever owns it; a missing
@@ -591,47 +591,43 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 	if s.ev.obs != nil {
 		renew = s.ev.observeExtend(key, "renew", outStaleOwner, renew)
 	}
-	var (
-		hb       *heartbeat
-		sent     time.Time
-		rec      Record
-		acquired bool
-		got      int64 // acquire's answer: acquiredNot, acquiredNew or acquiredTakeover
-	)
 	// try acquires the key with a lease (takeLease: its heartbeat started
-	// before the acquire is sent, and stopped again unless it won).
-	try := func() (err error) {
-		hb, sent, err = takeLease(ctx, o.Lease, ErrStaleOwner, renew, func(sent *time.Time) (bool, error) {
+	// before the acquire is sent, and stopped again unless it won). What it
+	// took is a value, not variables try shares with the wait below: those
+	// would live on the heap for every Do.
+	try := func() (t taken, err error) {
+		t.hb, t.sent, err = takeLease(ctx, o.Lease, ErrStaleOwner, renew, func(sent *time.Time) (bool, error) {
 			var err error
-			rec, got, err = s.acquire(ctx, "do", key, o, token, true, sent)
-			acquired = got != acquiredNot
-			return acquired, err
+			t.rec, t.got, err = s.acquire(ctx, "do", key, o, token, true, sent)
+			return t.got != acquiredNot, err
 		})
-		return err
+		return t, err
 	}
-	err = try()
+	t, err := try()
 	if isOOM(err) {
 		// Memory is full (maxmemory, noeviction): Redis refuses acquire.lua,
 		// which may create a record, up front. A record already there is
 		// still answered from a read: replayed, ErrFailed or ErrInFlight.
 		if r, ok, gerr := s.b.get(ctx, key); gerr == nil && ok {
-			rec, err = r, nil
+			t.rec, err = r, nil
 			if o.Fingerprint != "" && r.Fingerprint != "" && o.Fingerprint != r.Fingerprint {
 				err = errorf("do", key, ErrFingerprintMismatch, "the key was acquired with a different fingerprint")
 			}
 		}
 	}
-	if err == nil && !acquired && rec.Status == StatusPending && o.Wait > 0 {
+	if err == nil && t.got == acquiredNot && t.rec.Status == StatusPending && o.Wait > 0 {
 		// In flight: wait for the owner's final write, then look again
 		// (each look a fresh acquire, with a heartbeat of its own if it
 		// takes the key: the owner gave it back, or its lease ran out).
 		var aerr error
+		last := t
 		err = s.b.waitDone(ctx, key, time.Now().Add(o.Wait), func() bool {
-			aerr = try()
-			return aerr != nil || acquired || rec.Status != StatusPending
+			last, aerr = try()
+			return aerr != nil || last.got != acquiredNot || last.rec.Status != StatusPending
 		})
+		t = last
 		switch {
-		case acquired: // the last look took the key: go on, whatever ended the wait
+		case t.got != acquiredNot: // the last look took the key: go on, whatever ended the wait
 			err = nil
 		case err == nil:
 			err = aerr
@@ -640,11 +636,12 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 	if err != nil {
 		return nil, false, outcome(err, outError), err
 	}
-	if s.ev.obs != nil && got == acquiredTakeover {
+	rec := t.rec
+	if s.ev.obs != nil && t.got == acquiredTakeover {
 		// a takeover is worth an alert of its own: report it apart
 		s.ev.report(ctx, "acquire", "acquire", key, 1, outTakenOver, start, nil)
 	}
-	if !acquired {
+	if t.got == acquiredNot {
 		switch rec.Status {
 		case StatusPending:
 			return nil, false, outInFlight, inFlight("do", key, leaseLeft(rec.LeaseUntil, s.b.clock()))
@@ -659,7 +656,7 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 		return err
 	}
 	var ret []byte // what Do returns: nil unless the final write ran
-	out, err = runLease(ctx, hb, Lease{ID: key, Token: token, Fence: rec.Fence}, sent, true,
+	out, err = runLease(ctx, t.hb, Lease{ID: key, Token: token, Fence: rec.Fence}, t.sent, true,
 		func(ctx context.Context) (err error) {
 			result, err = fn(ctx)
 			finishing.Store(true)
@@ -670,6 +667,16 @@ func (s *Records) do(ctx context.Context, key string, o AcquireOptions, fn func(
 			return out, err
 		})
 	return ret, false, out, err
+}
+
+// taken is one acquire of Records.Do: the lease's heartbeat, the acquire's
+// send time, the record and acquire's answer (acquiredNot, acquiredNew or
+// acquiredTakeover).
+type taken struct {
+	hb   *heartbeat
+	sent time.Time
+	rec  Record
+	got  int64
 }
 
 // final is Do's final write after fn returned (result, fnErr), fnErr nil or
@@ -770,13 +777,17 @@ func checkToken(op, key, token string) error {
 }
 
 // updateFields is u checked and converted to the scripts' units: ms since the
-// epoch, 0 = none.
+// epoch, 0 = none (and the times as given: the Redis backend sends durations
+// from now). It holds no pointer into u, so an Update built on the caller's
+// stack stays there.
 type updateFields struct {
-	status           *string
-	payload          *[]byte
-	expires, lease   int64
-	setExp, setLease bool
-	token            string
+	status                string // "": unchanged
+	payload               []byte
+	setPayload            bool
+	expires, lease        int64
+	expiresAt, leaseUntil time.Time
+	setExp, setLease      bool
+	token                 string
 }
 
 func (u Update) fields(op, key string) (updateFields, error) {
@@ -794,26 +805,26 @@ func (u Update) fields(op, key string) (updateFields, error) {
 		if st == "" || len(st) > maxStatusLen {
 			return f, errorf(op, key, ErrInvalidArgument, "status must be 1..%d bytes, got %d", maxStatusLen, len(st))
 		}
-		f.status = &st
+		f.status = st
 	}
 	if u.Payload != nil {
 		if len(*u.Payload) > MaxRecordPayloadLen {
 			return f, errorf(op, key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(*u.Payload), MaxRecordPayloadLen)
 		}
-		f.payload = u.Payload
+		f.payload, f.setPayload = *u.Payload, true
 	}
 	var ok bool
 	if u.ExpiresAt != nil {
 		if f.expires, ok = atMS(*u.ExpiresAt); !ok {
 			return f, errorf(op, key, ErrInvalidArgument, "ExpiresAt %v is out of range", *u.ExpiresAt)
 		}
-		f.setExp = true
+		f.expiresAt, f.setExp = *u.ExpiresAt, true
 	}
 	if u.LeaseUntil != nil {
 		if f.lease, ok = atMS(*u.LeaseUntil); !ok {
 			return f, errorf(op, key, ErrInvalidArgument, "LeaseUntil %v is out of range", *u.LeaseUntil)
 		}
-		f.setLease = true
+		f.leaseUntil, f.setLease = *u.LeaseUntil, true
 	}
 	return f, nil
 }
@@ -833,6 +844,9 @@ const outcomePause = 50 * time.Millisecond
 // isOOM reports whether err is Redis's refusal of a write script when
 // maxmemory is reached under noeviction (an "OOM ..." error reply).
 func isOOM(err error) bool {
+	if err == nil { // the common case, without errors.As's allocation
+		return false
+	}
 	var re *rueidis.RedisError
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
 }

@@ -149,7 +149,7 @@ func (s *memRecords) get(_ context.Context, key string) (Record, bool, error) {
 }
 
 // update is update.lua.
-func (s *memRecords) update(_ context.Context, op, key string, _ Update, f updateFields) error {
+func (s *memRecords) update(_ context.Context, op, key string, f updateFields) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMS()
@@ -165,11 +165,11 @@ func (s *memRecords) update(_ context.Context, op, key string, _ Update, f updat
 		s.notify(key)
 		return nil
 	}
-	if f.status != nil {
-		r.status = *f.status
+	if f.status != "" {
+		r.status = f.status
 	}
-	if f.payload != nil {
-		r.payload = append([]byte(nil), *f.payload...)
+	if f.setPayload {
+		r.payload = append([]byte(nil), f.payload...)
 	}
 	if f.setExp {
 		r.expires = f.expires
@@ -189,8 +189,7 @@ func (s *memRecords) update(_ context.Context, op, key string, _ Update, f updat
 // complete is complete.lua: a fenced update of a final status and a small
 // payload (memory is never full here).
 func (s *memRecords) complete(ctx context.Context, op, key, token string, status Status, payload []byte) error {
-	st := string(status)
-	return s.update(ctx, op, key, Update{}, updateFields{status: &st, payload: &payload, token: token})
+	return s.update(ctx, op, key, updateFields{status: string(status), payload: payload, setPayload: true, token: token})
 }
 
 // del is delete.lua: fenced by token, or unconditional with "".

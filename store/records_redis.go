@@ -82,10 +82,10 @@ func (b *redisRecords) get(ctx context.Context, key string) (Record, bool, error
 	return rec, true, nil
 }
 
-func (b *redisRecords) update(ctx context.Context, op, key string, u Update, f updateFields) error {
+func (b *redisRecords) update(ctx context.Context, op, key string, f updateFields) error {
 	// update.lua answers 1 (updated) or 0 (an ExpiresAt in the past deleted
 	// the record): nothing else travels back.
-	n, err := replyInt(op, key, b.exec(ctx, scriptUpdate, b.key(key), u.args(f)...))
+	n, err := replyInt(op, key, b.exec(ctx, scriptUpdate, b.key(key), f.args()...))
 	if err != nil {
 		return err
 	}
@@ -120,23 +120,23 @@ func (b *redisRecords) renew(ctx context.Context, key, token string, lease time.
 	return replyInt("renew", key, b.execSent(ctx, scriptRenew, b.key(key), sent, token, b.leaseMS.ms(lease)))
 }
 
-// args is update.lua's ARGV for u, checked as f.
-func (u Update) args(f updateFields) []string {
+// args is update.lua's ARGV for f.
+func (f updateFields) args() []string {
 	args := make([]string, 1, 9)
 	args[0] = f.token
-	if f.status != nil {
-		args = append(args, "status", *f.status)
+	if f.status != "" {
+		args = append(args, "status", f.status)
 	}
-	if f.payload != nil {
-		args = append(args, "payload", rueidis.BinaryString(*f.payload))
+	if f.setPayload {
+		args = append(args, "payload", rueidis.BinaryString(f.payload))
 	}
 	// update.lua takes durations from the server's TIME: the absolute times
 	// become time.Until, rounded up (a past time stays past: negative).
 	if f.setExp {
-		args = append(args, "expires_in_ms", untilMS(*u.ExpiresAt))
+		args = append(args, "expires_in_ms", untilMS(f.expiresAt))
 	}
 	if f.setLease {
-		args = append(args, "lease_in_ms", untilMS(*u.LeaseUntil))
+		args = append(args, "lease_in_ms", untilMS(f.leaseUntil))
 	}
 	return args
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
@@ -62,7 +63,7 @@ func TestRedisRecords(t *testing.T) {
 // TestRedisRecordsOnExtend: Records.Do on Redis calls store.OnExtend's fn
 // after each renew.lua that kept the lease.
 func TestRedisRecordsOnExtend(t *testing.T) {
-	storetest.TestRecordsOnExtend(t, mustStore(store.NewRecords(redisClient(t), store.WithPrefix(testPrefix(t)))))
+	storetest.TestRecordsOnExtend(t, must.Store(store.NewRecords(redisClient(t), store.WithPrefix(testPrefix(t)))))
 }
 
 var testPrefixes atomic.Int64

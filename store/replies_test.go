@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis/mock"
 	"go.uber.org/mock/gomock"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -95,7 +96,7 @@ func replyOps() []replyOp {
 		{
 			name: "Claims.Claim",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewClaims(c)).Claim(ctx, "id")
+				return must.Store(store.NewClaims(c)).Claim(ctx, "id")
 			},
 			ok:  []replyWant{{i64(1), true}, {i64(0), false}, {i64(-1), false}, {i64(-29870), false}},
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
@@ -103,7 +104,7 @@ func replyOps() []replyOp {
 		{
 			name: "Claims.ClaimMany",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewClaims(c)).ClaimMany(ctx, []string{"a"})
+				return must.Store(store.NewClaims(c)).ClaimMany(ctx, []string{"a"})
 			},
 			ok:  []replyWant{{i64(1), []bool{true}}, {i64(0), []bool{false}}, {i64(-1), []bool{false}}, {i64(-29870), []bool{false}}},
 			bad: []rueidis.RedisMessage{str("1"), arr(i64(1))},
@@ -112,7 +113,7 @@ func replyOps() []replyOp {
 			// Two ids: one claim_many.lua call, one integer per id.
 			name: "Claims.ClaimMany/batch",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
+				return must.Store(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
 			},
 			ok: []replyWant{{arr(i64(1), i64(0)), []bool{true, false}}, {arr(i64(-1), i64(1)), []bool{false, true}}},
 			bad: []rueidis.RedisMessage{i64(1), arr(i64(1)), arr(i64(1), i64(0), i64(1)), arr(str("1"), i64(1)),
@@ -121,7 +122,7 @@ func replyOps() []replyOp {
 		{
 			name: "Claims.SeenMany",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewClaims(c)).SeenMany(ctx, []string{"a", "b"})
+				return must.Store(store.NewClaims(c)).SeenMany(ctx, []string{"a", "b"})
 			},
 			ok:  []replyWant{{arr(i64(1), i64(0)), []bool{true, false}}},
 			bad: []rueidis.RedisMessage{i64(1), arr(i64(1)), arr(i64(-1), i64(0)), arr(str("1"), i64(1))},
@@ -130,7 +131,7 @@ func replyOps() []replyOp {
 			// Do's claim: in flight carries the ms left on the holder's lease.
 			name: "Claims.Do",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				ran, err := mustStore(store.NewClaims(c)).Do(ctx, "id", time.Second, func(context.Context) error { return nil })
+				ran, err := must.Store(store.NewClaims(c)).Do(ctx, "id", time.Second, func(context.Context) error { return nil })
 				if d, ok := store.RetryAfter(err); ok && errors.Is(err, store.ErrInFlight) {
 					return []any{ran, d}, nil
 				}
@@ -144,7 +145,7 @@ func replyOps() []replyOp {
 		{
 			name: "Claims.Seen",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewClaims(c)).Seen(ctx, "id")
+				return must.Store(store.NewClaims(c)).Seen(ctx, "id")
 			},
 			ok:  []replyWant{{i64(1), true}, {i64(0), false}},
 			bad: []rueidis.RedisMessage{str("1"), arr()},
@@ -152,7 +153,7 @@ func replyOps() []replyOp {
 		{
 			name: "Claims.Forget",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return nil, mustStore(store.NewClaims(c)).Forget(ctx, "id")
+				return nil, must.Store(store.NewClaims(c)).Forget(ctx, "id")
 			},
 			ok:  []replyWant{{i64(1), nil}, {i64(0), nil}},
 			bad: []rueidis.RedisMessage{str("OK")},
@@ -160,7 +161,7 @@ func replyOps() []replyOp {
 		{
 			name: "Outbox.AppendWithID",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewOutbox(c)).AppendWithID(ctx, "conn", "m1", []byte("p"))
+				return must.Store(store.NewOutbox(c)).AppendWithID(ctx, "conn", "m1", []byte("p"))
 			},
 			ok: []replyWant{
 				{arr(i64(7), i64(1700000000000000), i64(1)), store.Appended{ID: "m1", Seq: 7, Epoch: 1700000000000000, Created: true}},
@@ -179,7 +180,7 @@ func replyOps() []replyOp {
 		{
 			name: "Outbox.Tail",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewOutbox(c)).Tail(ctx, "conn")
+				return must.Store(store.NewOutbox(c)).Tail(ctx, "conn")
 			},
 			ok: []replyWant{
 				{arr(), store.Tail{}},
@@ -203,7 +204,7 @@ func replyOps() []replyOp {
 		{
 			name: "Outbox.AckMany",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return mustStore(store.NewOutbox(c)).AckMany(ctx, "conn", []string{"a", "b"}, 1)
+				return must.Store(store.NewOutbox(c)).AckMany(ctx, "conn", []string{"a", "b"}, 1)
 			},
 			ok:  []replyWant{{i64(0), 0}, {i64(2), 2}},
 			bad: []rueidis.RedisMessage{i64(3), i64(-1), str("2"), arr()},
@@ -211,7 +212,7 @@ func replyOps() []replyOp {
 		{
 			name: "Outbox.AdvanceGeneration",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return nil, mustStore(store.NewOutbox(c)).AdvanceGeneration(ctx, "conn", 2)
+				return nil, must.Store(store.NewOutbox(c)).AdvanceGeneration(ctx, "conn", 2)
 			},
 			ok:  []replyWant{{i64(0), nil}, {i64(1), nil}},
 			bad: []rueidis.RedisMessage{i64(2), i64(-1), str("1")},
@@ -219,7 +220,7 @@ func replyOps() []replyOp {
 		{
 			name: "Outbox.DropConn",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return nil, mustStore(store.NewOutbox(c)).DropConn(ctx, "conn")
+				return nil, must.Store(store.NewOutbox(c)).DropConn(ctx, "conn")
 			},
 			ok:  []replyWant{{i64(0), nil}, {i64(1), nil}},
 			bad: []rueidis.RedisMessage{str("1")},
@@ -227,7 +228,7 @@ func replyOps() []replyOp {
 		{
 			name: "Records.AcquireWith",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				rec, ok, err := mustStore(store.NewRecords(c)).AcquireWith(ctx, "k", store.AcquireOptions{Lease: time.Second})
+				rec, ok, err := must.Store(store.NewRecords(c)).AcquireWith(ctx, "k", store.AcquireOptions{Lease: time.Second})
 				return fmt.Sprint(ok, " ", rec.Status, " ", rec.Token, " ", rec.Fence), err
 			},
 			ok: []replyWant{
@@ -247,7 +248,7 @@ func replyOps() []replyOp {
 		{
 			name: "Records.Get",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				rec, ok, err := mustStore(store.NewRecords(c)).Get(ctx, "k")
+				rec, ok, err := must.Store(store.NewRecords(c)).Get(ctx, "k")
 				return fmt.Sprintf("%v %+v", ok, rec), err
 			},
 			ok: []replyWant{
@@ -261,7 +262,7 @@ func replyOps() []replyOp {
 			name: "Records.Update",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
 				st := store.StatusCompleted
-				return nil, mustStore(store.NewRecords(c)).Update(ctx, "k", store.Update{Status: &st})
+				return nil, must.Store(store.NewRecords(c)).Update(ctx, "k", store.Update{Status: &st})
 			},
 			// update.lua answers 1, or 0 when a past ExpiresAt deleted the record.
 			ok:  []replyWant{{i64(1), nil}, {i64(0), nil}},
@@ -270,7 +271,7 @@ func replyOps() []replyOp {
 		{
 			name: "Records.DeleteFenced",
 			run: func(ctx context.Context, c rueidis.Client) (any, error) {
-				return nil, mustStore(store.NewRecords(c)).DeleteFenced(ctx, "k", "tok")
+				return nil, must.Store(store.NewRecords(c)).DeleteFenced(ctx, "k", "tok")
 			},
 			ok:  []replyWant{{i64(0), nil}, {i64(1), nil}},
 			bad: []rueidis.RedisMessage{str("1"), arr()},
@@ -384,7 +385,7 @@ func TestTryAgainRetried(t *testing.T) {
 			return []rueidis.RedisResult{r}
 		}).AnyTimes()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		got, err := mustStore(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
+		got, err := must.Store(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
 		cancel()
 		if refusals < 1000 {
 			if err != nil || calls != refusals+1 || !cmp.Equal(got, []bool{true, false}) {
@@ -417,7 +418,7 @@ func TestTryAgainRetriedUntilDeadline(t *testing.T) {
 	}).AnyTimes()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got, err := mustStore(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
+	got, err := must.Store(store.NewClaims(c)).ClaimMany(ctx, []string{"a", "b"})
 	if err != nil || !cmp.Equal(got, []bool{true, false}) {
 		t.Errorf("refused for 4 s with a 30 s ctx: got %v, %v after %d calls in %v; want [true false], nil", got, err, calls, time.Since(start))
 	}

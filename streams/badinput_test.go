@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -18,7 +19,7 @@ import (
 // nil Consumer give ErrInvalidArgument, never a panic.
 func TestBadInputNeverPanics(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	c, err := streams.New(rc, claims, "bad", "g", "c1", h)
 	if err != nil {
@@ -81,7 +82,7 @@ func (r *recorder) all() []store.Event {
 // claim id is there (so the check can fail).
 func TestObserverKeyRule(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("keyrule:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("keyrule:")))
 	var rec recorder
 	var logs, keyed bytes.Buffer
 	var logMu sync.Mutex

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -19,7 +20,7 @@ import (
 // whose trigger reached Redis last, not necessarily the newest id.)
 func TestConsumerCoalesce(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("co-claims:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("co-claims:")))
 	var ev events
 	var mu sync.Mutex
 	runs := map[string][]string{} // sku -> entry ids rebuilt with
@@ -95,7 +96,7 @@ func TestConsumerCoalesce(t *testing.T) {
 // TestConsumerCoalesceBadOption: a nil key func is refused by New.
 func TestConsumerCoalesceBadOption(t *testing.T) {
 	_, rc := newServer(t)
-	_, err := streams.New(rc, mustStore(store.NewClaims(rc)), "s", "g", "c", func(context.Context, streams.Message) error { return nil },
+	_, err := streams.New(rc, must.Store(store.NewClaims(rc)), "s", "g", "c", func(context.Context, streams.Message) error { return nil },
 		streams.WithCoalesce(nil, store.CoalesceOptions{}))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("New with a nil coalescing key = %v, want ErrInvalidArgument", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
@@ -129,7 +130,7 @@ func runConsumer(t *testing.T, c *streams.Consumer) (stop func()) {
 // created on a stream that did not exist.
 func TestConsumerOncePerEntry(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("once:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("once:")))
 	var ev events
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -169,7 +170,7 @@ func TestConsumerOncePerEntry(t *testing.T) {
 // id in a field) gets one effect; both entries are acked.
 func TestConsumerDuplicateXADD(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dup:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("dup:")))
 	var ev events
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
@@ -205,7 +206,7 @@ func TestConsumerDuplicateXADD(t *testing.T) {
 // lease (RetryAfter), not by the reclaim interval.
 func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("slow:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("slow:")))
 	const lease = time.Second
 	const handler = 3 * lease
 	type span struct{ start, end time.Time }
@@ -280,7 +281,7 @@ func TestConsumerSlowHandlerPacedByLease(t *testing.T) {
 // (XADD to the named stream, then XACK) and never retried again.
 func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("dl:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("dl:")))
 	var ev events
 	var mu sync.Mutex
 	tries := map[string][]time.Time{}
@@ -355,7 +356,7 @@ func TestConsumerFailureRetriedThenDeadLettered(t *testing.T) {
 // runs it (the released claim lets it).
 func TestConsumerShutdown(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("shut:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("shut:")))
 	var ev1, ev2 events
 	started := make(chan string, 2)
 	var runs2 atomic.Int64
@@ -408,7 +409,7 @@ func TestConsumerShutdown(t *testing.T) {
 
 // TestNewInvalid: bad arguments are refused before anything is sent.
 func TestNewInvalid(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	h := func(context.Context, streams.Message) error { return nil }
 	var rc rueidis.Client // nil: New must refuse before using it
 	for name, err := range map[string]error{
@@ -454,7 +455,7 @@ func TestConsumerCluster(t *testing.T) {
 	if slot("pay") == slot("pay:dead") || slot("pay") == slot("c:pay/1-0") {
 		t.Fatalf("the keys share a slot: %d %d %d", slot("pay"), slot("pay:dead"), slot("c:pay/1-0"))
 	}
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("c:")))
 	var ev events
 	var runs sync.Map
 	h := func(_ context.Context, m streams.Message) error {
@@ -495,7 +496,7 @@ const workerEnv = "REDISONCE_STREAMS_WORKER"
 // and reported invalid (never dropped).
 func TestConsumerMissingIDField(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("mid:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("mid:")))
 	var runs atomic.Int64
 	h := func(context.Context, streams.Message) error { runs.Add(1); return nil }
 	var evDL, evNone events
@@ -532,7 +533,7 @@ func TestConsumerMissingIDField(t *testing.T) {
 // the stopping consumer.
 func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("ra:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("ra:")))
 	release := make(chan struct{})
 	var started atomic.Int64
 	h := func(ctx context.Context, m streams.Message) error {
@@ -585,7 +586,7 @@ func TestConsumerShutdownReleasesReadAhead(t *testing.T) {
 // with 2 handlers, a new entry is handled while the slow one runs.
 func TestConsumerOwnReclaim(t *testing.T) {
 	_, rc := newServer(t)
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("own:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("own:")))
 	const lease = 200 * time.Millisecond
 	var runs atomic.Int64
 	var fastDone atomic.Int64

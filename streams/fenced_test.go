@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -61,7 +62,7 @@ func TestFencedPattern(t *testing.T) {
 
 	t.Run("two writes, killed between them: the first runs twice", func(t *testing.T) {
 		_, rc := newServer(t)
-		claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
+		claims := must.Store(store.NewClaims(rc, store.WithPrefix("c:")))
 		// The kill: the first delivery stops after its first write (a panic
 		// here; a SIGKILL in TestProcesses-like runs), the redelivery runs
 		// the whole handler.
@@ -88,7 +89,7 @@ func TestFencedPattern(t *testing.T) {
 
 	t.Run("fenced: killed before the script, the redelivery applies once", func(t *testing.T) {
 		_, rc := newServer(t)
-		claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
+		claims := must.Store(store.NewClaims(rc, store.WithPrefix("c:")))
 		func() {
 			defer func() { _ = recover() }()
 			_, _ = claims.Do(ctx, "m1", time.Second, func(ctx context.Context) error { panic("killed before the write") })
@@ -106,7 +107,7 @@ func TestFencedPattern(t *testing.T) {
 
 	t.Run("fenced: killed after the script, before the commit", func(t *testing.T) {
 		_, rc := newServer(t)
-		claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
+		claims := must.Store(store.NewClaims(rc, store.WithPrefix("c:")))
 		// The first holder applies the effect, then dies: its lease
 		// expires (here: the key is deleted, as expiry would) before the
 		// commit.
@@ -135,7 +136,7 @@ func TestFencedPattern(t *testing.T) {
 
 	t.Run("fenced: a holder whose lease was taken over writes nothing", func(t *testing.T) {
 		_, rc := newServer(t)
-		claims := mustStore(store.NewClaims(rc, store.WithPrefix("c:")))
+		claims := must.Store(store.NewClaims(rc, store.WithPrefix("c:")))
 		var stale int64
 		_, _ = claims.Do(ctx, "m1", time.Second, func(ctx context.Context) error {
 			// Frozen past its lease: another consumer took the id over.

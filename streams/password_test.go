@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redact"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
@@ -41,7 +42,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 
 	var rec recorder
 	h := func(context.Context, streams.Message) error { return nil }
-	c, err := streams.New(app, mustStore(store.NewClaims(app, store.WithPrefix("pw:"))), "pw", "g", "c1", h,
+	c, err := streams.New(app, must.Store(store.NewClaims(app, store.WithPrefix("pw:"))), "pw", "g", "c1", h,
 		streams.WithObserver(&rec), streams.WithBlock(50*time.Millisecond), streams.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestNoPasswordInStreamsOutput(t *testing.T) {
 		}
 		return false
 	})
-	c2, err := streams.New(app, mustStore(store.NewClaims(app)), "pw2", "g", "c1", h)
+	c2, err := streams.New(app, must.Store(store.NewClaims(app)), "pw2", "g", "c1", h)
 	if err != nil {
 		t.Fatal(err)
 	}

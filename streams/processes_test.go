@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -62,7 +63,7 @@ func TestWorkerProcess(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	rc := newClient(t, "redis://"+os.Getenv("REDISONCE_STREAMS_ADDR"))
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour)))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("w:"), store.WithTTL(time.Hour)))
 	h := func(ctx context.Context, m streams.Message) error {
 		id := m.Values["msg_id"]
 		switch {

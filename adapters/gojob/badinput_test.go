@@ -9,6 +9,7 @@ import (
 	"github.com/goliatone/go-job/queue/idempotency"
 
 	"github.com/redisonce/redisonce/adapters/gojob"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -17,10 +18,10 @@ func TestBadInputNeverPanics(t *testing.T) {
 	status := idempotency.Status("completed")
 	for name, s := range map[string]*gojob.Store{
 		"nil store":            gojob.NewStore(nil),
-		"memory store":         gojob.NewStore(mustStore(store.NewMemoryRecords())),
-		"memory, nil option":   gojob.NewStore(mustStore(store.NewMemoryRecords()), nil),
-		"legacy, nil context":  gojob.NewStore(mustStore(store.NewMemoryRecords()), gojob.WithLegacy(gojob.NewStore(nil))),
-		"nil legacy (ignored)": gojob.NewStore(mustStore(store.NewMemoryRecords()), gojob.WithLegacy(nil)),
+		"memory store":         gojob.NewStore(must.Store(store.NewMemoryRecords())),
+		"memory, nil option":   gojob.NewStore(must.Store(store.NewMemoryRecords()), nil),
+		"legacy, nil context":  gojob.NewStore(must.Store(store.NewMemoryRecords()), gojob.WithLegacy(gojob.NewStore(nil))),
+		"nil legacy (ignored)": gojob.NewStore(must.Store(store.NewMemoryRecords()), gojob.WithLegacy(nil)),
 	} {
 		for _, ctx := range []context.Context{nil, context.Background()} {
 			if ctx != nil && name != "nil store" {

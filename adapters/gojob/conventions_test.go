@@ -12,6 +12,7 @@ import (
 
 	"github.com/goliatone/go-job/queue/idempotency"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -141,7 +142,7 @@ func TestUpdateNoField(t *testing.T) {
 // CreatedAt is cut to the ms, ExpiresAt rounded up.
 func TestMillisecondPrecision(t *testing.T) {
 	c := newManualClock(time.Date(2024, 1, 1, 0, 0, 0, 123_456_789, time.UTC))
-	s := gojobStore(mustStore(store.NewMemoryRecords(store.WithClock(c.Now))), c)
+	s := gojobStore(must.Store(store.NewMemoryRecords(store.WithClock(c.Now))), c)
 	rec := mustAcquire(t, s, "k", 1500*time.Microsecond)
 	wantCreated := time.Date(2024, 1, 1, 0, 0, 0, 123_000_000, time.UTC)
 	if !rec.CreatedAt.Equal(wantCreated) || !rec.UpdatedAt.Equal(wantCreated) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce/adapters/gojob"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -39,12 +40,12 @@ func targets() []target {
 	return []target{
 		{name: "memory", scale: 1, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
 			c := newManualClock(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
-			rs := mustStore(store.NewMemoryRecords(append([]store.Option{store.WithClock(c.Now)}, opts...)...))
+			rs := must.Store(store.NewMemoryRecords(append([]store.Option{store.WithClock(c.Now)}, opts...)...))
 			return gojob.NewStore(rs, gojob.WithClock(c.Now)), c
 		}},
 		{name: "redis", scale: 1.0 / 40, setup: func(t *testing.T, opts ...store.Option) (*gojob.Store, clock) {
 			prefix := fmt.Sprintf("gojob-test:%d:%s:", prefixSeq.Add(1), t.Name())
-			rs := mustStore(store.NewRecords(newClient(t), append([]store.Option{store.WithPrefix(prefix)}, opts...)...))
+			rs := must.Store(store.NewRecords(newClient(t), append([]store.Option{store.WithPrefix(prefix)}, opts...)...))
 			return gojob.NewStore(rs), realClock{}
 		}},
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/adapters/gojob"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -66,7 +67,7 @@ func TestGoJobJSONStringSamePrefix(t *testing.T) {
 	if _, acquired, err := old.Acquire(ctx, key, time.Minute); err != nil || !acquired {
 		t.Fatalf("go-job's store: Acquire = %v, %v", acquired, err)
 	}
-	s := gojob.NewStore(mustStore(store.NewRecords(c))) // prefix "idempotency:"
+	s := gojob.NewStore(must.Store(store.NewRecords(c))) // prefix "idempotency:"
 
 	if _, _, err := s.Get(ctx, key); !errors.Is(err, store.ErrUnexpectedReply) {
 		t.Errorf("Get of go-job's JSON string = %v, want store.ErrUnexpectedReply", err)
@@ -100,7 +101,7 @@ func TestLegacySamePrefix(t *testing.T) {
 	if _, _, err := old.Acquire(ctx, base+"old", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	s := gojob.NewStore(mustStore(store.NewRecords(c)), gojob.WithLegacy(old))
+	s := gojob.NewStore(must.Store(store.NewRecords(c)), gojob.WithLegacy(old))
 
 	rec, acquired, err := s.Acquire(ctx, base+"old", time.Minute)
 	if err != nil || acquired || rec.Status != idempotency.StatusPending {
@@ -138,7 +139,7 @@ func TestLegacyNewPrefix(t *testing.T) {
 	if _, _, err := old.Acquire(ctx, "job-1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	s := gojob.NewStore(mustStore(store.NewRecords(c, store.WithPrefix(oldPrefix+"-v2:"))), gojob.WithLegacy(old))
+	s := gojob.NewStore(must.Store(store.NewRecords(c, store.WithPrefix(oldPrefix+"-v2:"))), gojob.WithLegacy(old))
 
 	if _, acquired, err := s.Acquire(ctx, "job-1", time.Minute); err != nil || acquired {
 		t.Errorf("Acquire of a job go-job's store holds = %v, %v; want a duplicate", acquired, err)

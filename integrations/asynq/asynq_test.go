@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	asynqonce "github.com/redisonce/redisonce/integrations/asynq"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -215,7 +216,7 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 // Do holds with a lease of holder.
 func inFlightError(t *testing.T, holder time.Duration) error {
 	t.Helper()
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	var inFlight error
 	_, err := claims.Do(context.Background(), "x", holder, func(ctx context.Context) error {
 		_, inFlight = claims.Do(ctx, "x", time.Second, func(context.Context) error { return nil })

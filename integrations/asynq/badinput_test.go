@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	asynqonce "github.com/redisonce/redisonce/integrations/asynq"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // handler, a nil task and a nil context give store.ErrInvalidArgument, never
 // a panic, and the handler never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	ran := 0
 	h := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran++; return nil })
 	byPayload := asynqonce.WithID(func(context.Context, *asynq.Task) (string, error) { return "task-1", nil })

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	asynqonce "github.com/redisonce/redisonce/integrations/asynq"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -25,7 +26,7 @@ func TestCoalesce(t *testing.T) {
 	var mu sync.Mutex
 	var runs []string
 	active, overlap := 0, 0
-	co := mustCoalescer(t)(store.NewCoalescer(rdb(t), func(ctx context.Context, key string, payload []byte) error {
+	co := must.Store(store.NewCoalescer(rdb(t), func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		runs = append(runs, string(payload))
 		active++
@@ -92,17 +93,5 @@ func TestCoalesceBadOption(t *testing.T) {
 	err := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).ProcessTask(context.Background(), asynq.NewTask("job", nil))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("a task through WithCoalesce(nil, nil) = %v, want ErrInvalidArgument", err)
-	}
-}
-
-// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
-// Coalescer, failing the test on its error.
-func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
-	return func(co *store.Coalescer, err error) *store.Coalescer {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return co
 	}
 }

@@ -9,6 +9,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -20,7 +21,7 @@ type untouchedMsg struct{ natsjs.Msg }
 // nil message and a nil Handler give store.ErrInvalidArgument, never a
 // panic, and fn never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	ran := 0
 	fn := func(context.Context, natsjs.Msg) error { ran++; return nil }
 	h, err := jetstream.New(claims, fn)

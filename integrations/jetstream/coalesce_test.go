@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -22,7 +23,7 @@ func TestCoalesce(t *testing.T) {
 	c := e.consumer(t, "c", 2*time.Second)
 	var mu sync.Mutex
 	var runs []string
-	co := mustCoalescer(t)(store.NewCoalescer(e.rc, func(ctx context.Context, key string, payload []byte) error {
+	co := must.Store(store.NewCoalescer(e.rc, func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		runs = append(runs, key+"="+string(payload))
 		mu.Unlock()
@@ -74,22 +75,10 @@ func TestCoalesce(t *testing.T) {
 
 // TestCoalesceBadOption: WithCoalesce without a key function is refused.
 func TestCoalesceBadOption(t *testing.T) {
-	co := mustCoalescer(t)(store.NewMemoryCoalescer(func(context.Context, string, []byte) error { return nil }, store.CoalesceOptions{}))
+	co := must.Store(store.NewMemoryCoalescer(func(context.Context, string, []byte) error { return nil }, store.CoalesceOptions{}))
 	defer co.Close()
-	_, err := jetstream.New(mustStore(store.NewMemoryClaims()), nil, jetstream.WithCoalesce(co, nil))
+	_, err := jetstream.New(must.Store(store.NewMemoryClaims()), nil, jetstream.WithCoalesce(co, nil))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("New with a nil coalescing key = %v, want ErrInvalidArgument", err)
-	}
-}
-
-// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
-// Coalescer, failing the test on its error.
-func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
-	return func(co *store.Coalescer, err error) *store.Coalescer {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return co
 	}
 }

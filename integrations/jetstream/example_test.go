@@ -35,7 +35,11 @@ func Example() {
 	consumer, _ := stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{
 		Durable: "ledger", AckPolicy: natsjs.AckExplicitPolicy, AckWait: 30 * time.Second})
 
-	claims := mustStore(store.NewMemoryClaims()) // mustStore(store.NewClaims(redisClient)) in production
+	claims, err := store.NewMemoryClaims() // store.NewClaims(redisClient) in production
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	var mu sync.Mutex
 	balance := 0
 	var wg sync.WaitGroup

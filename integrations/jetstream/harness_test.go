@@ -12,6 +12,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -93,7 +94,7 @@ func newEnv(t *testing.T, dupWindow time.Duration) *env {
 		t.Fatal(err)
 	}
 	e.prefix, e.rc = fmt.Sprintf("jstest:%d:", n), newRedis(t, e.redisURL)
-	e.claims = mustStore(store.NewClaims(e.rc, store.WithPrefix(e.prefix)))
+	e.claims = must.Store(store.NewClaims(e.rc, store.WithPrefix(e.prefix)))
 	return e
 }
 

@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -363,7 +364,7 @@ func TestHandlerSlowerThanAckWait(t *testing.T) {
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	fn := func(context.Context, natsjs.Msg) error { return nil }
 	for name, c := range map[string]struct {
 		claims *store.Claims

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -74,7 +75,7 @@ func runWorker() error {
 		return err
 	}
 	do := func(cmd rueidis.Completed) { _ = rc.Do(context.WithoutCancel(ctx), cmd).Error() }
-	h, err := jetstream.New(mustStore(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))),
+	h, err := jetstream.New(must.Store(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))),
 		func(ctx context.Context, msg natsjs.Msg) error {
 			id, _ := jetstream.MsgID(msg)
 			if msg.Headers().Get("Slow") == "1" {

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // nil Consumer give store.ErrInvalidArgument, never a panic; a Run refused
 // for a nil context leaves the Consumer usable.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	fn := func(context.Context, *kgo.Record) error { return nil }
 	// No broker listens there: nothing here may reach one.
 	opts := []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -33,7 +34,7 @@ func TestCoalesce(t *testing.T) {
 	runs := map[string][]string{}
 	active := map[string]int{}
 	overlap := 0
-	co := mustCoalescer(t)(store.NewCoalescer(e.rc, func(ctx context.Context, key string, payload []byte) error {
+	co := must.Store(store.NewCoalescer(e.rc, func(ctx context.Context, key string, payload []byte) error {
 		mu.Lock()
 		runs[key] = append(runs[key], string(payload))
 		active[key]++
@@ -86,22 +87,10 @@ func TestCoalesce(t *testing.T) {
 
 // TestCoalesceBadOption: WithCoalesce without a key function is refused.
 func TestCoalesceBadOption(t *testing.T) {
-	co := mustCoalescer(t)(store.NewMemoryCoalescer(func(context.Context, string, []byte) error { return nil }, store.CoalesceOptions{}))
+	co := must.Store(store.NewMemoryCoalescer(func(context.Context, string, []byte) error { return nil }, store.CoalesceOptions{}))
 	defer co.Close()
-	_, err := kafka.New(mustStore(store.NewMemoryClaims()), nil, []kgo.Opt{kgo.SeedBrokers("localhost:9092")}, kafka.WithCoalesce(co, nil))
+	_, err := kafka.New(must.Store(store.NewMemoryClaims()), nil, []kgo.Opt{kgo.SeedBrokers("localhost:9092")}, kafka.WithCoalesce(co, nil))
 	if !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("New with a nil coalescing key = %v, want ErrInvalidArgument", err)
-	}
-}
-
-// mustCoalescer(tb)(store.NewCoalescer(...)) is the constructor's
-// Coalescer, failing the test on its error.
-func mustCoalescer(tb testing.TB) func(*store.Coalescer, error) *store.Coalescer {
-	return func(co *store.Coalescer, err error) *store.Coalescer {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return co
 	}
 }

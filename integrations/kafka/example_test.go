@@ -34,7 +34,13 @@ func Example() {
 	var mu sync.Mutex
 	balance, handled := 0, 0
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := kafka.New(mustStore(store.NewMemoryClaims()), func(ctx context.Context, r *kgo.Record) error {
+	claims, err := store.NewMemoryClaims() // store.NewClaims(redisClient) in production
+	if err != nil {
+		fmt.Println(err)
+		cancel()
+		return
+	}
+	c, err := kafka.New(claims, func(ctx context.Context, r *kgo.Record) error {
 		// all-or-nothing: one write (here a variable; a real one is one SQL
 		// transaction or one Redis command, sent with context.WithoutCancel)
 		amount, err := strconv.Atoi(string(r.Value))

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -69,7 +70,7 @@ func newEnv(t *testing.T, partitions int32) *env {
 	e := &env{topic: fmt.Sprintf("t%d", n), group: fmt.Sprintf("g%d", n), redisURL: startRedis(t), prefix: fmt.Sprintf("kt%d:", n)}
 	e.brokers = startKafka(t, e.topic, partitions)
 	e.rc = newRedis(t, e.redisURL)
-	e.claims = mustStore(store.NewClaims(e.rc, store.WithPrefix(e.prefix+"claims:")))
+	e.claims = must.Store(store.NewClaims(e.rc, store.WithPrefix(e.prefix+"claims:")))
 	return e
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -303,7 +304,7 @@ func TestRebalanceWhileHandlersRun(t *testing.T) {
 }
 
 func TestNewRefusesBadInput(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	fn := func(context.Context, *kgo.Record) error { return nil }
 	for name, c := range map[string]struct {
 		claims *store.Claims

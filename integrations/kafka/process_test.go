@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -58,7 +59,7 @@ func runWorker() error {
 	defer stop()
 	e := &env{brokers: strings.Split(os.Getenv("K_BROKERS"), ","), topic: os.Getenv("K_TOPIC"), group: os.Getenv("K_GROUP"), rc: rc, prefix: prefix}
 	do := func(cmd rueidis.Completed) { _ = rc.Do(context.WithoutCancel(ctx), cmd).Error() }
-	c, err := kafka.New(mustStore(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))),
+	c, err := kafka.New(must.Store(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))),
 		func(ctx context.Context, r *kgo.Record) error {
 			if string(r.Key) == "slow" {
 				do(rc.B().Set().Key(prefix + "inside:" + w).Value(string(r.Value)).Build())

@@ -123,12 +123,3 @@ func newRedis(t testing.TB, url string) rueidis.Client {
 	t.Cleanup(c.Close)
 	return c
 }
-
-// mustStore is a store constructor's result, for options that cannot fail:
-// a constructor's error here is a broken test.
-func mustStore[S any](s S, err error) S {
-	if err != nil {
-		panic(err)
-	}
-	return s
-}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redisonce/redisonce/integrations/postgres"
 	"github.com/redisonce/redisonce/internal/faultnet"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -39,7 +40,7 @@ func newInboxEnv(t *testing.T, opts ...postgres.InboxOption) *inboxEnv {
 	pool, url, stmts := newDB(t)
 	r := startRedis(t)
 	rc := newRedis(t, r.URL())
-	ib, err := postgres.NewInbox(mustStore(store.NewClaims(rc, store.WithPrefix("in:"))), pool, opts...)
+	ib, err := postgres.NewInbox(must.Store(store.NewClaims(rc, store.WithPrefix("in:"))), pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestInboxLostLeaseCommitsNothing(t *testing.T) {
 		t.Run(map[bool]string{true: "newer commits first", false: "older commits first"}[newerFirst], func(t *testing.T) {
 			e := newInboxEnv(t)
 			rc := newRedis(t, e.rurl)
-			blind, err := postgres.NewInboxWithClaimer(blindClaims{mustStore(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
+			blind, err := postgres.NewInboxWithClaimer(blindClaims{must.Store(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,14 +371,14 @@ func TestInboxBadInputWritesNothing(t *testing.T) {
 		postgres.WithInboxTable(""), postgres.WithInboxTable(strings.Repeat("t", 64)), postgres.WithInboxTable("a\x00"),
 		postgres.WithInboxRetention(0), postgres.WithInboxPruneBatch(0),
 		postgres.WithInboxTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly})} {
-		if _, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), e.pool, o); !errors.Is(err, store.ErrInvalidArgument) {
+		if _, err := postgres.NewInbox(must.Store(store.NewMemoryClaims()), e.pool, o); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("NewInbox with a bad option: %v, want ErrInvalidArgument", err)
 		}
 	}
 	if _, err := postgres.NewInbox(nil, e.pool); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("NewInbox(nil claims): %v", err)
 	}
-	if _, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), nil); !errors.Is(err, store.ErrInvalidArgument) {
+	if _, err := postgres.NewInbox(must.Store(store.NewMemoryClaims()), nil); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("NewInbox(nil db): %v", err)
 	}
 }
@@ -391,7 +392,7 @@ func TestInboxTableOption(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA app`); err != nil {
 		t.Fatal(err)
 	}
-	ib, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), pool, postgres.WithInboxTable("app", `My "Inbox"`))
+	ib, err := postgres.NewInbox(must.Store(store.NewMemoryClaims()), pool, postgres.WithInboxTable("app", `My "Inbox"`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func TestInboxStaleOwnerEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := newRedis(t, e.rurl)
-	blind, err := postgres.NewInboxWithClaimer(blindClaims{mustStore(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
+	blind, err := postgres.NewInboxWithClaimer(blindClaims{must.Store(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +608,7 @@ func TestInboxCommitReplyLost(t *testing.T) {
 	}
 	t.Cleanup(cut.Close)
 	rc := newRedis(t, e.rurl)
-	ib, err := postgres.NewInbox(mustStore(store.NewClaims(rc, store.WithPrefix("in:"))), splitDB{tx: cut, rest: e.pool})
+	ib, err := postgres.NewInbox(must.Store(store.NewClaims(rc, store.WithPrefix("in:"))), splitDB{tx: cut, rest: e.pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,11 +672,11 @@ func TestInboxStaleOwnerNotEndable(t *testing.T) {
 	}
 	t.Cleanup(other.Close)
 	rc := newRedis(t, e.rurl)
-	blind, err := postgres.NewInboxWithClaimer(blindClaims{mustStore(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
+	blind, err := postgres.NewInboxWithClaimer(blindClaims{must.Store(store.NewClaims(rc, store.WithPrefix("in:")))}, e.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	newer, err := postgres.NewInbox(mustStore(store.NewClaims(rc, store.WithPrefix("in:"))), other)
+	newer, err := postgres.NewInbox(must.Store(store.NewClaims(rc, store.WithPrefix("in:"))), other)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redisonce/redisonce/integrations/postgres"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -63,7 +64,7 @@ func TestWithTxUnderStreams(t *testing.T) {
 	run := func(round int) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
-		c, err := streams.New(rc, mustStore(store.NewClaims(rc, store.WithPrefix("runner:"))), "payments", "ledger", fmt.Sprintf("w%d", round),
+		c, err := streams.New(rc, must.Store(store.NewClaims(rc, store.WithPrefix("runner:"))), "payments", "ledger", fmt.Sprintf("w%d", round),
 			postgres.WithTx(e.inbox, credit),
 			streams.WithIDField("payment_id"), streams.WithLease(5*time.Second))
 		if err != nil {
@@ -125,7 +126,7 @@ func TestApplyOutsideAClaim(t *testing.T) {
 		t.Fatalf("WithTx(nil, nil): %v", err)
 	}
 	// A claim whose id the text key cannot hold.
-	_, err = mustStore(store.NewMemoryClaims()).Do(e.ctx, "a\xffb", time.Second, func(ctx context.Context) error {
+	_, err = must.Store(store.NewMemoryClaims()).Do(e.ctx, "a\xffb", time.Second, func(ctx context.Context) error {
 		return e.inbox.Apply(ctx, pay("a\xffb", 1))
 	})
 	if !errors.Is(err, store.ErrInvalidArgument) || !store.IsPermanent(err) {

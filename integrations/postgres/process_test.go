@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redisonce/redisonce/integrations/postgres"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -170,7 +171,7 @@ func newProcEnv(t *testing.T) *procEnv {
 	t.Helper()
 	pool, url, _ := newDB(t)
 	e := &procEnv{t: t, pool: pool, pgURL: url + "&pool_max_conns=12", redis: startRedis(t), prefix: "pin:", ctx: context.Background()}
-	ib, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), pool)
+	ib, err := postgres.NewInbox(must.Store(store.NewMemoryClaims()), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -766,7 +767,7 @@ func TestProcessThreeWorkers(t *testing.T) {
 	if total != n || processed != n {
 		t.Fatalf("inbox: %d rows, %d processed; want %d, %d (retention keeps every row)", total, processed, n, n)
 	}
-	ib, err := postgres.NewInbox(mustStore(store.NewMemoryClaims()), e.pool, postgres.WithInboxRetention(time.Millisecond), postgres.WithInboxPruneBatch(300))
+	ib, err := postgres.NewInbox(must.Store(store.NewMemoryClaims()), e.pool, postgres.WithInboxRetention(time.Millisecond), postgres.WithInboxPruneBatch(300))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -17,7 +18,7 @@ import (
 func BenchmarkRecordsDo(b *testing.B) {
 	srv := startRecServers(b)
 	e := srv.env(b)
-	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, WithRecordsTable(e.table))
+	s, err := NewRecords(must.Store(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, WithRecordsTable(e.table))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func BenchmarkRecordsDo(b *testing.B) {
 			}
 		}
 	})
-	redisOnly := mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix+"r:")))
+	redisOnly := must.Store(store.NewRecords(e.client, store.WithPrefix(e.prefix+"r:")))
 	b.Run("redis-only/first", func(b *testing.B) {
 		for i := range b.N {
 			key := fmt.Sprintf("r-%d", i)

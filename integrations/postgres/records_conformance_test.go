@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/store/storetest"
 )
@@ -98,14 +99,14 @@ func TestRecordsTableOption(t *testing.T) {
 		t.Errorf("CreateTable again: %v", err)
 	}
 	// A store on a table nobody created says so.
-	missing, err := NewRecords(mustStore(store.NewMemoryRecords()), e.pool, WithRecordsTable("nope"))
+	missing, err := NewRecords(must.Store(store.NewMemoryRecords()), e.pool, WithRecordsTable("nope"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := missing.Do(ctx, "k", store.AcquireOptions{Lease: time.Second}, func(context.Context) ([]byte, error) { return nil, nil }); err == nil || !strings.Contains(err.Error(), "CreateTable") {
 		t.Errorf("Do on a missing table: %v, want an error naming CreateTable", err)
 	}
-	lease := mustStore(store.NewMemoryRecords())
+	lease := must.Store(store.NewMemoryRecords())
 	for name, o := range map[string]RecordsOption{
 		"empty name": WithRecordsTable(""), "no parts": WithRecordsTable(), "three parts": WithRecordsTable("a", "b", "c"),
 		"NUL": WithRecordsTable("a\x00b"), "64 bytes": WithRecordsTable(strings.Repeat("t", 64)), "bad UTF-8": WithRecordsTable("\xff"),

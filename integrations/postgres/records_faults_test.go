@@ -17,6 +17,7 @@ import (
 
 	"github.com/redisonce/redisonce/httpidem"
 	"github.com/redisonce/redisonce/internal/faultnet"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -183,7 +184,7 @@ func TestRecordsConcurrentDuplicates(t *testing.T) {
 	var apis []string
 	for range 2 {
 		pool := newPool(t, e.pg.URL("postgres"))
-		s, err := NewRecords(mustStore(store.NewRecords(newRedisClient(t, e.redis.Addr), store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
+		s, err := NewRecords(must.Store(store.NewRecords(newRedisClient(t, e.redis.Addr), store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +322,7 @@ func TestRecordsConnectionLostAtCommit(t *testing.T) {
 			}
 			defer proxy.Close()
 			pool := newPool(t, strings.Replace(e.pg.URL("postgres"), fmt.Sprintf(":%d/", e.pg.Port), ":"+strings.Split(proxy.Addr(), ":")[1]+"/", 1))
-			s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
+			s, err := NewRecords(must.Store(store.NewRecords(e.client, store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
 			if err != nil {
 				t.Fatal(err)
 			}

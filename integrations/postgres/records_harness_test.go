@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/pgproc"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
@@ -127,7 +128,7 @@ func newRedisClient(t testing.TB, addr string) rueidis.Client {
 // store of its own client.
 func (e *recEnv) records(t *testing.T, opts ...RecordsOption) *Records {
 	t.Helper()
-	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
+	s, err := NewRecords(must.Store(store.NewRecords(e.client, store.WithPrefix(e.prefix))), e.pool, append([]RecordsOption{WithRecordsTable(e.table)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +175,4 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// mustStore is a store constructor's result, for options that cannot fail:
-// a constructor's error here is a broken test.
-func mustStore[S any](s S, err error) S {
-	if err != nil {
-		panic(err)
-	}
-	return s
 }

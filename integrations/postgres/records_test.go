@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -358,7 +359,7 @@ func TestRecordsDuplicatesNeverTouchPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := NewRecords(mustStore(store.NewRecords(e.client, store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
+	s, err := NewRecords(must.Store(store.NewRecords(e.client, store.WithPrefix(e.prefix))), pool, WithRecordsTable(e.table))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/httpidem"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -97,7 +98,7 @@ func TestRecordsWorker(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	s, err := NewRecords(mustStore(store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX")))), pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
+	s, err := NewRecords(must.Store(store.NewRecords(client, store.WithPrefix(os.Getenv("PGREC_PREFIX")))), pool, WithRecordsTable(os.Getenv("PGREC_TABLE")))
 	if err != nil {
 		fail(err)
 	}

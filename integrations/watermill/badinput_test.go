@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	wmonce "github.com/redisonce/redisonce/integrations/watermill"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // nil handler, a nil message and a nil context give store.ErrInvalidArgument,
 // never a panic, and the handler never runs.
 func TestBadInputNeverPanics(t *testing.T) {
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	ran := 0
 	h := func(*message.Message) ([]*message.Message, error) { ran++; return nil, nil }
 	msg := func() *message.Message { return message.NewMessage("uuid-1", []byte("p")) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -43,7 +44,7 @@ func TestRows(t *testing.T) {
 			wantErr: func(err error) bool { return errors.Is(err, context.Canceled) }, free: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := mustStore(store.NewMemoryClaims())
+			c := must.Store(store.NewMemoryClaims())
 			if tc.setup != nil {
 				tc.setup(c)
 			}
@@ -71,7 +72,7 @@ func TestRows(t *testing.T) {
 	}
 
 	t.Run("in flight", func(t *testing.T) {
-		c := mustStore(store.NewMemoryClaims())
+		c := must.Store(store.NewMemoryClaims())
 		held, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			_, _ = c.Do(context.Background(), "m", lease, func(context.Context) error { close(held); <-done; return nil })
@@ -88,7 +89,7 @@ func TestRows(t *testing.T) {
 	})
 
 	t.Run("store error", func(t *testing.T) {
-		c := unreachable{mustStore(store.NewMemoryClaims())}
+		c := unreachable{must.Store(store.NewMemoryClaims())}
 		r := Do(context.Background(), c, "m", lease, func(context.Context) error { t.Error("fn ran on a closed store"); return nil })
 		if r.Row != StoreError || r.Err == nil {
 			t.Fatalf("row %v, err %v; want a store error", r.Row, r.Err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisonce/redisonce/internal/inflight"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // an id the first holds.
 func TestDelay(t *testing.T) {
 	const fallback = 30 * time.Second
-	claims := mustStore(store.NewMemoryClaims())
+	claims := must.Store(store.NewMemoryClaims())
 	ctx := context.Background()
 	var inFlight error
 	_, err := claims.Do(ctx, "m", 2*time.Second, func(ctx context.Context) error {

@@ -36,8 +36,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/redisonce/redisonce/internal/proc"
 )
 
 const (
@@ -49,8 +50,6 @@ const (
 	// stopTimeout is how long Stop waits after a fast shutdown request
 	// (SIGINT) before it sends SIGKILL.
 	stopTimeout = 10 * time.Second
-	// logTailLines is how many lines of output a start error quotes.
-	logTailLines = 25
 	// User is the superuser initdb creates; it connects without a password
 	// (trust authentication) from 127.0.0.1 and the socket.
 	User = "postgres"
@@ -125,12 +124,7 @@ func majorOf(binDir string) int {
 }
 
 func hasBinaries(dir string) bool {
-	return isExecutable(filepath.Join(dir, "initdb")) && isExecutable(filepath.Join(dir, "postgres"))
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+	return proc.IsExecutable(filepath.Join(dir, "initdb")) && proc.IsExecutable(filepath.Join(dir, "postgres"))
 }
 
 // Server is one running (or stopped) PostgreSQL server. Its methods are safe
@@ -144,21 +138,9 @@ type Server struct {
 	// (.s.PGSQL.<Port>).
 	SocketDir string
 
-	opts   Options
-	ownDir bool
-	cred   *credential // the account the server runs as; nil: the caller's
-
-	mu      sync.Mutex
-	proc    *process
-	log     *tailBuffer
-	stopped bool
-}
-
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	log  *tailBuffer
+	opts Options
+	cred *proc.Credential // the account the server runs as; nil: the caller's
+	slot proc.Slot
 }
 
 // Start runs initdb (unless Dir already holds a data directory) and starts a
@@ -181,51 +163,42 @@ func Start(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.cred = cred
-	if o.Dir == "" {
-		dir, err := os.MkdirTemp("", "pgproc-")
-		if err != nil {
-			return nil, fmt.Errorf("pgproc: %w", err)
-		}
-		o.Dir, s.ownDir = dir, true
-	} else {
-		abs, err := filepath.Abs(o.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("pgproc: %w", err)
-		}
-		if err := os.MkdirAll(abs, 0o700); err != nil {
-			return nil, fmt.Errorf("pgproc: %w", err)
-		}
-		o.Dir = abs
+	dir, own, err := proc.WorkDir(o.Dir, "pgproc-", 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("pgproc: %w", err)
 	}
-	s.Dir, s.SocketDir = o.Dir, filepath.Join(o.Dir, "sock")
+	if own {
+		s.slot.Own(dir)
+	}
+	o.Dir, s.Dir, s.SocketDir = dir, dir, filepath.Join(dir, "sock")
 	if err := s.prepareDirs(); err != nil {
-		s.removeOwnDir()
+		_ = s.slot.RemoveOwnDir()
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(s.dataDir(), "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := s.initdb(o); err != nil {
-			s.removeOwnDir()
+			_ = s.slot.RemoveOwnDir()
 			return nil, err
 		}
 	}
 	autoPort := o.Port == 0
 	for attempt := 1; ; attempt++ {
 		if autoPort {
-			port, err := freePort()
+			port, err := proc.FreePort()
 			if err != nil {
-				s.removeOwnDir()
-				return nil, err
+				_ = s.slot.RemoveOwnDir()
+				return nil, fmt.Errorf("pgproc: %w", err)
 			}
 			o.Port = port
 		}
 		s.opts, s.Port = o, o.Port
 		p, err := s.launch()
 		if err == nil {
-			s.proc, s.log = p, p.log
+			s.slot.Start(p)
 			return s, nil
 		}
-		if !autoPort || attempt >= 5 || !errors.Is(err, errAddrInUse) {
-			s.removeOwnDir()
+		if !autoPort || attempt >= 5 || !errors.Is(err, proc.ErrAddrInUse) {
+			_ = s.slot.RemoveOwnDir()
 			return nil, err
 		}
 	}
@@ -233,8 +206,8 @@ func Start(o Options) (*Server, error) {
 
 // runAs returns the credential of the postgres account when the caller is
 // root (initdb and postgres refuse to run as root), else nil.
-func runAs() (*credential, error) {
-	if !isRoot() {
+func runAs() (*proc.Credential, error) {
+	if !proc.IsRoot() {
 		return nil, nil
 	}
 	u, err := user.Lookup(runAsUser)
@@ -248,7 +221,7 @@ func runAs() (*credential, error) {
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("pgproc: account %q: uid %q gid %q", runAsUser, u.Uid, u.Gid)
 	}
-	return &credential{uid: int(uid), gid: int(gid)}, nil
+	return &proc.Credential{UID: int(uid), GID: int(gid)}, nil
 }
 
 func (s *Server) dataDir() string { return filepath.Join(s.Dir, "data") }
@@ -266,7 +239,7 @@ func (s *Server) prepareDirs() error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, s.cred.uid, s.cred.gid)
+		return os.Lchown(p, s.cred.UID, s.cred.GID)
 	})
 	if err != nil {
 		return fmt.Errorf("pgproc: give %s to the %s account: %w", s.Dir, runAsUser, err)
@@ -279,36 +252,34 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 	cmd.Dir = s.Dir
 	// A clean environment: no PGDATA, PGPORT or locale of the caller's.
 	cmd.Env = []string{"LC_ALL=C", "LANG=C", "PATH=" + os.Getenv("PATH"), "HOME=" + s.Dir, "TZ=UTC"}
-	cmd.SysProcAttr = sysProcAttr(s.cred)
 	return cmd
+}
+
+// start starts a command of s.command's, as the server's account; its
+// children (postgres's backends) start sessions of their own.
+func (s *Server) start(cmd *exec.Cmd) (*proc.Process, error) {
+	return proc.Start(cmd, proc.Options{Cred: s.cred, Sessions: true})
 }
 
 func (s *Server) initdb(o Options) error {
 	s.opts = o
 	cmd := s.command("initdb", "-D", s.dataDir(), "-U", User, "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
-	log := &tailBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	p, err := s.start(cmd)
+	if err != nil {
 		return fmt.Errorf("pgproc: start initdb: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("pgproc: initdb -D %s: %w\n--- initdb output ---\n%s", s.dataDir(), err, log.Tail(logTailLines))
+	case <-p.Done():
+		if err := p.Err(); err != nil {
+			return fmt.Errorf("pgproc: initdb -D %s: %w\n--- initdb output ---\n%s", s.dataDir(), err, p.Log().Tail(proc.LogTailLines))
 		}
 		return nil
 	case <-time.After(initTimeout):
-		killGroup(cmd.Process)
-		<-done
-		return fmt.Errorf("pgproc: initdb -D %s: not done after %s\n--- initdb output ---\n%s", s.dataDir(), initTimeout, log.Tail(logTailLines))
+		p.Kill()
+		return fmt.Errorf("pgproc: initdb -D %s: not done after %s\n--- initdb output ---\n%s", s.dataDir(), initTimeout, p.Log().Tail(proc.LogTailLines))
 	}
 }
-
-var errAddrInUse = errors.New("address already in use")
 
 // serverArgs renders the options as postgres command-line arguments.
 func (s *Server) serverArgs() []string {
@@ -341,22 +312,13 @@ func (s *Server) serverArgs() []string {
 
 // launch starts the server on s.Port and waits until it is ready. On failure
 // the process is gone when launch returns.
-func (s *Server) launch() (*process, error) {
-	cmd := s.command("postgres", s.serverArgs()...)
-	log := &tailBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+func (s *Server) launch() (*proc.Process, error) {
+	p, err := s.start(s.command("postgres", s.serverArgs()...))
+	if err != nil {
 		return nil, fmt.Errorf("pgproc: start postgres: %w", err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{}), log: log}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	if err := s.waitReady(p); err != nil {
-		killGroup(p.cmd.Process)
-		<-p.done
+		p.Kill()
 		return nil, err
 	}
 	return p, nil
@@ -364,43 +326,28 @@ func (s *Server) launch() (*process, error) {
 
 // waitReady waits until postmaster.pid names this process and reports the
 // status "ready" (its 8th line, which pg_ctl reads too).
-func (s *Server) waitReady(p *process) error {
+func (s *Server) waitReady(p *proc.Process) error {
 	deadline := time.Now().Add(readyTimeout)
 	pidFile := filepath.Join(s.dataDir(), "postmaster.pid")
 	for {
 		select {
-		case <-p.done:
-			err := fmt.Errorf("pgproc: postgres on port %d exited before it was ready (%v)\n--- server log tail ---\n%s",
-				s.Port, p.err, p.log.Tail(logTailLines))
-			if strings.Contains(p.log.String(), "Address already in use") {
-				err = fmt.Errorf("%w: %w", errAddrInUse, err)
-			}
-			return err
+		case <-p.Done():
+			return p.ExitedEarly("pgproc: postgres", s.Port)
 		default:
 		}
 		if b, err := os.ReadFile(pidFile); err == nil {
 			lines := strings.Split(string(b), "\n")
-			if len(lines) >= 8 && strings.TrimSpace(lines[0]) == strconv.Itoa(p.cmd.Process.Pid) &&
+			if len(lines) >= 8 && strings.TrimSpace(lines[0]) == strconv.Itoa(p.Pid()) &&
 				strings.TrimSpace(lines[7]) == "ready" {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("pgproc: postgres on port %d not ready after %s\n--- server log tail ---\n%s",
-				s.Port, readyTimeout, p.log.Tail(logTailLines))
+				s.Port, readyTimeout, p.Log().Tail(proc.LogTailLines))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgproc: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // URL returns a postgres:// URL for database db on the TCP port, as the
@@ -422,7 +369,7 @@ func (s *Server) SocketURL(db string) string {
 // tuples only). A failure quotes psql's standard error.
 func (s *Server) Psql(db, sql string) (string, error) {
 	bin := filepath.Join(s.opts.BinDir, "psql")
-	if !isExecutable(bin) {
+	if !proc.IsExecutable(bin) {
 		p, err := exec.LookPath("psql")
 		if err != nil {
 			return "", fmt.Errorf("pgproc: psql %w next to %s or on PATH", ErrNotInstalled, s.opts.BinDir)
@@ -457,113 +404,23 @@ func (s *Server) CreateDatabase(db string) error {
 
 // Log returns the recent output (up to 64 KiB) of the server's current or
 // last process.
-func (s *Server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.log == nil {
-		return ""
-	}
-	return s.log.String()
-}
+func (s *Server) Log() string { return s.slot.Log() }
 
 // Pid returns the process id of the running postmaster, or 0 when it is not
 // running. Its backends are its children (each in a session of its own).
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.slot.Pid() }
 
 // Stop ends the server: a fast shutdown (SIGINT: open transactions roll
 // back, clients are disconnected), then SIGKILL to its process group if it
 // has not exited after 10 seconds. It removes Dir if Start created it. Stop is
 // idempotent.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return nil
+	if err := s.slot.End(proc.SIGINT, stopTimeout); err != nil {
+		return fmt.Errorf("pgproc: %w", err)
 	}
-	s.stopped = true
-	if s.proc != nil {
-		s.proc.terminate()
-		s.proc = nil
-	}
-	return s.removeOwnDir()
+	return nil
 }
 
 // Kill sends SIGKILL to the postmaster and its backends and waits for the
 // postmaster to exit, like a crash. Dir is kept.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return nil
-	}
-	killGroup(s.proc.cmd.Process)
-	<-s.proc.done
-	s.proc = nil
-	return nil
-}
-
-func (p *process) terminate() {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Signal(sigint)
-		select {
-		case <-p.done:
-		case <-time.After(stopTimeout):
-			killGroup(p.cmd.Process)
-			<-p.done
-		}
-	}
-	killGroup(p.cmd.Process) // stragglers, if any
-}
-
-func (s *Server) removeOwnDir() error {
-	if !s.ownDir {
-		return nil
-	}
-	s.ownDir = false
-	if err := os.RemoveAll(s.Dir); err != nil {
-		return fmt.Errorf("pgproc: remove %s: %w", s.Dir, err)
-	}
-	return nil
-}
-
-// tailBuffer keeps the last maxTail bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const maxTail = 64 << 10
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - maxTail; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-// Tail returns the last n lines.
-func (b *tailBuffer) Tail(n int) string {
-	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (s *Server) Kill() error { return s.slot.Kill() }

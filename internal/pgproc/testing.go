@@ -3,14 +3,14 @@ package pgproc
 import (
 	"errors"
 	"os"
+
+	"github.com/redisonce/redisonce/internal/proc"
 )
 
 // TB is the part of testing.TB that StartT uses, so this package need not
 // import "testing" outside its tests.
 type TB interface {
-	Helper()
-	Cleanup(func())
-	Fatalf(format string, args ...any)
+	proc.TB
 	Skipf(format string, args ...any)
 }
 
@@ -21,22 +21,12 @@ type TB interface {
 func StartT(t TB, o Options) *Server {
 	t.Helper()
 	s, err := Start(o)
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true":
-		t.Skipf("%v\n(set CI=true to make this a failure)", err)
-		return nil // only reached with a TB whose Skipf returns
-	case errors.Is(err, ErrNotInstalled):
-		t.Fatalf("%v\nCI=true, so a missing PostgreSQL is a failure, not a skip", err)
-		return nil
-	default:
-		t.Fatalf("%v", err)
-		return nil
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Fatalf("%v", err)
+	if errors.Is(err, ErrNotInstalled) {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("%v\n(set CI=true to make this a failure)", err)
+			return nil // only reached with a TB whose Skipf returns
 		}
-	})
-	return s
+		err = errors.Join(err, errors.New("CI=true, so a missing PostgreSQL is a failure, not a skip"))
+	}
+	return proc.Started(t, s, err)
 }

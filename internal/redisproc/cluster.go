@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redisonce/redisonce/internal/proc"
 )
 
 // clusterReadyTimeout bounds how long StartCluster waits for every node to
@@ -95,7 +97,7 @@ func StartCluster(masters int, o Options) (*Cluster, error) {
 // lookRedisCLI finds redis-cli next to the redis-server binary, then on PATH.
 // Its error wraps ErrNotInstalled.
 func lookRedisCLI(serverBin string) (string, error) {
-	if p := filepath.Join(filepath.Dir(serverBin), "redis-cli"); isExecutable(p) {
+	if p := filepath.Join(filepath.Dir(serverBin), "redis-cli"); proc.IsExecutable(p) {
 		return p, nil
 	}
 	if p, err := exec.LookPath("redis-cli"); err == nil {

@@ -30,8 +30,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/redisonce/redisonce/internal/proc"
 )
 
 const (
@@ -39,8 +40,6 @@ const (
 	readyTimeout = 10 * time.Second
 	// stopTimeout is how long Stop waits after SIGTERM before it sends SIGKILL.
 	stopTimeout = 10 * time.Second
-	// logTailLines is how many lines of the server's output a start error quotes.
-	logTailLines = 25
 	// clusterBusOffset is the distance of the cluster bus port from the client
 	// port, as Redis computes it when cluster-port is not set.
 	clusterBusOffset = 10000
@@ -100,7 +99,7 @@ func LookPath() (string, error) {
 	}
 	for _, dir := range []string{"/usr/sbin", "/usr/local/bin", "/usr/bin", "/opt/homebrew/bin"} {
 		p := filepath.Join(dir, "redis-server")
-		if isExecutable(p) {
+		if proc.IsExecutable(p) {
 			return p, nil
 		}
 	}
@@ -109,14 +108,10 @@ func LookPath() (string, error) {
 		"or `brew install redis` (macOS)", ErrNotInstalled)
 }
 
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
-}
-
 // Server is one running (or stopped) redis-server process. Its methods are safe
 // for concurrent use.
 type Server struct {
+
 	// Addr is "127.0.0.1:<Port>".
 	Addr string
 	// Port is the TCP port the server listens on; it stays the same across
@@ -125,21 +120,8 @@ type Server struct {
 	// Dir is the server's working directory (absolute).
 	Dir string
 
-	opts   Options // resolved: Binary, Dir and Port are set
-	ownDir bool    // Dir was created by Start and is removed by Stop
-
-	mu      sync.Mutex
-	proc    *process    // nil when not running
-	log     *tailBuffer // output of the current or last process
-	stopped bool        // Stop was called: the Server is finished
-}
-
-// process is one incarnation of the server (Restart makes a new one).
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd.Wait returns
-	err  error         // cmd.Wait's result; read only after done is closed
-	log  *tailBuffer
+	opts Options // resolved: Binary, Dir and Port are set
+	slot proc.Slot
 }
 
 // Start starts a redis-server with the given options and waits until it
@@ -155,30 +137,21 @@ func Start(o Options) (*Server, error) {
 		o.Binary = bin
 	}
 	s := &Server{}
-	if o.Dir == "" {
-		dir, err := os.MkdirTemp("", "redisproc-")
-		if err != nil {
-			return nil, fmt.Errorf("redisproc: %w", err)
-		}
-		o.Dir, s.ownDir = dir, true
-	} else {
-		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("redisproc: %w", err)
-		}
-		abs, err := filepath.Abs(o.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("redisproc: %w", err)
-		}
-		o.Dir = abs
+	dir, own, err := proc.WorkDir(o.Dir, "redisproc-", 0o755)
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
 	}
-	s.Dir = o.Dir
+	if own {
+		s.slot.Own(dir)
+	}
+	o.Dir, s.Dir = dir, dir
 
 	autoPort := o.Port == 0
 	for attempt := 1; ; attempt++ {
 		if autoPort {
 			port, err := freePort(o.Cluster)
 			if err != nil {
-				s.removeOwnDir()
+				_ = s.slot.RemoveOwnDir()
 				return nil, err
 			}
 			o.Port = port
@@ -188,25 +161,23 @@ func Start(o Options) (*Server, error) {
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 		p, err := s.launch()
 		if err == nil {
-			s.proc, s.log = p, p.log
+			s.slot.Start(p)
 			return s, nil
 		}
-		if !autoPort || attempt >= 5 || !errors.Is(err, errAddrInUse) {
-			s.removeOwnDir()
+		if !autoPort || attempt >= 5 || !errors.Is(err, proc.ErrAddrInUse) {
+			_ = s.slot.RemoveOwnDir()
 			return nil, err
 		}
-		if s.ownDir {
+		if own {
 			// The failed node may have written its identity; start afresh.
 			_ = os.Remove(filepath.Join(o.Dir, "nodes.conf"))
 		}
 	}
 }
 
-var errAddrInUse = errors.New("address already in use")
-
 // launch starts one process on s.Port and waits until it is ready. On failure
 // the process is gone when launch returns.
-func (s *Server) launch() (*process, error) {
+func (s *Server) launch() (*proc.Process, error) {
 	o := s.opts
 	args := serverArgs(o)
 	if o.SentinelConfig != "" {
@@ -220,24 +191,12 @@ func (s *Server) launch() (*process, error) {
 	}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Dir = o.Dir
-	log := &tailBuffer{}
-	cmd.Stdout = log
-	cmd.Stderr = log
-	cmd.SysProcAttr = sysProcAttr()
-	// A child the server forked may hold the output pipe after the server
-	// died; do not let Wait hang on it.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(cmd, proc.Options{})
+	if err != nil {
 		return nil, fmt.Errorf("redisproc: start %s: %w", o.Binary, err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{}), log: log}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	if err := s.waitReady(p); err != nil {
-		killGroup(p.cmd.Process)
-		<-p.done
+		p.Kill()
 		return nil, err
 	}
 	return p, nil
@@ -283,23 +242,18 @@ func serverArgs(o Options) []string {
 
 // waitReady polls PING until the server answers with anything but LOADING
 // (an authentication error counts as an answer: the server is up).
-func (s *Server) waitReady(p *process) error {
+func (s *Server) waitReady(p *proc.Process) error {
 	deadline := time.Now().Add(readyTimeout)
 	var lastErr error
 	for {
 		select {
-		case <-p.done:
-			err := fmt.Errorf("redisproc: redis-server on port %d exited before it was ready (%v)\n--- server log tail ---\n%s",
-				s.Port, p.err, p.log.Tail(logTailLines))
-			if strings.Contains(p.log.String(), "Address already in use") {
-				err = fmt.Errorf("%w: %w", errAddrInUse, err)
-			}
-			return err
+		case <-p.Done():
+			return p.ExitedEarly("redisproc: redis-server", s.Port)
 		default:
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redisproc: redis-server on port %d not ready after %s (last PING: %v)\n--- server log tail ---\n%s",
-				s.Port, readyTimeout, lastErr, p.log.Tail(logTailLines))
+				s.Port, readyTimeout, lastErr, p.Log().Tail(proc.LogTailLines))
 		}
 		_, err := s.do(time.Second, "PING")
 		var re ReplyError
@@ -351,77 +305,45 @@ func (s *Server) URL() string {
 
 // Log returns the recent stdout and stderr (up to 64 KiB) of the server's
 // current or last process, also after Kill or Stop.
-func (s *Server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.log == nil {
-		return ""
-	}
-	return s.log.String()
-}
+func (s *Server) Log() string { return s.slot.Log() }
 
 // Pid returns the process id of the running server, or 0 when it is not
 // running.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.slot.Pid() }
+
+// Kill sends SIGKILL (to the server and anything it forked) and waits for it
+// to exit, like a crash: nothing is flushed. Dir is kept, so Restart can
+// recover from the AOF. Killing a server that is not running does nothing.
+func (s *Server) Kill() error { return s.slot.Kill() }
 
 // Stop ends the server: SIGTERM (a clean shutdown, which fsyncs the AOF), then
 // SIGKILL if it has not exited after 10 seconds. It waits for the process and
 // removes Dir if Start created it. Stop is idempotent; after Stop the Server
 // cannot be restarted.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return nil
+	if err := s.slot.End(proc.SIGTERM, stopTimeout); err != nil {
+		return fmt.Errorf("redisproc: %w", err)
 	}
-	s.stopped = true
-	if s.proc != nil {
-		s.proc.terminate()
-		s.proc = nil
-	}
-	return s.removeOwnDir()
-}
-
-// Kill sends SIGKILL (to the server and anything it forked) and waits for it
-// to exit, like a crash: nothing is flushed. Dir is kept, so Restart can
-// recover from the AOF. Killing a server that is not running does nothing.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return nil
-	}
-	killGroup(s.proc.cmd.Process)
-	<-s.proc.done
-	s.proc = nil
 	return nil
 }
 
 // Pause stops the server's process with SIGSTOP, as a long GC pause or a
 // stalled VM would: it keeps its connections but answers nothing (the kernel
 // still accepts and buffers bytes for it) until Resume. Unix only.
-func (s *Server) Pause() error { return s.signal(sigstop, "pause") }
+func (s *Server) Pause() error { return s.signal(proc.SIGSTOP, "pause") }
 
 // Resume continues a paused server (SIGCONT). Unix only.
-func (s *Server) Resume() error { return s.signal(sigcont, "resume") }
+func (s *Server) Resume() error { return s.signal(proc.SIGCONT, "resume") }
 
 func (s *Server) signal(sig os.Signal, what string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return fmt.Errorf("redisproc: %s: the server on port %d is not running", what, s.Port)
-	}
 	if sig == nil {
 		return fmt.Errorf("redisproc: %s: not supported on this system", what)
 	}
-	if err := s.proc.cmd.Process.Signal(sig); err != nil {
+	running, err := s.slot.Signal(sig)
+	switch {
+	case !running:
+		return fmt.Errorf("redisproc: %s: the server on port %d is not running", what, s.Port)
+	case err != nil:
 		return fmt.Errorf("redisproc: %s: %w", what, err)
 	}
 	return nil
@@ -436,107 +358,45 @@ func (s *Server) RestartAsReplicaOf(primary string) error {
 	if err != nil {
 		return fmt.Errorf("redisproc: replica of %q: %w", primary, err)
 	}
-	s.mu.Lock()
-	var args []string
-	for i := 0; i < len(s.opts.Args); i++ {
-		if s.opts.Args[i] == "--replicaof" || s.opts.Args[i] == "--slaveof" {
-			i += 2 // the directive and its host and port
-			continue
+	return s.restart(func() {
+		var args []string
+		for i := 0; i < len(s.opts.Args); i++ {
+			if s.opts.Args[i] == "--replicaof" || s.opts.Args[i] == "--slaveof" {
+				i += 2 // the directive and its host and port
+				continue
+			}
+			args = append(args, s.opts.Args[i])
 		}
-		args = append(args, s.opts.Args[i])
-	}
-	s.opts.Args = append(args, "--replicaof", host, port)
-	s.mu.Unlock()
-	return s.Restart()
+		s.opts.Args = append(args, "--replicaof", host, port)
+	})
 }
 
 // Restart starts the server again on the same port and Dir with the same
 // options and waits until it answers PING. A server still running is first
 // stopped cleanly (SIGTERM). Restart after Stop is an error.
-func (s *Server) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
+func (s *Server) Restart() error { return s.restart(nil) }
+
+// restart is Restart, with change applied to the options (under the Slot's
+// lock, once the old process is gone) when not nil.
+func (s *Server) restart(change func()) error {
+	err := s.slot.Replace(proc.SIGTERM, stopTimeout, func() (*proc.Process, error) {
+		if change != nil {
+			change()
+		}
+		// The port was just released; if something else grabbed it (or the
+		// old socket lingers) retry for a little while.
+		var err error
+		for attempt := 1; attempt <= 20; attempt++ {
+			var p *proc.Process
+			if p, err = s.launch(); err == nil || !errors.Is(err, proc.ErrAddrInUse) {
+				return p, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil, err
+	})
+	if errors.Is(err, proc.ErrEnded) {
 		return errors.New("redisproc: restart of a stopped server")
 	}
-	if s.proc != nil {
-		s.proc.terminate()
-		s.proc = nil
-	}
-	// The port was just released; if something else grabbed it (or the old
-	// socket lingers) retry for a little while.
-	var err error
-	for attempt := 1; attempt <= 20; attempt++ {
-		var p *process
-		if p, err = s.launch(); err == nil {
-			s.proc, s.log = p, p.log
-			return nil
-		}
-		if !errors.Is(err, errAddrInUse) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	return err
-}
-
-// terminate sends SIGTERM, escalates to SIGKILL after stopTimeout, waits for
-// the process, and finally kills whatever is left in its process group.
-func (p *process) terminate() {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Signal(sigterm)
-		select {
-		case <-p.done:
-		case <-time.After(stopTimeout):
-			killGroup(p.cmd.Process)
-			<-p.done
-		}
-	}
-	killGroup(p.cmd.Process) // stragglers (forked children), if any
-}
-
-func (s *Server) removeOwnDir() error {
-	if !s.ownDir {
-		return nil
-	}
-	s.ownDir = false
-	if err := os.RemoveAll(s.Dir); err != nil {
-		return fmt.Errorf("redisproc: remove %s: %w", s.Dir, err)
-	}
-	return nil
-}
-
-// tailBuffer keeps the last maxTail bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const maxTail = 64 << 10
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - maxTail; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-// Tail returns the last n lines.
-func (b *tailBuffer) Tail(n int) string {
-	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

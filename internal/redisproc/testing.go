@@ -1,28 +1,17 @@
 package redisproc
 
+import "github.com/redisonce/redisonce/internal/proc"
+
 // TB is the part of testing.TB that StartT and StartClusterT use, so this
 // package need not import "testing" outside its tests.
-type TB interface {
-	Helper()
-	Cleanup(func())
-	Fatalf(format string, args ...any)
-}
+type TB = proc.TB
 
 // StartT starts a server for a test: it calls Start, registers Stop with
 // t.Cleanup, and fails the test with t.Fatalf if the server cannot start.
 func StartT(t TB, o Options) *Server {
 	t.Helper()
 	s, err := Start(o)
-	if err != nil {
-		t.Fatalf("%v", err)
-		return nil // only reached with a TB whose Fatalf returns
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Fatalf("%v", err)
-		}
-	})
-	return s
+	return proc.Started(t, s, err)
 }
 
 // StartClusterT starts a cluster for a test: it calls StartCluster, registers
@@ -31,14 +20,5 @@ func StartT(t TB, o Options) *Server {
 func StartClusterT(t TB, masters int, o Options) *Cluster {
 	t.Helper()
 	c, err := StartCluster(masters, o)
-	if err != nil {
-		t.Fatalf("%v", err)
-		return nil // only reached with a TB whose Fatalf returns
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Fatalf("%v", err)
-		}
-	})
-	return c
+	return proc.Started(t, c, err)
 }

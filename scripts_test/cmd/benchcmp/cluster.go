@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -59,7 +60,7 @@ func measureClusterClaimMany(ctx context.Context, cfg config, ids []string, prog
 	for i, id := range ids {
 		tagged[i] = "{b" + strconv.Itoa(i/batchSize) + "}" + id
 	}
-	s := mustStore(store.NewClaims(rc, store.WithTTL(claimTTL)))
+	s := must.Store(store.NewClaims(rc, store.WithTTL(claimTTL)))
 	variants := []struct {
 		name string
 		call callFunc

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -34,7 +35,7 @@ func opClaim() *operation {
 		about: "claim one fresh id (created), TTL 1h",
 		variants: []variant{
 			{name: "redisonce Claims.Claim", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewClaims(rc, store.WithTTL(claimTTL)))
+				s := must.Store(store.NewClaims(rc, store.WithTTL(claimTTL)))
 				return func(ctx context.Context, i int) error {
 					ok, err := s.Claim(ctx, e.ids[i])
 					if err == nil && !ok {
@@ -84,7 +85,7 @@ func opClaimMany() *operation {
 		about: "claim 100 fresh ids in one call (all created), TTL 1h; ops = ids",
 		variants: []variant{
 			{name: "redisonce Claims.ClaimMany", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewClaims(rc, store.WithTTL(claimTTL)))
+				s := must.Store(store.NewClaims(rc, store.WithTTL(claimTTL)))
 				return func(ctx context.Context, first int) error {
 					got, err := s.ClaimMany(ctx, e.ids[first:first+batchSize])
 					if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/adapters/gojob"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -34,7 +35,7 @@ func opLifecycle() *operation {
 				// go-job's idempotency.Store over store.Records (the adapter
 				// module): AcquireWith{TTL}, an unfenced Update of status and
 				// payload, AcquireWith{TTL}.
-				gs := gojob.NewStore(mustStore(store.NewRecords(rc)))
+				gs := gojob.NewStore(must.Store(store.NewRecords(rc)))
 				return lifecycle(e, gs, completed), nil
 			}},
 			{name: "go-job queue/idempotency/redis", role: roleGoJob, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -109,7 +110,7 @@ func opAppend() *operation {
 		reuse: true,
 		variants: []variant{
 			{name: "redisonce Outbox.Append", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				ob := mustStore(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
+				ob := must.Store(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
 				return func(ctx context.Context, i int) error {
 					_, _, err := ob.Append(ctx, appendConn(i), outboxPayload)
 					return err
@@ -178,7 +179,7 @@ func opAck() *operation {
 		pool:  ackPool,
 		variants: []variant{
 			{name: "redisonce Outbox.Ack", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				ob := mustStore(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
+				ob := must.Store(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
 				return func(ctx context.Context, i int) error {
 					return ob.Ack(ctx, ackConn(i), e.ids[i], 1)
 				}, nil
@@ -217,7 +218,7 @@ func opAckMany() *operation {
 		pool:  ackPool,
 		variants: []variant{
 			{name: "redisonce Outbox.AckMany", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				ob := mustStore(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
+				ob := must.Store(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
 				return func(ctx context.Context, first int) error {
 					n, err := ob.AckMany(ctx, ackConn(first), e.ids[first:first+batchSize], 1)
 					if err == nil && n != batchSize {
@@ -311,7 +312,7 @@ func opUnacked() *operation {
 		reuse: true,
 		variants: []variant{
 			{name: "redisonce Outbox.Unacked", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				ob := mustStore(store.NewOutbox(rc))
+				ob := must.Store(store.NewOutbox(rc))
 				return func(ctx context.Context, i int) error {
 					m, err := ob.Unacked(ctx, tailConn(i))
 					if err != nil {
@@ -368,7 +369,7 @@ func opAppendMany() *operation {
 		about: "append a burst of 100 messages (128-byte payloads, ids from the pool) to one of 1024 connections, TTL 1h; ops = messages",
 		variants: []variant{
 			{name: "redisonce Outbox.AppendMany", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				ob := mustStore(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
+				ob := must.Store(store.NewOutbox(rc, store.WithTTL(outboxTTL)))
 				return func(ctx context.Context, first int) error {
 					msgs := make([]store.Outgoing, batchSize)
 					for j := range msgs {

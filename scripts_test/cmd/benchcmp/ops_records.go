@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/recordlayout"
 	"github.com/redisonce/redisonce/store"
 )
@@ -93,7 +94,7 @@ func opAcquire() *operation {
 		about: "acquire a fresh key (create path): 30s lease, 32-byte fingerprint, TTL 1h",
 		variants: []variant{
 			{name: "redisonce Records.AcquireWith", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewRecords(rc))
+				s := must.Store(store.NewRecords(rc))
 				o := store.AcquireOptions{TTL: recordTTL, Lease: recordLease, Fingerprint: recordFP}
 				return func(ctx context.Context, i int) error {
 					_, ok, err := s.AcquireWith(ctx, e.ids[i], o)
@@ -168,7 +169,7 @@ func opUpdate() *operation {
 		reuse: true,
 		variants: []variant{
 			{name: "redisonce Records.Update", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewRecords(rc))
+				s := must.Store(store.NewRecords(rc))
 				status := store.StatusCompleted
 				payload := recordResult
 				return func(ctx context.Context, i int) error {
@@ -215,7 +216,7 @@ func opRecordsDo() *operation {
 		about: "Records.Do on a fresh key (acquire, fn returns a 256-byte result, final write): 30s lease, 32-byte fingerprint, TTL 1h",
 		variants: []variant{
 			{name: "redisonce Records.Do", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewRecords(rc))
+				s := must.Store(store.NewRecords(rc))
 				o := store.AcquireOptions{TTL: recordTTL, Lease: recordLease, Fingerprint: recordFP}
 				fn := func(context.Context) ([]byte, error) { return recordResult, nil }
 				return func(ctx context.Context, i int) error {
@@ -251,7 +252,7 @@ func opReplay() *operation {
 		reuse: true,
 		variants: []variant{
 			{name: "redisonce Records.Do (replayed)", role: roleStore, setup: func(_ context.Context, e *env, rc rueidis.Client) (callFunc, error) {
-				s := mustStore(store.NewRecords(rc))
+				s := must.Store(store.NewRecords(rc))
 				o := store.AcquireOptions{TTL: recordTTL, Lease: recordLease}
 				fn := func(context.Context) ([]byte, error) { return nil, errors.New("fn ran on a completed record") }
 				return func(ctx context.Context, i int) error {
