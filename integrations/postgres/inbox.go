@@ -194,9 +194,9 @@ AND classid = $1::int4::oid AND objid = $2::int4::oid AND granted AND pid <> pg_
 	ib.sqlEnd = `SELECT count(pg_terminate_backend(pid)) ` + holders
 	ib.sqlLock = `SELECT pg_advisory_xact_lock($1, $2)`
 	// After a failed COMMIT, on another connection: the row's owner, and
-	// whether another session holds the id's lock.
+	// whether a session other than this transaction's ($4) holds the id's lock.
 	ib.sqlAfter = `SELECT (SELECT owner FROM ` + t + ` WHERE id = $3),
-EXISTS (SELECT 1 ` + holders + `)`
+EXISTS (SELECT 1 ` + holders + ` AND pid <> $4)`
 	// One bounded batch; rows locked by a transaction at work are skipped.
 	ib.sqlPrune = `DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + `
 WHERE processed_at < now() - $1::bigint * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)`
@@ -468,8 +468,9 @@ func (ib *Inbox) apply(ctx context.Context, id string, fn func(context.Context, 
 		return err
 	}
 	done = true
+	pid := tx.Conn().PgConn().PID() // the session whose COMMIT this is
 	if err := tx.Commit(ctx); err != nil {
-		return ib.afterFailedCommit(ctx, id, l, k1, k2, err, r)
+		return ib.afterFailedCommit(ctx, id, l, k1, k2, pid, err, r)
 	}
 	r.result = resultCommitted
 	ib.committed.Add(1)
@@ -518,16 +519,17 @@ func (ib *Inbox) takeOver(ctx context.Context, tx pgx.Tx, id string, l store.Lea
 // afterFailedCommit resolves a COMMIT that returned an error, on another
 // connection: the row names this lease (the commit landed before the
 // connection was lost: committed), or another one (refused: processed, or a
-// newer owner's), or there is none while another session holds the id's lock
-// (a newer owner ended this transaction and is at work: stale). Otherwise the
-// outcome is not known (the commit may still land): the error is returned
-// and the redelivery finds the row or not.
-func (ib *Inbox) afterFailedCommit(ctx context.Context, id string, l store.Lease, k1, k2 int32, cerr error, r *attempt) error {
+// newer owner's), or there is none while a session other than pid (the one
+// whose COMMIT failed) holds the id's lock (a newer owner ended this
+// transaction and is at work: stale). Otherwise the outcome is not known
+// (pid's session may still be committing): the error is returned and the
+// redelivery finds the row or not.
+func (ib *Inbox) afterFailedCommit(ctx context.Context, id string, l store.Lease, k1, k2 int32, pid uint32, cerr error, r *attempt) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
 	defer cancel()
 	var row *string
 	var held bool
-	if err := ib.db.QueryRow(rctx, ib.sqlAfter, k1, k2, id).Scan(&row, &held); err == nil {
+	if err := ib.db.QueryRow(rctx, ib.sqlAfter, k1, k2, id, int64(pid)).Scan(&row, &held); err == nil {
 		switch {
 		case row != nil:
 			if *row == l.Token {
