@@ -15,6 +15,7 @@ import (
 
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -33,19 +34,8 @@ func newServer(t *testing.T) (*redisproc.Server, rueidis.Client) {
 	return srv, newClient(t, srv.URL())
 }
 
-func newClient(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := store.ClientOptions(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
+// newClient opens a client on url with the stores' options, closed when the test ends.
+var newClient = redistest.Client
 
 // events counts a Consumer's outcomes.
 type events struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/internal/redisproc"
-	"github.com/redisonce/redisonce/store"
+	"github.com/redisonce/redisonce/internal/redistest"
 )
 
 // The Redis the tests share: REDIS_URL when set, else one redis-server
@@ -56,16 +56,4 @@ func redisURL(t *testing.T) string {
 }
 
 // newClient opens a client on the shared Redis, closed when t ends.
-func newClient(t *testing.T) rueidis.Client {
-	t.Helper()
-	opt, err := store.ClientOptions(redisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
+func newClient(t *testing.T) rueidis.Client { return redistest.Client(t, redisURL(t)) }

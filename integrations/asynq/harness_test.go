@@ -2,7 +2,6 @@ package asynq_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -25,18 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(workerMain()) // the worker process of TestWorkerKilledMidTask
 	}
-	srv, err := redisproc.Start(redisproc.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integrations/asynq: no redis-server:", err)
-		os.Exit(1)
-	}
-	redisURL, redisAddr = srv.URL(), srv.Addr
-	code := m.Run()
-	if err := srv.Stop(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(redisproc.Main(m, redisproc.Options{}, func(srv *redisproc.Server) { redisURL, redisAddr = srv.URL(), srv.Addr }))
 }
 
 // name is the test's queue name and key prefix stem.

@@ -16,6 +16,7 @@ import (
 	"github.com/redisonce/redisonce/integrations/kafka"
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -38,19 +39,8 @@ func startRedis(t *testing.T) string {
 	return redisproc.StartT(t, redisproc.Options{}).URL()
 }
 
-func newRedis(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := store.ClientOptions(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
+// newRedis opens a client on url with the stores' options, closed when the test ends.
+var newRedis = redistest.Client
 
 var seq atomic.Int64
 

@@ -11,12 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/integrations/postgres"
 	"github.com/redisonce/redisonce/internal/pgproc"
 	"github.com/redisonce/redisonce/internal/redisproc"
-	"github.com/redisonce/redisonce/store"
+	"github.com/redisonce/redisonce/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -110,16 +109,5 @@ func startRedis(t testing.TB) *redisproc.Server {
 	return redisproc.StartT(t, redisproc.Options{})
 }
 
-func newRedis(t testing.TB, url string) rueidis.Client {
-	t.Helper()
-	opt, err := store.ClientOptions(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
+// newRedis opens a client on url with the stores' options, closed when the test ends.
+var newRedis = redistest.Client

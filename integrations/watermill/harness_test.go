@@ -23,18 +23,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(workerMain()) // the consumer process of TestConsumerKilledMidHandler
 	}
-	srv, err := redisproc.Start(redisproc.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integrations/watermill: no redis-server:", err)
-		os.Exit(1)
-	}
-	redisURL, redisAddr = srv.URL(), srv.Addr
-	code := m.Run()
-	if err := srv.Stop(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
+	os.Exit(redisproc.Main(m, redisproc.Options{}, func(srv *redisproc.Server) { redisURL, redisAddr = srv.URL(), srv.Addr }))
 }
 
 // prefixes holds each test's key prefix: its name and the how-manieth run
