@@ -4,7 +4,7 @@
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,
                                before the script runs: nothing written)
-  ARGV (n=1+#KEYS)
+  ARGV (n>=2)
     [1] ttl_ms     decimal integer ms every processed mark lives, 0 = no expiry
                    (1..15 digits, no sign: "-1" is BADARG)
     [2..] token    the lease token KEYS[i-1] was claimed with (without "~"),
@@ -43,7 +43,7 @@ for i = 1, #KEYS do
   end
 end
 -- </snippet>
-if #ARGV ~= #KEYS + 1 then
+if #ARGV < 2 or #ARGV ~= #KEYS + 1 then
   return redis.error_reply('BADARG want 1 + #KEYS arguments: ttl_ms, a token per key')
 end
 

@@ -4,7 +4,7 @@
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,
                                before the script runs: nothing written)
-  ARGV (n=1+#KEYS)
+  ARGV (n>=2)
     [1] lease_ms   decimal integer ms every lease lasts from now, >= 1
                    (1..15 digits, no sign: "-1" is BADARG)
     [2..] token    the lease token KEYS[i-1] was claimed with (without "~"),
@@ -21,7 +21,7 @@
             CORRUPT <what>   an element, not the reply: that key only
   Writes    PEXPIRE key lease_ms for every key whose lease the caller holds
   Atomicity every check precedes the first PEXPIRE; one script call
-  Memory    flags=allow-oom: its PEXPIREs only move existing expiries, so live
+  Memory    flags=allow-oom: its PEXPIRE calls only move existing expiries, so live
             owners keep their leases when maxmemory is reached under noeviction
   Caller    flags=no-wait,eval: the leases' heartbeats, as extend.lua. The
             caller never waits for replicas after it, and sends it as EVAL
@@ -40,7 +40,7 @@ for i = 1, #KEYS do
   end
 end
 -- </snippet>
-if #ARGV ~= #KEYS + 1 then
+if #ARGV < 2 or #ARGV ~= #KEYS + 1 then
   return redis.error_reply('BADARG want 1 + #KEYS arguments: lease_ms, a token per key')
 end
 

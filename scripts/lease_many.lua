@@ -6,7 +6,7 @@
                                on a cluster; any keys on a standalone or Sentinel
                                server). Redis refuses keys of several slots with
                                CROSSSLOT before the script runs: nothing written
-  ARGV (n=1+#KEYS)
+  ARGV (n>=2)
     [1] lease_ms      decimal integer ms every lease lasts, >= 1
                       (1..15 digits, no sign: "-1" is BADARG)
     [2..] value       "~<token>" for KEYS[i-1], token 1..256 bytes: each key its
@@ -48,7 +48,7 @@ for i = 1, #KEYS do
   end
 end
 -- </snippet>
-if #ARGV ~= #KEYS + 1 then
+if #ARGV < 2 or #ARGV ~= #KEYS + 1 then
   return redis.error_reply('BADARG want 1 + #KEYS arguments: lease_ms, a value per key')
 end
 

@@ -4,7 +4,7 @@
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,
                                before the script runs: nothing written)
-  ARGV (n=#KEYS)
+  ARGV (n>=1)
     [1..] token    the lease token KEYS[i] was claimed with (without "~"),
                    1..256 bytes
   Returns   an array with one element per key, in KEYS order, as release.lua:
@@ -35,7 +35,7 @@ for i = 1, #KEYS do
   end
 end
 -- </snippet>
-if #ARGV ~= #KEYS then
+if #ARGV < 1 or #ARGV ~= #KEYS then
   return redis.error_reply('BADARG want #KEYS arguments: a token per key')
 end
 -- <snippet:claim_value>
