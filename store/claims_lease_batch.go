@@ -37,7 +37,6 @@ type preLease struct {
 	n     int64  // 1 won, 0 processed, -(ms left) in flight
 	fence uint64
 	sent  time.Time // when the call that claimed it was sent
-	at    time.Time // when its reply came back
 	err   error
 }
 
@@ -86,7 +85,7 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		return nil, opError("batch", uniq[0], err)
 	}
 	for _, r := range reqs {
-		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, at: r.at, err: r.err}
+		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
 	}
 	return b, nil
 }
@@ -94,8 +93,9 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 // Do is Claims.Do for id under the Batch's lease, with the same outcomes,
 // errors and guarantees, each id on its own: the lease claimed by
 // Claims.Batch when it holds one for id (no round trip; or its answer: the
-// id processed, in flight, or the claim's error), otherwise a claim sent now,
-// gathered with the others in flight. Its extensions, its commit and its
+// id processed, or the claim's error), otherwise a claim sent now, gathered
+// with the others in flight (also for an id Claims.Batch found in flight:
+// its holder may have finished since). Its extensions, its commit and its
 // release are gathered the same way, and Do returns once its own commit's
 // (or release's) reply is in: an id whose commit did not land is never
 // reported done. One id's failure gives back that id only.
@@ -195,6 +195,12 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 	if lease <= 0 {
 		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
+	if pre != nil && pre.err == nil && pre.n < 0 {
+		// In flight when the batch was claimed: its holder may have finished
+		// since (a repeat in an earlier read, committed or given back), so
+		// the answer is asked again now.
+		pre = nil
+	}
 	if pre != nil && pre.err == nil && pre.n == 1 && !time.Now().Before(pre.sent.Add(lease-leaseMargin(lease))) {
 		// Its local deadline passed while the id waited: give it back and
 		// claim the id again.
@@ -227,10 +233,6 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 	)
 	if pre != nil {
 		n, fence, sent, err = pre.n, pre.fence, pre.sent, pre.err
-		if err == nil && n < 0 {
-			// The holder's lease has run on since the reply.
-			n = min(n+time.Since(pre.at).Milliseconds(), -1)
-		}
 		if err == nil && n == 1 {
 			hb = startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
 		}
@@ -290,7 +292,6 @@ type leaseReq struct {
 	n     int64
 	fence uint64
 	sent  time.Time // when the call that ran it was sent
-	at    time.Time // when its reply came back
 	err   error
 	done  chan struct{}
 }
