@@ -304,7 +304,7 @@ type gatherer struct {
 
 	mu    sync.Mutex
 	queue []*leaseReq
-	busy  bool
+	busy  bool // a flush loop is running
 }
 
 // run queues reqs and waits for their replies, or for ctx to end (the
@@ -356,36 +356,34 @@ func (g *gatherer) loop() {
 // batched is leaseOps through a store's gatherer.
 type batched struct{ g *gatherer }
 
-func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) error {
+func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) (int64, uint64, error) {
 	if err := o.g.run(ctx, r); err != nil {
-		return opError(opName(r.op), r.id, err)
+		// r may still be written by its flush: not read.
+		return 0, 0, opError(opName(r.op), r.id, err)
 	}
 	if sent != nil {
 		*sent = r.sent
 	}
-	return r.err
+	return r.n, r.fence, r.err
 }
 
 func (o batched) claim(ctx context.Context, _, id, value string, lease time.Duration, sent *time.Time) (int64, uint64, error) {
-	r := &leaseReq{op: opLease, id: id, value: value, arg: lease}
-	err := o.one(ctx, r, sent)
-	return r.n, r.fence, err
+	return o.one(ctx, &leaseReq{op: opLease, id: id, value: value, arg: lease}, sent)
 }
 
 func (o batched) extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error) {
-	r := &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}
-	err := o.one(ctx, r, sent)
-	return r.n, err
+	n, _, err := o.one(ctx, &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}, sent)
+	return n, err
 }
 
 func (o batched) commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error) {
-	r := &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}
-	err := o.one(ctx, r, nil)
-	return r.n, err
+	n, _, err := o.one(ctx, &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}, nil)
+	return n, err
 }
 
 func (o batched) release(ctx context.Context, id, token string) error {
-	return o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	_, _, err := o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	return err
 }
 
 // opName is the operation's name in errors: the single-id script's.

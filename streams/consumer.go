@@ -361,7 +361,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// own, cancelled when it ends.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, 2*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
+	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
 		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
@@ -382,6 +382,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		<-done
 	}
 	return nil
+}
+
+// readAhead is how many entries per handler a Run holds read and not settled:
+// 2 (one running, one waiting), and with batching 4, since an entry then
+// waits for its read's claim before its handler starts, and reading further
+// ahead keeps the handlers busy meanwhile (BENCHMARKS.md, "Streams").
+func (c *Consumer) readAhead() int {
+	if c.cfg.batch && c.co == nil {
+		return 4
+	}
+	return 2
 }
 
 func (c *Consumer) createGroup(ctx context.Context) error {

@@ -27,7 +27,8 @@ type run struct {
 	c    *Consumer
 	hctx context.Context // the handlers' context: cancelled when the grace ends
 	// slots holds one element per entry read and not settled yet (running,
-	// or waiting for a worker), up to twice the concurrency: reading ahead
+	// or waiting for a worker; with batching, until its handler returned),
+	// up to readAhead times the concurrency: reading ahead
 	// keeps the handlers busy while the next read is on its way. Acquire
 	// sends, release receives.
 	slots chan struct{}
@@ -340,11 +341,14 @@ func (rb *readBatch) done() {
 }
 
 // handle settles one entry once a worker is free; it holds one slot,
-// released when it returns. rb is the entry's read's Batch (nil without
-// batching).
+// released when it returns, or with batching (rb, the entry's read's Batch,
+// not nil) as soon as the handler returned: the commit and the ack then go
+// on behind the handlers, and the next read does not wait for them.
 func (r *run) handle(m Message, rb *readBatch) {
 	defer r.handlers.Done()
-	defer r.release(1)
+	var slotOnce sync.Once
+	freeSlot := func() { slotOnce.Do(func() { r.release(1) }) }
+	defer freeSlot()
 	defer rb.done()
 	defer func() {
 		r.mu.Lock()
@@ -363,7 +367,14 @@ func (r *run) handle(m Message, rb *readBatch) {
 		// The worker is free again as soon as the handler returned: the
 		// commit (gathered with the others') and the ack go on behind it.
 		var once sync.Once
-		free := func() { once.Do(func() { <-r.workers }) }
+		free := func() {
+			once.Do(func() {
+				<-r.workers
+				if rb != nil {
+					freeSlot()
+				}
+			})
+		}
 		select {
 		case <-r.stopping:
 			out = r.releaseUnstarted(&m, rb)
