@@ -188,6 +188,8 @@ func TestBadInputNeverPanics(t *testing.T) {
 		storeCase{"MemoryRecords", must.Store(store.NewMemoryRecords()), false},
 		storeCase{"Coalescer", must.Store(store.NewCoalescer(untouched(t), coalesceNop, store.CoalesceOptions{})), false},
 		storeCase{"MemoryCoalescer", must.Store(store.NewMemoryCoalescer(coalesceNop, store.CoalesceOptions{})), false},
+		storeCase{"Batch", must.Store(must.Store(store.NewClaims(untouched(t))).Batch(context.Background(), nil, time.Second)), false},
+		storeCase{"MemoryBatch", must.Store(must.Store(store.NewMemoryClaims()).Batch(context.Background(), nil, time.Second)), false},
 	)
 	// A typed-nil store (var c *store.Claims): every call gives
 	// ErrInvalidArgument, Close gives nil. nilReceivers lists every exported
@@ -265,6 +267,7 @@ var nilReceivers = []any{
 	(*store.Outbox)(nil),
 	(*store.Records)(nil),
 	(*store.Coalescer)(nil),
+	(*store.Batch)(nil),
 }
 
 func coalesceNop(context.Context, string, []byte) error { return nil }

@@ -1,0 +1,506 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Batch runs Claims.Do's lease engine for many ids at once: the claims,
+// extensions, commits and releases of every Do a Batch runs, and of every
+// other Batch of the same store, are gathered into one script call per
+// operation and hash slot (lease_many.lua, extend_many.lua, commit_many.lua,
+// release_many.lua; a group of one id runs the single-id script), and the
+// calls of one gathering go out in one round trip. Each id keeps its own
+// lease token, fence, heartbeat, local lease deadline and outcome, exactly as
+// Claims.Do gives them: a batched call is only a cheaper way to send the same
+// per-id operation, and each id reads its own element of the reply.
+//
+// A gathering goes out as soon as no other one of the store is in flight
+// (flush when idle): a lone Do is not delayed at all, and under load each
+// operation waits at most for the call in flight ahead of it, one round trip,
+// while the ones that queue up meanwhile share the next call.
+//
+// Claims.Batch claims a read batch's ids up front; Do runs each. It is safe
+// for concurrent use: a consumer with N handlers calls Do from each of them.
+type Batch struct {
+	s     *Claims
+	lease time.Duration
+
+	mu   sync.Mutex
+	held map[string]*preLease // the ids claimed up front that no Do took yet
+}
+
+// preLease is one id's claim sent by Claims.Batch: lease_many.lua's element
+// and, for a lease won, its heartbeat, beating from before the claim was
+// sent (as Claims.Do's) until Do runs the id, Close gives it back, or a
+// lease passes without a Do (idle).
+type preLease struct {
+	value string // "~<token>"
+	n     int64  // 1 won, 0 processed, -(ms left) in flight
+	fence uint64
+	sent  time.Time // when the call that claimed it was sent
+	err   error
+	hb    *heartbeat  // a lease won: its heartbeat
+	idle  *time.Timer // a lease won: gives it back a lease after its claim if no Do took it
+}
+
+// Batch claims ids with leases of length lease, in one script call per hash
+// slot (at most 500 ids per call) and one round trip, for Do to run them:
+// each id gets a token of its own and, when won, a fence of its own. An id
+// given twice is claimed once (the first Do of it takes the lease; a later
+// Do claims it again, and finds it in flight or processed: first wins).
+//
+// Every id and lease is validated before anything is sent (ErrInvalidArgument,
+// no Batch). The error is ctx's when it ends before the replies are in (the
+// claims that landed expire after lease); the ids whose call failed (a lost
+// connection) are not an error here: each one's Do returns that error, as
+// Claims.Do returns its claim's. ids may be empty: Do then claims each id
+// it is given, gathered with the other operations in flight.
+//
+// Each lease won is extended as Claims.Do's is (every lease/4, from before
+// the claim was sent, so a round trip up to lease/2 loses nothing) while its
+// id waits for its Do, for at most a lease: a lease no Do took within a lease
+// of its claim is given back, and a Do after that claims its id again. Close
+// gives back every lease that no Do took.
+func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (*Batch, error) {
+	if s == nil {
+		return nil, nilStore("batch", "", "Claims")
+	}
+	if err := s.checkBatch(ctx, "batch"); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if err := s.check(ctx, "batch", id); err != nil {
+			return nil, err
+		}
+	}
+	if lease <= 0 {
+		return nil, errorf("batch", "", ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	b := &Batch{s: s, lease: lease, held: make(map[string]*preLease, len(ids))}
+	if len(ids) == 0 {
+		return b, nil
+	}
+	uniq, _ := firstOccurrences(ids)
+	ops := batched{&s.gather}
+	reqs := make([]*leaseReq, len(uniq))
+	hbs := make([]*heartbeat, len(uniq))
+	// The beats run under no caller's context until a Do takes the lease.
+	bctx := context.WithoutCancel(ctx)
+	for i, id := range uniq {
+		value := newLeaseValue()
+		reqs[i] = &leaseReq{op: opLease, id: id, value: value, arg: lease}
+		hbs[i] = startHeartbeat(bctx, lease, time.Now(), "do", ErrLeaseLost, s.extendOn(ops, id, value[1:], lease))
+	}
+	if err := s.gather.run(ctx, reqs...); err != nil {
+		for _, hb := range hbs {
+			hb.stop()
+		}
+		return nil, opError("batch", uniq[0], err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, r := range reqs {
+		p := &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
+		if r.err != nil || r.n != 1 {
+			hbs[i].stop()
+		} else {
+			hbs[i].answered()
+			p.hb = hbs[i]
+			id := r.id
+			p.idle = time.AfterFunc(time.Until(r.sent.Add(lease)), func() {
+				if p := b.take(id); p != nil {
+					b.giveBack(context.Background(), id, p)
+				}
+			})
+		}
+		b.held[r.id] = p
+	}
+	return b, nil
+}
+
+// Do is Claims.Do for id under the Batch's lease, with the same outcomes,
+// errors and guarantees, each id on its own: the lease claimed by
+// Claims.Batch when it holds one for id (no round trip; or its answer: the
+// id processed, or the claim's error), otherwise a claim sent now, gathered
+// with the others in flight (also for an id Claims.Batch found in flight:
+// its holder may have finished since). Its extensions, its commit and its
+// release are gathered the same way, and Do returns once its own commit's
+// (or release's) reply is in: an id whose commit did not land is never
+// reported done. One id's failure gives back that id only.
+//
+// A Do whose ctx is already done when it is called gives back the lease
+// Claims.Batch took for id (a read entry left to other consumers) and
+// returns ctx's error; fn does not run.
+func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) error) (ran bool, err error) {
+	if b == nil {
+		return false, nilStore("do", id, "Batch")
+	}
+	s := b.s
+	if ctx != nil && ctx.Err() != nil {
+		if pre := b.take(id); pre != nil {
+			b.giveBack(ctx, id, pre)
+		}
+	}
+	err = s.observeDo(ctx, id, func() (out Outcome, err error) {
+		if err := s.check(ctx, "do", id); err != nil {
+			return outcome(err, outError), err
+		}
+		if fn == nil {
+			return outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+		}
+		ran, out, err = s.doOn(ctx, batched{&s.gather}, id, b.lease, fn, b.take(id))
+		return out, err
+	})
+	return ran, err
+}
+
+// Close gives back every lease Claims.Batch took that no Do ran, in one
+// script call per hash slot, retried on transport failures for up to 5 s; a
+// Do after Close claims its id again. The error is the first give-back that
+// failed (that lease then expires on its own).
+func (b *Batch) Close() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	held := b.held
+	b.held = nil
+	b.mu.Unlock()
+	var reqs []*leaseReq
+	for id, p := range held {
+		p.stop()
+		if p.hb != nil {
+			reqs = append(reqs, &leaseReq{op: opRelease, id: id, value: p.value})
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), finalWriteBudget)
+	defer cancel()
+	return retryLost(ctx, func(ctx context.Context) error {
+		if err := b.s.gather.run(ctx, reqs...); err != nil {
+			return err
+		}
+		var first error
+		rest := reqs[:0]
+		for _, r := range reqs {
+			if r.err != nil {
+				if first == nil {
+					first = r.err
+				}
+				rest = append(rest, r)
+			}
+		}
+		reqs = rest
+		return first
+	})
+}
+
+// take removes and returns id's lease claimed up front, or nil.
+func (b *Batch) take(id string) *preLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.held[id]
+	if p != nil {
+		delete(b.held, id)
+		if p.idle != nil {
+			p.idle.Stop()
+		}
+	}
+	return p
+}
+
+// stop ends a lease's heartbeat and idle timer, for a lease no fn will run
+// under.
+func (p *preLease) stop() {
+	if p.idle != nil {
+		p.idle.Stop()
+	}
+	if p.hb != nil {
+		p.hb.stop()
+	}
+}
+
+// giveBack releases a lease claimed up front that no fn will run under.
+func (b *Batch) giveBack(ctx context.Context, id string, p *preLease) {
+	p.stop()
+	if p.hb == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	defer cancel()
+	_ = retryLost(rctx, func(ctx context.Context) error { return batched{&b.s.gather}.release(ctx, id, p.value[1:]) })
+}
+
+// extendOn is the extension of id's lease (token's) through ops, reported
+// to the observer.
+func (s *Claims) extendOn(ops leaseOps, id, token string, lease time.Duration) extendFunc {
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := ops.extend(ctx, id, token, lease, sent)
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
+	}
+	return extend
+}
+
+// doOn is Claims.do over ops (the backend, or the gathered calls of a
+// Batch), from pre, a claim already sent (Claims.Batch), when not nil.
+func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.Duration, fn func(context.Context) error, pre *preLease) (bool, Outcome, error) {
+	if lease <= 0 {
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	if pre != nil && pre.err == nil && pre.n < 0 {
+		// In flight when the batch was claimed: its holder may have finished
+		// since (a repeat in an earlier read, committed or given back), so
+		// the answer is asked again now.
+		pre = nil
+	}
+	if pre != nil && pre.hb != nil && !pre.hb.held() {
+		// Its heartbeat found it lost, or its local deadline passed, while
+		// the id waited: give it back (if it is still ours) and claim again.
+		pre.stop()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+		err := retryLost(rctx, func(ctx context.Context) error { return ops.release(ctx, id, pre.value[1:]) })
+		cancel()
+		if err != nil {
+			return false, outcome(err, outError), err
+		}
+		pre = nil
+	}
+	value := newLeaseValue()
+	if pre != nil {
+		value = pre.value
+	}
+	token := value[1:] // the token shares the value's string
+	var (
+		n     int64
+		fence uint64
+		hb    *heartbeat
+		sent  time.Time
+		err   error
+	)
+	if pre != nil {
+		n, fence, sent, err, hb = pre.n, pre.fence, pre.sent, pre.err, pre.hb
+		if hb != nil {
+			hb.reparent(ctx)
+		}
+	} else {
+		hb, sent, err = takeLease(ctx, lease, ErrLeaseLost, s.extendOn(ops, id, token, lease), func(sent *time.Time) (bool, error) {
+			var err error
+			n, fence, err = ops.claim(ctx, "do", id, value, lease, sent)
+			return n == 1, err
+		})
+	}
+	if err != nil {
+		return false, outcome(err, outError), err
+	}
+	switch {
+	case n == 0:
+		return false, outDuplicate, nil
+	case n < 0:
+		// claim.lua answers -(ms left on the holder's lease)
+		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
+	}
+	release := func(ctx context.Context) error { return ops.release(ctx, id, token) }
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, false, fn, release, nil,
+		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
+			return s.commit(ctx, ops, id, token, deadline, lost)
+		})
+	return true, out, err
+}
+
+// leaseOps are the four per-id operations of the lease engine, with
+// claimsBackend's signatures: the backend itself (Claims.Do), or batched
+// (Batch.Do), which gathers them.
+type leaseOps interface {
+	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, uint64, error)
+	extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error)
+	commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error)
+	release(ctx context.Context, id, token string) error
+}
+
+// leaseOp names the operation of a gathered request.
+type leaseOp uint8
+
+const (
+	opLease   leaseOp = iota // lease_many.lua (claim.lua with "~<token>")
+	opExtend                 // extend_many.lua
+	opCommit                 // commit_many.lua
+	opRelease                // release_many.lua
+)
+
+// leaseReq is one id's operation in a gathering, and its reply.
+type leaseReq struct {
+	op    leaseOp
+	id    string
+	value string        // "~<token>"
+	arg   time.Duration // the lease (opLease, opExtend) or the TTL (opCommit)
+
+	// Set by the flush, before done is closed.
+	n     int64
+	fence uint64
+	sent  time.Time // when the call that ran it was sent
+	err   error
+	done  chan struct{}
+
+	// Under the gatherer's mu: the caller has gone (gone), and the flush
+	// that took the request.
+	gone  bool
+	flush *flushState
+}
+
+// gatherer sends the gathered requests of one store: one flush at a time,
+// each taking every request queued when it starts (flush when idle: a
+// request that finds no flush in flight starts one at once).
+type gatherer struct {
+	b claimsBackend
+
+	mu    sync.Mutex
+	queue []*leaseReq
+	busy  bool // a flush loop is running
+}
+
+// run queues reqs and waits for their replies, or for ctx to end: then
+// the requests not sent yet are dropped (never sent), and a flush whose
+// every request's caller has gone is cancelled. Each request carries its
+// own reply or error.
+func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
+	g.mu.Lock()
+	for _, r := range reqs {
+		r.done, r.gone, r.flush = make(chan struct{}), false, nil
+	}
+	g.queue = append(g.queue, reqs...)
+	start := !g.busy
+	g.busy = true
+	g.mu.Unlock()
+	if start {
+		go g.loop()
+	}
+	for i, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			g.abandon(reqs[i:])
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// abandon marks requests whose caller has gone: one not sent yet is
+// dropped, and a flush left with no caller is cancelled.
+func (g *gatherer) abandon(reqs []*leaseReq) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range reqs {
+		r.gone = true
+		if f := r.flush; f != nil {
+			if f.waiting--; f.waiting == 0 {
+				f.cancel()
+			}
+		}
+	}
+}
+
+// flushState is one flush in flight: its context, cancelled once no caller
+// waits for any of its requests, and how many still do (under the
+// gatherer's mu).
+type flushState struct {
+	cancel  context.CancelFunc
+	waiting int
+}
+
+// gatherStall is how long the flush loop waits for a flush before it sends
+// the next one beside it: a call stalled on a slow link or a stopped server
+// does not hold up the extensions and commits of other ids behind it.
+const gatherStall = 50 * time.Millisecond
+
+// loop flushes the queue until it is empty: one flush at a time, or one
+// more beside a flush that has been in flight for gatherStall.
+func (g *gatherer) loop() {
+	stall := time.NewTimer(gatherStall)
+	defer stall.Stop()
+	for {
+		g.mu.Lock()
+		q := g.queue[:0:0]
+		for _, r := range g.queue {
+			if !r.gone {
+				q = append(q, r)
+			}
+		}
+		g.queue = nil
+		if len(q) == 0 {
+			g.busy = false
+			g.mu.Unlock()
+			return
+		}
+		// No deadline: each caller has its own (a deadline here would also
+		// be the deadline of a redial the flush started, which rueidis
+		// applies to every command waiting on it:
+		// docs/upstream-rueidis-redial.md). Cancelled once every caller
+		// has gone.
+		ctx, cancel := context.WithCancel(context.Background())
+		f := &flushState{cancel: cancel, waiting: len(q)}
+		for _, r := range q {
+			r.flush = f
+		}
+		g.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer cancel()
+			g.b.leaseFlush(ctx, q)
+			for _, r := range q {
+				close(r.done)
+			}
+		}()
+		stall.Reset(gatherStall)
+		select {
+		case <-done:
+		case <-stall.C:
+		}
+	}
+}
+
+// batched is leaseOps through a store's gatherer.
+type batched struct{ g *gatherer }
+
+func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) (int64, uint64, error) {
+	if err := o.g.run(ctx, r); err != nil {
+		// r may still be written by its flush: not read.
+		return 0, 0, opError(opName(r.op), r.id, err)
+	}
+	if sent != nil {
+		*sent = r.sent
+	}
+	return r.n, r.fence, r.err
+}
+
+func (o batched) claim(ctx context.Context, _, id, value string, lease time.Duration, sent *time.Time) (int64, uint64, error) {
+	return o.one(ctx, &leaseReq{op: opLease, id: id, value: value, arg: lease}, sent)
+}
+
+func (o batched) extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error) {
+	n, _, err := o.one(ctx, &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}, sent)
+	return n, err
+}
+
+func (o batched) commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error) {
+	n, _, err := o.one(ctx, &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}, nil)
+	return n, err
+}
+
+func (o batched) release(ctx context.Context, id, token string) error {
+	_, _, err := o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	return err
+}
+
+// opName is the operation's name in errors: the single-id script's.
+func opName(op leaseOp) string {
+	return [...]string{"do", "extend", "commit", "release"}[op]
+}
