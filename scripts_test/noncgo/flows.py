@@ -560,9 +560,10 @@ def flow_decode(url, scripts, p):
 # ---- The KEYS rule, the order of checks, and edge statements --
 
 
-# The README's Functions flags: allow-oom on these eleven, no-writes on the
+# The README's Functions flags: allow-oom on these, no-writes on the
 # read-only scripts, none on the others.
-ALLOW_OOM = {"forget", "commit", "extend", "release", "ack", "drop", "delete", "renew", "complete", "coalesce_extend", "coalesce_finish"}
+ALLOW_OOM = {"forget", "commit", "extend", "release", "ack", "drop", "delete", "renew", "complete", "coalesce_extend", "coalesce_finish",
+             "extend_many", "commit_many", "release_many"}
 
 
 def flow_edges(call, p, r):
