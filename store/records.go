@@ -257,7 +257,7 @@ type recordsBackend interface {
 	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error)
 	// get is get.lua: the record without its token, or false.
 	get(ctx context.Context, key string) (Record, bool, error)
-	// update is update.lua with u, checked as f.
+	// update is update.lua with f, an Update checked and converted.
 	update(ctx context.Context, op, key string, f updateFields) error
 	// complete is complete.lua: the fenced final write of a small outcome
 	// (checked by checkSmall), which Redis runs even when memory is full.
@@ -778,8 +778,7 @@ func checkToken(op, key, token string) error {
 
 // updateFields is u checked and converted to the scripts' units: ms since the
 // epoch, 0 = none (and the times as given: the Redis backend sends durations
-// from now). It holds no pointer into u, so an Update built on the caller's
-// stack stays there.
+// from now). The status is held as a value: converting it allocates nothing.
 type updateFields struct {
 	status                string // "": unchanged
 	payload               []byte
