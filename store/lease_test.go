@@ -325,3 +325,71 @@ func TestObserveExtendCutShortByStop(t *testing.T) {
 		t.Errorf("timed-out extension: events %+v, want one error event", got)
 	}
 }
+
+// The final write's budget under runLease's hold (heldCtx): the first
+// attempt runs under a plain deadline, and a write that lands at once never
+// leaves it; a failed attempt widens it to the lease the heartbeat holds, so
+// an attempt that met the first deadline is retried while the lease lasts,
+// and retries end once the lease's local deadline has passed.
+func TestHeldCtx(t *testing.T) {
+	held := func(context.Context, *time.Time) (bool, error) { return true, nil }
+	t.Run("FastPath", func(t *testing.T) {
+		hb := keepAlive(context.Background(), time.Hour, Lease{ID: "k"}, "do", ErrStaleOwner, held)
+		defer hb.stop()
+		c := newHeldCtx(context.Background(), hb)
+		defer c.release()
+		if d, ok := c.Deadline(); !ok || time.Until(d) > finalWriteBudget {
+			t.Fatalf("the first attempt's deadline: %v, %v; want finalWriteBudget from now", d, ok)
+		}
+		if err := retryLostPaced(c, time.Millisecond, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if c.wide.Load() != nil {
+			t.Fatal("a write that landed at once widened its budget")
+		}
+	})
+	t.Run("FirstDeadlineMet", func(t *testing.T) {
+		hb := keepAlive(context.Background(), time.Hour, Lease{ID: "k"}, "do", ErrStaleOwner, held)
+		defer hb.stop()
+		// The first phase already over, and its floor: only the lease is left.
+		first, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		c := &heldCtx{Context: first, cancel: cancel, base: context.Background(), hb: hb, floor: time.Now()}
+		defer c.release()
+		n := 0
+		err := retryLostPaced(c, time.Millisecond, func(ctx context.Context) error {
+			n++
+			switch {
+			case n == 1:
+				return ctx.Err() // the first attempt met its own deadline
+			case n < 4:
+				return io.ErrUnexpectedEOF
+			}
+			return nil
+		})
+		if err != nil || n != 4 {
+			t.Fatalf("%d attempts, %v; want retried under the lease until it lands", n, err)
+		}
+		if _, ok := c.Deadline(); ok {
+			t.Fatal("the widened budget has a deadline; want the lease's, which moves with it")
+		}
+	})
+	t.Run("EndsWithTheLease", func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		hb := keepAlive(context.Background(), lease, Lease{ID: "k"}, "do", ErrStaleOwner,
+			func(context.Context, *time.Time) (bool, error) { return false, io.ErrUnexpectedEOF })
+		defer hb.stop()
+		first, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		c := &heldCtx{Context: first, cancel: cancel, base: context.Background(), hb: hb, floor: time.Now()}
+		defer c.release()
+		hb.mu.Lock()
+		deadline := hb.deadline
+		hb.mu.Unlock()
+		err := retryLostPaced(c, time.Millisecond, func(context.Context) error { return io.ErrUnexpectedEOF })
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("retries past the lease: %v; want the last attempt's error", err)
+		}
+		if now := time.Now(); now.Before(deadline) || now.After(deadline.Add(finalWriteBudget/2)) {
+			t.Fatalf("retries ended %v after the lease's local deadline; want at it", now.Sub(deadline))
+		}
+	})
+}

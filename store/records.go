@@ -257,7 +257,7 @@ type recordsBackend interface {
 	acquire(ctx context.Context, op, key string, o AcquireOptions, token string, held bool, sent *time.Time) (Record, int64, error)
 	// get is get.lua: the record without its token, or false.
 	get(ctx context.Context, key string) (Record, bool, error)
-	// update is update.lua with u, checked as f.
+	// update is update.lua with f, an Update checked and converted.
 	update(ctx context.Context, op, key string, f updateFields) error
 	// complete is complete.lua: the fenced final write of a small outcome
 	// (checked by checkSmall), which Redis runs even when memory is full.
@@ -689,8 +689,13 @@ type taken struct {
 // caller got there first.
 func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token string, result []byte, fnErr error) ([]byte, Outcome, error) {
 	write := func(status Status, payload []byte) error {
+		// The Update{Status, Payload, Token} Records.update would check and
+		// convert, built converted: status is final, payload within
+		// MaxRecordPayloadLen and token minted here, and status and payload
+		// stay off the heap.
+		f := updateFields{status: string(status), payload: payload, setPayload: true, token: token}
 		err := retryLostPaced(ctx, outcomePause, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: token})
+			return s.b.update(ctx, "do", key, f)
 		})
 		if isOOM(err) {
 			return s.completeSmall(ctx, key, token, status, payload, err)
@@ -708,8 +713,9 @@ func (s *Records) final(ctx context.Context, key string, o AcquireOptions, token
 		if got == acquiredNot {
 			return errorf("do", key, ErrLeaseLost, "the record was removed and another caller acquired the key")
 		}
+		f.token = again.Token
 		return retryLost(ctx, func(ctx context.Context) error {
-			return s.update(ctx, "do", key, Update{Status: &status, Payload: &payload, Token: again.Token})
+			return s.b.update(ctx, "do", key, f)
 		})
 	}
 	// What to store, and what to return once it is stored: fn's result; or a
@@ -778,8 +784,7 @@ func checkToken(op, key, token string) error {
 
 // updateFields is u checked and converted to the scripts' units: ms since the
 // epoch, 0 = none (and the times as given: the Redis backend sends durations
-// from now). It holds no pointer into u, so an Update built on the caller's
-// stack stays there.
+// from now). The status is held as a value: converting it allocates nothing.
 type updateFields struct {
 	status                string // "": unchanged
 	payload               []byte
