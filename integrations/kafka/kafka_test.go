@@ -389,3 +389,33 @@ func TestHandlerOutlivingTheRevokeTimeout(t *testing.T) {
 		t.Errorf("committed %v, want [1]", got)
 	}
 }
+
+// A partition whose fetching was paused (its queue reached WithMaxBuffered)
+// resumes once its queue has drained, down to the smallest buffer, 1: the
+// records produced after the first ones arrive and run.
+func TestSmallBufferResumes(t *testing.T) {
+	e := newEnv(t, 1)
+	var done atomic.Int32
+	c, err := kafka.New(e.claims, e.effect, e.groupOpts(), kafka.WithID(kafka.HeaderID("payment-id")), kafka.WithMaxBuffered(1),
+		kafka.WithReport(func(_ *kgo.Record, o kafka.Outcome, _ error) {
+			if o == kafka.OutcomeDone {
+				done.Add(1)
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	for round := range 2 {
+		e.produce(t, payment(0, fmt.Sprintf("r%d-a", round)), payment(0, fmt.Sprintf("r%d-b", round)), payment(0, fmt.Sprintf("r%d-c", round)))
+		want := int32(3 * (round + 1))
+		if !waitFor(20*time.Second, func() bool { return done.Load() == want }) {
+			t.Fatalf("round %d: %d records done after 20 s, want %d", round, done.Load(), want)
+		}
+	}
+	for id, n := range e.effects(t) {
+		if n != 1 {
+			t.Errorf("%s: effect ran %d times, want 1", id, n)
+		}
+	}
+}
