@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,9 @@ func WithReport(r func(rec *kgo.Record, o Outcome, err error)) Option {
 }
 
 // WithMaxBuffered sets how many polled records a partition may queue before
-// its fetching is paused (default 1000); it resumes below half of it.
+// its fetching is paused (default 1000); it resumes once the queue is down to
+// half of it. The partition's handler holds up to 500 more, taken from the
+// queue together.
 func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = n } }
 
 // WithRevokeTimeout bounds how long a rebalance waits for a revoked
@@ -418,19 +421,25 @@ func (p *partition) push(rs []*kgo.Record) {
 	}
 }
 
-func (p *partition) next() *kgo.Record {
+// maxBatch bounds the records a partition takes from its queue at once: the
+// records of one or more polls, handed to handleBatch together.
+const maxBatch = 500
+
+// take waits for queued records and returns up to maxBatch of them, in
+// offset order; nil once the partition is stopped.
+func (p *partition) take() []*kgo.Record {
 	for {
 		p.mu.Lock()
-		if len(p.queue) > 0 {
-			r := p.queue[0]
-			p.queue[0] = nil
-			p.queue = p.queue[1:]
-			if p.paused && len(p.queue) < p.c.maxBuffered/2 {
+		if n := min(len(p.queue), maxBatch); n > 0 {
+			rs := slices.Clone(p.queue[:n])
+			clear(p.queue[:n])
+			p.queue = p.queue[n:]
+			if p.paused && len(p.queue) <= p.c.maxBuffered/2 {
 				p.paused = false
 				p.c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
 			}
 			p.mu.Unlock()
-			return r
+			return rs
 		}
 		p.mu.Unlock()
 		select {
@@ -451,12 +460,25 @@ func (p *partition) run() {
 		p.mu.Unlock()
 	}()
 	for {
-		r := p.next()
-		if r == nil || !p.c.handle(p.ctx, r) || p.detached.Load() {
+		rs := p.take()
+		if rs == nil || !p.handleBatch(rs) {
 			return
+		}
+	}
+}
+
+// handleBatch handles the records rs, taken together from the queue, in
+// offset order, and marks each one's offset once it is done; false when the
+// partition stopped first (the records left are not marked: the
+// partition's next owner reads them again).
+func (p *partition) handleBatch(rs []*kgo.Record) bool {
+	for _, r := range rs {
+		if !p.c.handle(p.ctx, r) || p.detached.Load() {
+			return false
 		}
 		p.c.cl.MarkCommitRecords(r)
 	}
+	return true
 }
 
 func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
