@@ -471,14 +471,138 @@ func (p *partition) run() {
 // offset order, and marks each one's offset once it is done; false when the
 // partition stopped first (the records left are not marked: the
 // partition's next owner reads them again).
+//
+// The records' fns run one at a time, in order, and a record's fn starts as
+// soon as the one before it returned nil: its claim's commit is still on its
+// way (gathered with the others in flight), and its offset is marked once
+// that commit's reply is in, after every record before it. A record that is
+// not done at its first attempt (failed, in flight elsewhere, a store error)
+// stops the pipeline: the records before it are settled and marked, it is
+// retried on its own (handle), and the records after it start again behind
+// it.
 func (p *partition) handleBatch(rs []*kgo.Record) bool {
-	for _, r := range rs {
-		if !p.c.handle(p.ctx, r) || p.detached.Load() {
+	c := p.c
+	if c.co != nil {
+		for _, r := range rs {
+			if !c.handle(p.ctx, r, nil) || p.detached.Load() {
+				return false
+			}
+			c.cl.MarkCommitRecords(r)
+		}
+		return true
+	}
+	for len(rs) > 0 {
+		cl, closeBatch := c.openBatch(p.ctx, rs)
+		n, first := p.pipeline(cl, rs)
+		closeBatch()
+		if p.detached.Load() || (n < len(rs) && first == nil) {
 			return false
 		}
-		p.c.cl.MarkCommitRecords(r)
+		if n == len(rs) {
+			return true
+		}
+		// rs[n] was not done at its first attempt: its own attempts, then
+		// the records after it.
+		if !c.handle(p.ctx, rs[n], first) || p.detached.Load() {
+			return false
+		}
+		c.cl.MarkCommitRecords(rs[n])
+		rs = rs[n+1:]
 	}
 	return true
+}
+
+// pipelined is one record's first attempt, run by pipeline.
+type pipelined struct {
+	r    *kgo.Record
+	res  chan delivery.Result // its settlement, once Do returned
+	next chan bool            // true once fn returned nil: the next fn may start
+}
+
+// pipeline runs the first attempt of each record of rs in order, through
+// cl, each fn once the previous one returned nil, and settles them in order
+// (reported, offset marked). It returns how many records are done and, when
+// that is fewer than len(rs), the first attempt's result of the record that
+// is not (the records after it did not start).
+func (p *partition) pipeline(cl delivery.Claimer, rs []*kgo.Record) (int, *delivery.Result) {
+	c := p.c
+	var inflight []*pipelined
+	done := 0
+	// settle reports and marks the records at the head of inflight whose Do
+	// returned (waiting for all of them when wait), up to the first one that
+	// is not done, whose result it returns.
+	settle := func(wait bool) *delivery.Result {
+		for len(inflight) > 0 {
+			var res delivery.Result
+			select {
+			case res = <-inflight[0].res:
+			default:
+				if !wait {
+					return nil
+				}
+				res = <-inflight[0].res
+			}
+			r := inflight[0].r
+			inflight = inflight[1:]
+			switch res.Row {
+			case delivery.Done, delivery.CommitFailed:
+				// CommitFailed: fn's effect happened, so the record is done; a
+				// retry would run it again. res.Err says why the commit failed.
+				c.say(r, OutcomeDone, res.Err)
+			case delivery.Duplicate:
+				c.say(r, OutcomeDuplicate, nil)
+			default:
+				return &res
+			}
+			if !p.detached.Load() {
+				c.cl.MarkCommitRecords(r)
+				done++
+			}
+		}
+		return nil
+	}
+	for _, r := range rs {
+		id, err := c.id(r)
+		if err == nil && id == "" {
+			err = errors.New("empty id")
+		}
+		if err != nil {
+			// a record without a usable id fails like fn: the policy decides
+			if first := settle(true); first != nil {
+				return done, first
+			}
+			return done, &delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: record id: %w", err)}
+		}
+		pl := &pipelined{r: r, res: make(chan delivery.Result, 1), next: make(chan bool, 1)}
+		inflight = append(inflight, pl)
+		go func() {
+			pl.res <- delivery.Do(p.ctx, cl, id, c.lease, func(ctx context.Context) error {
+				err := c.fn(ctx, r)
+				pl.next <- err == nil
+				return err
+			})
+		}()
+		// The next fn starts once this one returned nil, or once this
+		// record's Do returned a duplicate; any other end stops the
+		// pipeline, and this record is its last.
+		var goOn bool
+		select {
+		case goOn = <-pl.next:
+		case res := <-pl.res:
+			pl.res <- res
+			goOn = res.Row == delivery.Duplicate
+		}
+		if !goOn {
+			break
+		}
+		settle(false)
+	}
+	first := settle(true)
+	return done, first
+}
+
+func (c *Consumer) openBatch(_ context.Context, _ []*kgo.Record) (delivery.Claimer, func()) {
+	return c.claims, func() {}
 }
 
 func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
@@ -488,8 +612,9 @@ func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
 }
 
 // handle runs r's attempts until it is done (true: mark its offset) or ctx is
-// cancelled (false).
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
+// cancelled (false); first, when not nil, is the result of its first
+// attempt, already run.
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, first *delivery.Result) bool {
 	for attempt := 1; ; attempt++ {
 		var delay time.Duration
 		id, err := c.id(r)
@@ -498,6 +623,8 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		}
 		var res delivery.Result
 		switch {
+		case first != nil:
+			res, first = *first, nil
 		case c.co != nil:
 			o, cerr, keyErr := c.coalesce(ctx, r)
 			switch {
