@@ -26,11 +26,12 @@ const (
 )
 
 // BenchmarkConsumer: the cost of exactly-once on a JetStream consumer. A
-// Handler (a Claims.Do per message: claim, fn, commit, then DoubleAck)
-// against the plain consumer a user writes without it (Consume, the handler,
-// Ack), with the same handler (one INCRBY on Redis), on an in-process
-// nats-server and one redis-server; both through Consume's callback (one
-// message at a time, Consume's default buffering). Rounds alternate (plain,
+// Handler's Consume (the messages queued by Consume's callback claimed
+// together, each fn once the previous one returned, each message's commit
+// and DoubleAck behind it) against the plain consumer a user writes without
+// it (Consume, the handler, Ack), with the same handler (one INCRBY on
+// Redis), on an in-process nats-server and one redis-server, both with
+// Consume's default buffering. Rounds alternate (plain,
 // Handler, plain...), each on a fresh stream whose messages are published
 // before the consumer starts; a round is timed from its first handler call
 // to its last message done (plain: acked; Handler: reported OutcomeDone).
@@ -111,8 +112,9 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 		return rc.Do(ctx, rc.B().Incrby().Key(ledger).Increment(1).Build()).Error()
 	}
 	var cb natsjs.MessageHandler
+	var h *jetstream.Handler
 	if withClaims {
-		h, err := jetstream.New(mustStore(store.NewClaims(rc, store.WithPrefix(name+":claims:"))), handler,
+		h, err = jetstream.New(mustStore(store.NewClaims(rc, store.WithPrefix(name+":claims:"))), handler,
 			jetstream.WithReport(func(_ natsjs.Msg, o jetstream.Outcome, err error) {
 				if o == jetstream.OutcomeDone && err == nil {
 					count()
@@ -121,7 +123,6 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 		if err != nil {
 			b.Fatal(err)
 		}
-		cb = h.Handle
 	} else {
 		// the plain consumer: the handler, then Ack (at least once: no dedupe)
 		cb = func(m natsjs.Msg) {
@@ -131,7 +132,12 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 		}
 	}
 	cpu0 := redisCPU(b, rc)
-	cc, err := cons.Consume(cb)
+	var cc natsjs.ConsumeContext
+	if h != nil {
+		cc, err = h.Consume(cons)
+	} else {
+		cc, err = cons.Consume(cb)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
