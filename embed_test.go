@@ -354,7 +354,7 @@ type cmpOrdered interface{ ~int | ~string }
 // for no replica, the waiter's mark waits for none, every other script has
 // neither; an unknown flag or a Caller line without flags= is a bad header.
 func TestCallerFlagsFromHeader(t *testing.T) {
-	want := map[string][2]bool{"extend": {true, true}, "renew": {true, true}, "watch": {true, false}, "coalesce_extend": {true, true}}
+	want := map[string][2]bool{"extend": {true, true}, "renew": {true, true}, "watch": {true, false}, "coalesce_extend": {true, true}, "extend_many": {true, true}}
 	for _, s := range All() {
 		w := want[s.Name]
 		if s.NoWait != w[0] || s.Eval != w[1] {

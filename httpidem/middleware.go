@@ -252,7 +252,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrFingerprintMismatch):
 		h.problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request", HeaderKey, 0)
 	case errors.Is(err, store.ErrInvalidArgument):
-		// A fingerprint over store.MaxFingerprintLen, say: a configuration error.
+		// A fingerprint over the store's 256-byte limit, say: a configuration error.
 		h.cfg.log.ErrorContext(r.Context(), "httpidem: the store refused the request's key or options", h.logAttrs(id, err)...)
 		h.problem(w, http.StatusInternalServerError, "the idempotency store refused this request", "", 0)
 	case errors.Is(err, store.ErrFailed):

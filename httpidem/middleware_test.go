@@ -24,13 +24,13 @@ func TestMiddlewareMemory(t *testing.T) {
 	})
 }
 
-// A fingerprint the store refuses (over store.MaxFingerprintLen) is a
+// A fingerprint the store refuses (over 256 bytes) is a
 // configuration error: 500, the handler does not run; a key too long once
 // scoped is the client's: 400.
 func TestMiddlewareRefusedOptions(t *testing.T) {
 	ran := false
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })
-	long := func(*http.Request, []byte) string { return strings.Repeat("f", store.MaxFingerprintLen+1) }
+	long := func(*http.Request, []byte) string { return strings.Repeat("f", 256+1) }
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		opts []httpidem.Option

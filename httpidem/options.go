@@ -264,7 +264,7 @@ func WithObserver(o store.Observer) Option {
 // WithFingerprint sets how a request is fingerprinted; the same key with a
 // different fingerprint is answered 422 and the handler does not run. The
 // function gets the request and its whole body, and returns at most
-// store.MaxFingerprintLen bytes. Default Fingerprint (method, path, query
+// 256 bytes (the store's limit). Default Fingerprint (method, path, query
 // string and a SHA-256 of the body). nil: no fingerprint, a key is never checked against
 // its request.
 func WithFingerprint(fp func(r *http.Request, body []byte) string) Option {

@@ -93,7 +93,7 @@ var reliabilityStores = []storeKind{
 	},
 	{
 		name:   "outbox",
-		prefix: store.DefaultOutboxPrefix,
+		prefix: "gateway:outbox:",
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestOutbox(t, storetest.OutboxHarness{
 				New: func(t *testing.T, more ...store.Option) (*store.Outbox, error) {
@@ -113,7 +113,7 @@ var reliabilityStores = []storeKind{
 	},
 	{
 		name:   "records",
-		prefix: store.DefaultRecordsPrefix,
+		prefix: "idempotency:",
 		conformance: func(t *testing.T, c rueidis.Client, base string, opts ...store.Option) {
 			storetest.TestRecords(t, storetest.RecordsHarness{
 				New: func(t *testing.T, more ...store.Option) (*store.Records, error) {

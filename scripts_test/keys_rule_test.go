@@ -27,6 +27,34 @@ type keysCase struct {
 	args []string
 }
 
+// perKeyArgs are, for the batch scripts whose ARGV holds one argument per
+// key, the ARGV of a call on n keys (their keysCase's args are unused).
+var perKeyArgs = map[string]func(n int) []string{
+	"lease_many":   eachKey("~tok", "100000"),
+	"extend_many":  eachKey("tok", "50000"),
+	"commit_many":  eachKey("tok", "100000"),
+	"release_many": eachKey("tok"),
+}
+
+// argv is the case's ARGV for a call on n keys.
+func (tc keysCase) argv(n int) []string {
+	if f := perKeyArgs[tc.name]; f != nil {
+		return f(n)
+	}
+	return tc.args
+}
+
+// eachKey is ARGV of first, then one arg per key.
+func eachKey(arg string, first ...string) func(n int) []string {
+	return func(n int) []string {
+		out := append([]string(nil), first...)
+		for range n {
+			out = append(out, arg)
+		}
+		return out
+	}
+}
+
 func seedCmd(args ...string) func(t *testing.T, c rueidis.Client, key string) {
 	return func(t *testing.T, c rueidis.Client, key string) {
 		do(t, c, append([]string{args[0], key}, args[1:]...)...)
@@ -50,6 +78,10 @@ var keysCases = []keysCase{
 	{"commit", seedCmd("SET", "~tok", "PX", "100000"), []string{"tok", "100000"}},
 	{"release", seedCmd("SET", "~tok", "PX", "100000"), []string{"tok"}},
 	{"extend", seedCmd("SET", "~tok", "PX", "100000"), []string{"tok", "50000"}},
+	{"lease_many", nil, nil},
+	{"extend_many", seedCmd("SET", "~tok", "PX", "100000"), nil},
+	{"commit_many", seedCmd("SET", "~tok", "PX", "100000"), nil},
+	{"release_many", seedCmd("SET", "~tok", "PX", "100000"), nil},
 	{"append", nil, []string{"m", "p", "0", "0"}},
 	{"append_many", nil, []string{"0", "0", "m", "p"}},
 	{"ack", seedOutbox, []string{"1", "m"}},
@@ -137,7 +169,7 @@ func TestScriptsKeysRule(t *testing.T) {
 					for i, k := range keys {
 						before[i] = raw(t, c, k)
 					}
-					m, err := callKeys(c, s, fcall, keys, tc.args...)
+					m, err := callKeys(c, s, fcall, keys, tc.argv(len(keys))...)
 					if errCode(err) != "BADARG" || !strings.Contains(err.Error(), "key") {
 						t.Errorf("%s: reply %s, error %v; want BADARG about the keys", what, reply(m), err)
 					}
@@ -162,7 +194,7 @@ func TestScriptsKeysRule(t *testing.T) {
 						many[i] = fmt.Sprintf("%s:%d", base, i)
 					}
 					refused(fmt.Sprintf("%d keys", len(many)), many...)
-					m, err := callKeys(c, s, fcall, many[:redisonce.MaxBatchKeys], tc.args...)
+					m, err := callKeys(c, s, fcall, many[:redisonce.MaxBatchKeys], tc.argv(redisonce.MaxBatchKeys)...)
 					if arr, aerr := m.ToArray(); err != nil || aerr != nil || len(arr) != redisonce.MaxBatchKeys {
 						t.Errorf("%d keys: %s, %v; want an array of %d", redisonce.MaxBatchKeys, reply(m), err, redisonce.MaxBatchKeys)
 					}
@@ -179,7 +211,7 @@ func TestScriptsKeysRule(t *testing.T) {
 				// A key of exactly MaxKeyLen bytes runs as any other.
 				edge := padKey(t, base+":edge", redisonce.MaxKeyLen)
 				seed(edge)
-				if m, err := callKeys(c, s, fcall, []string{edge}, tc.args...); err != nil {
+				if m, err := callKeys(c, s, fcall, []string{edge}, tc.argv(1)...); err != nil {
 					t.Errorf("a %d-byte key: %s, %v; want it to run", len(edge), reply(m), err)
 				}
 			})

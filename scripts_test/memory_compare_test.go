@@ -83,7 +83,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 			if _, err := ob.AppendMany(ctx, conn, msgs[:1]); err != nil {
 				t.Fatal(err)
 			}
-			key := store.DefaultOutboxPrefix + conn
+			key := "gateway:outbox:" + conn
 			one := usage(key)
 			if _, err := ob.AppendMany(ctx, conn, msgs[1:]); err != nil {
 				t.Fatal(err)
@@ -117,7 +117,7 @@ func TestMemoryAgainstAlternatives(t *testing.T) {
 			if err := recs.Update(ctx, key, store.Update{Status: &st, Payload: &p}); err != nil {
 				t.Fatal(err)
 			}
-			rk := store.DefaultRecordsPrefix + key
+			rk := "idempotency:" + key
 			add("rec-"+strconv.Itoa(size), "record, completed, "+strconv.Itoa(size)+" B result", usage(rk), rk)
 			if _, _, err := gj.Acquire(ctx, key, 24*time.Hour); err != nil {
 				t.Fatal(err)

@@ -87,7 +87,7 @@ func TestMemoryPerKey(t *testing.T) {
 	ob := mustStore(store.NewOutbox(c))
 	tail := func(conn string, n, size int) string {
 		t.Helper()
-		key := store.DefaultOutboxPrefix + conn
+		key := "gateway:outbox:" + conn
 		for i := 0; i < n; i++ {
 			if _, _, err := ob.Append(ctx, conn, bytes.Repeat([]byte{'x'}, size)); err != nil {
 				t.Fatal(err)
@@ -126,7 +126,7 @@ func TestMemoryPerKey(t *testing.T) {
 			func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{'r'}, payload), nil }); err != nil {
 			t.Fatal(err)
 		}
-		k := store.DefaultRecordsPrefix + key
+		k := "idempotency:" + key
 		if e := encoding(k); e != want {
 			t.Fatalf("record with a %d-byte payload: encoding %s, want %s", payload, e, want)
 		}
@@ -143,6 +143,6 @@ func TestMemoryPerKey(t *testing.T) {
 	if _, _, err := recs.AcquireWith(ctx, id(5), store.AcquireOptions{TTL: 24 * time.Hour, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	check("record, pending (leased, no payload)", usage(store.DefaultRecordsPrefix+id(5)), 256)
+	check("record, pending (leased, no payload)", usage("idempotency:"+id(5)), 256)
 
 }

@@ -96,6 +96,51 @@ var redisCLICases = map[string][]cliCase{
 		{name: "bad ttl", keys: []string{"{t}a", "{t}b"}, argv: []string{"soon", "1"}, want: "BADARG", wantErr: true,
 			check: claimsSeenMany([]string{"{t}a", "{t}b"}, []bool{false, false})},
 	},
+	// The lease engine's batch scripts: one token (or value) per key.
+	"lease_many": {
+		{name: "two leases and a processed id", seed: func(t *testing.T, e *cliEnv, id string) { goClaim(t, e, id+"{t}c") },
+			keys: []string{"{t}a", "{t}b", "{t}c"}, argv: []string{"60000", "~t1", "~t2", "~t3"}, like: `\d{19}\n\d{19}\n0`,
+			check: func(t *testing.T, e *cliEnv, id string) {
+				claimsInFlight(t, e, id+"{t}a")
+				claimsInFlight(t, e, id+"{t}b")
+			}},
+		{name: "a value per key", keys: []string{"{t}a", "{t}b"}, argv: []string{"60000", "~t1"}, want: "BADARG", wantErr: true,
+			check: claimsSeenMany([]string{"{t}a", "{t}b"}, []bool{false, false})},
+	},
+	"extend_many": {
+		{name: "own lease and another's", seed: func(t *testing.T, e *cliEnv, id string) {
+			lease("t1")(t, e, id+"{t}a")
+			lease("other")(t, e, id+"{t}b")
+		},
+			keys: []string{"{t}a", "{t}b"}, argv: []string{"60000", "t1", "t2"}, want: "1\n0",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				claimsInFlight(t, e, id+"{t}a")
+				claimsInFlight(t, e, id+"{t}b")
+			}},
+	},
+	"commit_many": {
+		{name: "own lease, another's, expired", seed: func(t *testing.T, e *cliEnv, id string) {
+			lease("t1")(t, e, id+"{t}a")
+			lease("other")(t, e, id+"{t}b")
+		},
+			keys: []string{"{t}a", "{t}b", "{t}c"}, argv: []string{"0", "t1", "t2", "t3"}, want: "1\n-1\n2",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				claimsSeen(true, "processed")(t, e, id+"{t}a")
+				claimsInFlight(t, e, id+"{t}b")
+				claimsSeen(true, "processed")(t, e, id+"{t}c")
+			}},
+	},
+	"release_many": {
+		{name: "own lease and another's", seed: func(t *testing.T, e *cliEnv, id string) {
+			lease("t1")(t, e, id+"{t}a")
+			lease("other")(t, e, id+"{t}b")
+		},
+			keys: []string{"{t}a", "{t}b"}, argv: []string{"t1", "t2"}, want: "1\n0",
+			check: func(t *testing.T, e *cliEnv, id string) {
+				claimsSeen(false, "")(t, e, id+"{t}a")
+				claimsInFlight(t, e, id+"{t}b")
+			}},
+	},
 	"seen_many": {
 		{name: "after a Go claim", seed: func(t *testing.T, e *cliEnv, id string) { goClaim(t, e, id+"{t}b") },
 			keys: []string{"{t}a", "{t}b"}, want: "0\n1", check: claimsSeenMany([]string{"{t}a", "{t}b"}, []bool{false, true})},

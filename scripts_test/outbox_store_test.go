@@ -396,7 +396,7 @@ func TestOutboxNoScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The default prefix, as documented.
-	if h, _ := outboxRaw(t, c, store.DefaultOutboxPrefix+"conn"); h != nil {
+	if h, _ := outboxRaw(t, c, "gateway:outbox:"+"conn"); h != nil {
 		t.Errorf("DropConn left %v", h)
 	}
 	if _, _, err := ob.Append(ctx, "conn", nil); err != nil {
@@ -470,7 +470,7 @@ func TestOutboxBadInputSendsNothing(t *testing.T) {
 		{"long conn", func() error { _, err := ob.Tail(ctx, strings.Repeat("c", store.MaxIDLen+1)); return err }, store.ErrInvalidArgument},
 		{"reserved id", func() error { _, err := ob.AppendWithID(ctx, "c", "_seq", nil); return err }, store.ErrInvalidArgument},
 		{"long id", func() error { _, err := ob.AppendWithID(ctx, "c", strings.Repeat("i", 257), nil); return err }, store.ErrInvalidArgument},
-		{"oversize payload", func() error { _, _, err := ob.Append(ctx, "c", make([]byte, store.MaxPayloadLen+1)); return err }, store.ErrInvalidArgument},
+		{"oversize payload", func() error { _, _, err := ob.Append(ctx, "c", make([]byte, (4<<20)+1)); return err }, store.ErrInvalidArgument},
 		{"ack of an empty id", func() error { return ob.Ack(ctx, "c", "", 1) }, store.ErrInvalidArgument},
 		{"batch with a reserved id", func() error { _, err := ob.AckMany(ctx, "c", []string{"a", "_gen"}, 1); return err }, store.ErrInvalidArgument},
 		{"empty batch", func() error { _, err := ob.AckMany(ctx, "c", nil, 1); return err }, nil},

@@ -49,7 +49,7 @@ func TestRecordsLayout(t *testing.T) {
 			c := newClient(t, url(t))
 			s := mustStore(store.NewRecords(c))
 			id := keyFor(t, "")
-			key := store.DefaultRecordsPrefix + id
+			key := "idempotency:" + id
 			t.Cleanup(func() { _ = s.Delete(ctx, id) })
 
 			t0 := recServerMS(t, c, key)
@@ -252,7 +252,7 @@ func TestRecordsBadInputSendsNothing(t *testing.T) {
 	add(s.Acquire(ctx, long, time.Second))
 	add(s.Acquire(ctx, "k", -time.Second))
 	add(s.AcquireWith(ctx, "k", store.AcquireOptions{Lease: -time.Second}))
-	add(s.AcquireWith(ctx, "k", store.AcquireOptions{Fingerprint: strings.Repeat("f", store.MaxFingerprintLen+1)}))
+	add(s.AcquireWith(ctx, "k", store.AcquireOptions{Fingerprint: strings.Repeat("f", 256+1)}))
 	add(s.Get(ctx, ""))
 	add(s.Do(ctx, "k", store.AcquireOptions{}, fn))
 	add(s.Do(ctx, "", store.AcquireOptions{Lease: time.Second}, fn))

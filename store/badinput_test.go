@@ -187,6 +187,8 @@ func TestBadInputNeverPanics(t *testing.T) {
 		storeCase{"MemoryRecords", mustStore(store.NewMemoryRecords()), false},
 		storeCase{"Coalescer", mustStore(store.NewCoalescer(untouched(t), coalesceNop, store.CoalesceOptions{})), false},
 		storeCase{"MemoryCoalescer", mustStore(store.NewMemoryCoalescer(coalesceNop, store.CoalesceOptions{})), false},
+		storeCase{"Batch", mustStore(mustStore(store.NewClaims(untouched(t))).Batch(context.Background(), nil, time.Second)), false},
+		storeCase{"MemoryBatch", mustStore(mustStore(store.NewMemoryClaims()).Batch(context.Background(), nil, time.Second)), false},
 	)
 	// A typed-nil store (var c *store.Claims): every call gives
 	// ErrInvalidArgument, Close gives nil. nilReceivers lists every exported
@@ -264,6 +266,7 @@ var nilReceivers = []any{
 	(*store.Outbox)(nil),
 	(*store.Records)(nil),
 	(*store.Coalescer)(nil),
+	(*store.Batch)(nil),
 }
 
 func coalesceNop(context.Context, string, []byte) error { return nil }

@@ -23,6 +23,8 @@ type Claims struct {
 	core
 	b   claimsBackend
 	ttl time.Duration // 0 = never expire
+	// gather sends the operations of every Batch of the store.
+	gather gatherer
 }
 
 // claimsBackend is where Claims' keys live: Redis (one script per method)
@@ -47,6 +49,10 @@ type claimsBackend interface {
 	commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error)
 	// release is release.lua: the key is deleted if it holds token's lease.
 	release(ctx context.Context, id, token string) error
+	// leaseFlush runs one gathering of Batch operations (each request's op
+	// on its id), as one round trip of calls grouped by operation and hash
+	// slot, and fills in every request's reply, send time and error.
+	leaseFlush(ctx context.Context, reqs []*leaseReq)
 	// batch runs claim.lua (claim true, with ttl) or seen.lua over distinct,
 	// checked ids as ClaimMany and SeenMany describe, passing every reply
 	// to read; ok (when not nil) is set for every id read without an error.
@@ -70,7 +76,7 @@ func NewClaims(c rueidis.Client, opts ...Option) (*Claims, error) {
 		return nil, err
 	}
 	b := &redisClaims{redisStore: newRedisStore(c, cfg, false)}
-	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
+	return newClaimsOn(newCore("claims", cfg, true), b, cfg.ttl), nil
 }
 
 // OpenClaims connects to url (redis://, rediss://, unix://, or a Sentinel
@@ -84,7 +90,7 @@ func OpenClaims(url string, opts ...Option) (*Claims, error) {
 		return nil, err
 	}
 	b := &redisClaims{redisStore: newRedisStore(c, cfg, true)}
-	return &Claims{core: newCore("claims", cfg, true), b: b, ttl: cfg.ttl}, nil
+	return newClaimsOn(newCore("claims", cfg, true), b, cfg.ttl), nil
 }
 
 // NewMemoryClaims returns an empty claims store in this process's memory,
@@ -97,7 +103,12 @@ func NewMemoryClaims(opts ...Option) (*Claims, error) {
 		return nil, err
 	}
 	b := &memClaims{m: map[string]memClaim{}, now: cfg.now}
-	return &Claims{core: newCore("claims", cfg, false), b: b, ttl: cfg.ttl}, nil
+	return newClaimsOn(newCore("claims", cfg, false), b, cfg.ttl), nil
+}
+
+// newClaimsOn returns a Claims on backend b.
+func newClaimsOn(c core, b claimsBackend, ttl time.Duration) *Claims {
+	return &Claims{core: c, b: b, ttl: ttl, gather: gatherer{b: b}}
 }
 
 // Close closes the client if the store opened it (OpenClaims); for a store
@@ -246,43 +257,7 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 	if fn == nil {
 		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
 	}
-	if lease <= 0 {
-		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
-	}
-	value := newLeaseValue()
-	token := value[1:] // the token shares the value's string
-	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
-		n, err := s.b.extend(ctx, id, token, lease, sent)
-		return n == 1, err
-	})
-	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
-	}
-	var (
-		n     int64
-		fence uint64
-	)
-	hb, sent, err := takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
-		var err error
-		n, fence, err = s.b.claim(ctx, "do", id, value, lease, sent)
-		return n == 1, err
-	})
-	if err != nil {
-		return false, outcome(err, outError), err
-	}
-	switch {
-	case n == 0:
-		return false, outDuplicate, nil
-	case n < 0:
-		// claim.lua answers -(ms left on the holder's lease)
-		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
-	}
-	release := func(ctx context.Context) error { return s.b.release(ctx, id, token) }
-	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, false, fn, release, nil,
-		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
-			return s.commit(ctx, id, token, deadline, lost)
-		})
-	return true, out, err
+	return s.doOn(ctx, s.b, id, lease, fn, nil)
 }
 
 // commit is Do's final write after fn succeeded: commit.lua, under ctx (the
@@ -308,13 +283,13 @@ func (s *Claims) do(ctx context.Context, id string, lease time.Duration, fn func
 //     another caller may have taken the id over, run and committed, and a
 //     success would hide a double effect: ErrLeaseLost.
 //   - -1: another caller's lease: ErrLeaseLost.
-func (s *Claims) commit(ctx context.Context, id, token string, deadline time.Time, lost bool) (Outcome, error) {
+func (s *Claims) commit(ctx context.Context, ops leaseOps, id, token string, deadline time.Time, lost bool) (Outcome, error) {
 	var n int64
 	var answered time.Time
 	attempts := 0
 	err := retryLost(ctx, func(ctx context.Context) (err error) {
 		attempts++
-		n, err = s.b.commit(ctx, id, token, s.ttl)
+		n, err = ops.commit(ctx, id, token, s.ttl)
 		answered = time.Now()
 		return err
 	})

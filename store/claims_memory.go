@@ -149,3 +149,26 @@ func flag(ok bool) int64 {
 	}
 	return 0
 }
+
+// leaseFlush is a gathering of Batch operations: claim.lua, extend.lua,
+// commit.lua and release.lua restated above, for each request in order.
+func (b *memClaims) leaseFlush(ctx context.Context, reqs []*leaseReq) {
+	sent := time.Now()
+	for _, r := range reqs {
+		switch r.op {
+		case opLease:
+			r.n, r.fence, r.err = b.claim(ctx, "do", r.id, r.value, r.arg, nil)
+		case opExtend:
+			r.n, r.err = b.extend(ctx, r.id, r.value[1:], r.arg, nil)
+		case opCommit:
+			r.n, r.err = b.commit(ctx, r.id, r.value[1:], r.arg)
+		default:
+			r.err = b.release(ctx, r.id, r.value[1:])
+		}
+		r.sent = sent
+	}
+	at := time.Now()
+	for _, r := range reqs {
+		r.at = at
+	}
+}

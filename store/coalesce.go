@@ -190,7 +190,7 @@ func newCoalescer(b coalesceBackend, fn coalesceFunc, o CoalesceOptions, timers 
 	return c
 }
 
-// Trigger triggers key with payload (at most MaxPayloadLen bytes) in the
+// Trigger triggers key with payload (at most maxPayloadLen bytes) in the
 // store's modes, or in o's for this call (at most one; its zero fields take
 // their defaults, not the store's): see Coalescer.
 //
@@ -224,8 +224,8 @@ func (c *Coalescer) trigger(ctx context.Context, key string, payload []byte, o C
 	if err := checkID(ctx, "coalesce", key); err != nil {
 		return triggered{}, err
 	}
-	if len(payload) > MaxPayloadLen {
-		return triggered{}, errorf("coalesce", key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxPayloadLen)
+	if len(payload) > maxPayloadLen {
+		return triggered{}, errorf("coalesce", key, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), maxPayloadLen)
 	}
 	token := newToken()
 	// The heartbeat starts before the trigger is sent: a granted lease counts

@@ -10,20 +10,20 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultOutboxPrefix is the key prefix of Outbox unless WithPrefix says
+// defaultOutboxPrefix is the key prefix of Outbox unless WithPrefix says
 // otherwise: connection conn lives in the hash "gateway:outbox:" + conn.
-const DefaultOutboxPrefix = "gateway:outbox:"
+const defaultOutboxPrefix = "gateway:outbox:"
 
 const (
 	// maxMessageIDLen is the longest outbox message id, in bytes. Message ids are
 	// 1..maxMessageIDLen bytes of any value that does not start with "_" (the
 	// prefix of the hash's reserved fields _seq, _gen, _epoch and _rid).
 	maxMessageIDLen = 256
-	// MaxPayloadLen is the largest outbox payload, in bytes: 4 MiB, the default
+	// maxPayloadLen is the largest outbox payload, in bytes: 4 MiB, the default
 	// largest message a gRPC server receives (MaxRecvMsgSize). Every payload of a
 	// connection's tail comes back in one Unacked reply, so bound the tail with
 	// WithMaxUnacked when payloads are large. append.lua enforces the same limit.
-	MaxPayloadLen = 4 << 20
+	maxPayloadLen = 4 << 20
 )
 
 // Message is one unacknowledged message of a connection.
@@ -139,7 +139,7 @@ type outboxBackend interface {
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenOutbox does:
 // the store never uses client-side caching.
 func NewOutbox(c rueidis.Client, opts ...Option) (*Outbox, error) {
-	cfg, err := redisConfig("outbox", DefaultOutboxPrefix, c, opts)
+	cfg, err := redisConfig("outbox", defaultOutboxPrefix, c, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func NewOutbox(c rueidis.Client, opts ...Option) (*Outbox, error) {
 // deployment with ?addr=...&master_set=NAME) with ClientOptions and returns an outbox that owns the
 // client: Close closes it.
 func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
-	cfg, c, err := openRedis("outbox", DefaultOutboxPrefix, url, opts)
+	cfg, c, err := openRedis("outbox", defaultOutboxPrefix, url, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func OpenOutbox(url string, opts ...Option) (*Outbox, error) {
 // It has no replicas and no failover, so it never re-mints an epoch the way
 // a Redis outbox does after one (see Appended.Epoch).
 func NewMemoryOutbox(opts ...Option) (*Outbox, error) {
-	cfg, err := memoryConfig("outbox", DefaultOutboxPrefix, opts)
+	cfg, err := memoryConfig("outbox", defaultOutboxPrefix, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID
 // call's Seq and Epoch with Created false and writes nothing, even when the tail
 // is full. An id that was acked is gone, so appending it again appends a new
 // message. A new id while the tail holds WithMaxUnacked messages fails with
-// ErrOutboxFull and writes nothing. A payload over MaxPayloadLen fails with
+// ErrOutboxFull and writes nothing. A payload over maxPayloadLen fails with
 // ErrInvalidArgument before anything is sent.
 func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
 	if s == nil {
@@ -397,8 +397,8 @@ func (s *Outbox) checkAppend(ctx context.Context, conn, msgID string, payload []
 	if err := checkMessageID("append", conn, msgID); err != nil {
 		return err
 	}
-	if len(payload) > MaxPayloadLen {
-		return errorf("append", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), MaxPayloadLen)
+	if len(payload) > maxPayloadLen {
+		return errorf("append", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(payload), maxPayloadLen)
 	}
 	return nil
 }

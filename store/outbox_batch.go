@@ -18,7 +18,7 @@ type Outgoing struct {
 	// ID is the message id, 1..maxMessageIDLen bytes not starting with "_";
 	// empty: AppendMany mints one, as Append does.
 	ID string
-	// Payload is the message's bytes, at most MaxPayloadLen.
+	// Payload is the message's bytes, at most maxPayloadLen.
 	Payload []byte
 }
 
@@ -37,8 +37,8 @@ func (s *Outbox) checkAppendMany(ctx context.Context, conn string, msgs []Outgoi
 				return err
 			}
 		}
-		if len(m.Payload) > MaxPayloadLen {
-			return errorf("append_many", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(m.Payload), MaxPayloadLen)
+		if len(m.Payload) > maxPayloadLen {
+			return errorf("append_many", conn, ErrInvalidArgument, "payload is %d bytes, the limit is %d", len(m.Payload), maxPayloadLen)
 		}
 	}
 	return nil

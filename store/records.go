@@ -11,9 +11,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultRecordsPrefix is the key prefix of Records unless WithPrefix says
+// defaultRecordsPrefix is the key prefix of Records unless WithPrefix says
 // otherwise: a record lives in the string "idempotency:<key>".
-const DefaultRecordsPrefix = "idempotency:"
+const defaultRecordsPrefix = "idempotency:"
 
 // DefaultRecordsTTL is how long a record lives unless WithTTL or
 // AcquireOptions.TTL says otherwise: 24 hours, the retention of Stripe's
@@ -29,9 +29,9 @@ const (
 	MaxRecordPayloadLen = 1 << 20
 	// maxStatusLen is the longest status, in bytes; a status is never empty.
 	maxStatusLen = 64
-	// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
+	// maxFingerprintLen is the longest request fingerprint, in bytes: room for
 	// a hex or base64 digest of the request, not for the request itself.
-	MaxFingerprintLen = 256
+	maxFingerprintLen = 256
 	// maxTokenLen is the longest owner token, in bytes. The stores mint 32 hex
 	// characters; non-Go callers may use any 1..maxTokenLen bytes.
 	maxTokenLen = 256
@@ -148,7 +148,7 @@ type AcquireOptions struct {
 	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.
 	Lease time.Duration
 	// Fingerprint identifies the request made with the key (a digest of its
-	// method, path and body, say), at most MaxFingerprintLen bytes. When the
+	// method, path and body, say), at most maxFingerprintLen bytes. When the
 	// record and the caller both have a non-empty fingerprint and they differ,
 	// the acquire fails with ErrFingerprintMismatch and changes nothing. An
 	// empty fingerprint on either side is not checked; a record created without
@@ -288,7 +288,7 @@ type recordsBackend interface {
 // ClientOptions (DisableCache: true, MaxFlushDelay: 20µs), as OpenRecords does:
 // the store never uses client-side caching.
 func NewRecords(c rueidis.Client, opts ...Option) (*Records, error) {
-	cfg, err := redisConfig("records", DefaultRecordsPrefix, c, opts)
+	cfg, err := redisConfig("records", defaultRecordsPrefix, c, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func NewRecords(c rueidis.Client, opts ...Option) (*Records, error) {
 // deployment with ?addr=...&master_set=NAME) with ClientOptions and returns a records store that owns
 // the client: Close closes it.
 func OpenRecords(url string, opts ...Option) (*Records, error) {
-	cfg, c, err := openRedis("records", DefaultRecordsPrefix, url, opts)
+	cfg, c, err := openRedis("records", defaultRecordsPrefix, url, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +315,7 @@ func OpenRecords(url string, opts ...Option) (*Records, error) {
 // touched. Options: WithTTL (default DefaultRecordsTTL, 24 hours; 0: never
 // expire), WithClock (default time.Now), WithObserver.
 func NewMemoryRecords(opts ...Option) (*Records, error) {
-	cfg, err := memoryConfig("records", DefaultRecordsPrefix, opts)
+	cfg, err := memoryConfig("records", defaultRecordsPrefix, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -742,8 +742,8 @@ func (o AcquireOptions) check(op, key string) error {
 		return errorf(op, key, ErrInvalidArgument, "negative lease %v", o.Lease)
 	case o.Wait < 0:
 		return errorf(op, key, ErrInvalidArgument, "negative wait %v", o.Wait)
-	case len(o.Fingerprint) > MaxFingerprintLen:
-		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), MaxFingerprintLen)
+	case len(o.Fingerprint) > maxFingerprintLen:
+		return errorf(op, key, ErrInvalidArgument, "fingerprint is %d bytes, the limit is %d", len(o.Fingerprint), maxFingerprintLen)
 	}
 	return nil
 }

@@ -26,8 +26,8 @@ const (
 // and stats use.
 var storePrefixes = map[string]string{
 	"claims":  store.DefaultClaimsPrefix,
-	"outbox":  store.DefaultOutboxPrefix,
-	"records": store.DefaultRecordsPrefix,
+	"outbox":  "gateway:outbox:",
+	"records": "idempotency:",
 }
 
 // inspectKinds maps inspect's first argument to its store.

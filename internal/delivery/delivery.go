@@ -135,3 +135,13 @@ func classify(ctx context.Context, ran, fnRan bool, fnErr, err error, lease time
 		return Result{Row: StoreError, Err: err}
 	}
 }
+
+// Batched is a *store.Batch as a Claimer: Do runs through the Batch (its
+// lease, not the one passed), so that a consumer settles a delivery the same
+// way whether its claims are batched or not.
+type Batched struct{ B *store.Batch }
+
+// Do is B.Do; lease is the Batch's own.
+func (b Batched) Do(ctx context.Context, id string, _ time.Duration, fn func(context.Context) error) (bool, error) {
+	return b.B.Do(ctx, id, fn)
+}

@@ -416,7 +416,7 @@ func TestCoalescer(t *testing.T, h CoalescerHarness) {
 		}{
 			{"empty key", "", nil, ctx, nil},
 			{"key too long", strings.Repeat("k", store.MaxIDLen+1), nil, ctx, nil},
-			{"payload too large", "k", make([]byte, store.MaxPayloadLen+1), ctx, nil},
+			{"payload too large", "k", make([]byte, (4<<20)+1), ctx, nil},
 			{"nil context", "k", nil, nil, nil},
 			{"negative lease", "k", nil, ctx, &store.CoalesceOptions{Lease: -1}},
 			{"negative debounce", "k", nil, ctx, &store.CoalesceOptions{Debounce: -1}},

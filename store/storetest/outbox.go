@@ -525,7 +525,7 @@ func outboxAppendManyAllOrNothing(t *testing.T, x *outboxSuite) {
 	for _, bad := range [][]store.Outgoing{
 		{{ID: "ok"}, {ID: "_reserved"}},
 		{{ID: "ok"}, {ID: strings.Repeat("i", maxMessageIDLen+1)}},
-		{{ID: "ok"}, {ID: "big", Payload: make([]byte, store.MaxPayloadLen+1)}},
+		{{ID: "ok"}, {ID: "big", Payload: make([]byte, (4<<20)+1)}},
 		make([]store.Outgoing, maxAppendMany+1),
 	} {
 		_, err := s.AppendMany(ctx, "other", bad)
@@ -693,7 +693,7 @@ func outboxBinaryPayloads(t *testing.T, x *outboxSuite) {
 	s := newStore(t)
 	big := make([]byte, 1<<20)
 	_, _ = rand.Read(big)
-	limit := bytes.Repeat([]byte{':'}, store.MaxPayloadLen)
+	limit := bytes.Repeat([]byte{':'}, (4 << 20))
 	payloads := [][]byte{
 		{}, []byte(":"), []byte("a:b:c"), []byte("12:34"), []byte("\x00"), []byte("a\x00:\x00b"),
 		[]byte("\xff\xfe\r\n"), []byte("_seq"), big, limit,
@@ -716,9 +716,9 @@ func outboxBinaryPayloads(t *testing.T, x *outboxSuite) {
 				msgs[i].ID, msgs[i].Seq, len(msgs[i].Payload), want[i].ID, want[i].Seq, len(want[i].Payload))
 		}
 	}
-	_, err = s.AppendWithID(ctx, "c", "over", make([]byte, store.MaxPayloadLen+1))
+	_, err = s.AppendWithID(ctx, "c", "over", make([]byte, (4<<20)+1))
 	wantErr(t, err, store.ErrInvalidArgument)
-	_, _, err = s.Append(ctx, "c", make([]byte, store.MaxPayloadLen+1))
+	_, _, err = s.Append(ctx, "c", make([]byte, (4<<20)+1))
 	wantErr(t, err, store.ErrInvalidArgument)
 	msgs, err = s.Unacked(ctx, "c")
 	noErr(t, err)

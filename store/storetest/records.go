@@ -679,7 +679,7 @@ func recordsBadInput(t *testing.T, x *recordsSuite) {
 	for name, o := range map[string]store.AcquireOptions{
 		"negative TTL":     {TTL: -time.Second},
 		"negative lease":   {Lease: -time.Second},
-		"long fingerprint": {Fingerprint: strings.Repeat("f", store.MaxFingerprintLen+1)},
+		"long fingerprint": {Fingerprint: strings.Repeat("f", 256+1)},
 	} {
 		_, _, err := s.AcquireWith(ctx, "m", o)
 		if !errors.Is(err, store.ErrInvalidArgument) {
@@ -702,7 +702,7 @@ func recordsBadInput(t *testing.T, x *recordsSuite) {
 		wantErr(t, s.DeleteFenced(ctx, "m", tok), store.ErrInvalidArgument)
 	}
 	mustGet(t, s, "m", false)
-	mustAcquire(t, s, strings.Repeat("x", store.MaxIDLen), store.AcquireOptions{Fingerprint: strings.Repeat("f", store.MaxFingerprintLen)}, true)
+	mustAcquire(t, s, strings.Repeat("x", store.MaxIDLen), store.AcquireOptions{Fingerprint: strings.Repeat("f", 256)}, true)
 }
 
 // recordsBadOptions is the BadOptions case of TestRecords.

@@ -16,7 +16,7 @@ import (
 // The outbox workloads: 128-byte payloads (a small gateway frame), a one-hour
 // TTL, no WithMaxUnacked (the default).
 const (
-	outboxPrefix = store.DefaultOutboxPrefix
+	outboxPrefix = "gateway:outbox:"
 	outboxTTL    = time.Hour
 	outboxTTLms  = "3600000"
 	// appendConns is how many connections the appends spread over.

@@ -21,7 +21,7 @@ import (
 // Update storing "completed" and a 256-byte result on one of 10000 pending
 // records.
 const (
-	recordPrefix = store.DefaultRecordsPrefix
+	recordPrefix = "idempotency:"
 	recordTTL    = time.Hour
 	recordLease  = 30 * time.Second
 	recordFP     = "3f7a1c0e9b2d4f6a8c0e2b4d6f8a0c1e"

@@ -1,0 +1,393 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Batch runs Claims.Do's lease engine for many ids at once: the claims,
+// extensions, commits and releases of every Do a Batch runs, and of every
+// other Batch of the same store, are gathered into one script call per
+// operation and hash slot (lease_many.lua, extend_many.lua, commit_many.lua,
+// release_many.lua; a group of one id runs the single-id script), and the
+// calls of one gathering go out in one round trip. Each id keeps its own
+// lease token, fence, heartbeat, local lease deadline and outcome, exactly as
+// Claims.Do gives them: a batched call is only a cheaper way to send the same
+// per-id operation, and each id reads its own element of the reply.
+//
+// A gathering goes out as soon as no other one of the store is in flight
+// (flush when idle): a lone Do is not delayed at all, and under load each
+// operation waits at most for the call in flight ahead of it, one round trip,
+// while the ones that queue up meanwhile share the next call.
+//
+// Claims.Batch claims a read batch's ids up front; Do runs each. It is safe
+// for concurrent use: a consumer with N handlers calls Do from each of them.
+type Batch struct {
+	s     *Claims
+	lease time.Duration
+
+	mu   sync.Mutex
+	held map[string]*preLease // the ids claimed up front that no Do took yet
+}
+
+// preLease is one id's claim sent by Claims.Batch: lease_many.lua's element.
+type preLease struct {
+	value string // "~<token>"
+	n     int64  // 1 won, 0 processed, -(ms left) in flight
+	fence uint64
+	sent  time.Time // when the call that claimed it was sent
+	at    time.Time // when its reply came back
+	err   error
+}
+
+// Batch claims ids with leases of length lease, in one script call per hash
+// slot (at most 500 ids per call) and one round trip, for Do to run them:
+// each id gets a token of its own and, when won, a fence of its own. An id
+// given twice is claimed once (the first Do of it takes the lease; a later
+// Do claims it again, and finds it in flight or processed: first wins).
+//
+// Every id and lease is validated before anything is sent (ErrInvalidArgument,
+// no Batch). The error is ctx's when it ends before the replies are in (the
+// claims that landed expire after lease); the ids whose call failed (a lost
+// connection) are not an error here: each one's Do returns that error, as
+// Claims.Do returns its claim's. ids may be empty: Do then claims each id
+// it is given, gathered with the other operations in flight.
+//
+// A lease taken here is not extended until Do runs its id: Do starts its
+// heartbeat counting from this call's send time, so a lease whose local
+// deadline passed while its id waited is given back and claimed again. Close
+// gives back every lease that no Do took.
+func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (*Batch, error) {
+	if s == nil {
+		return nil, nilStore("batch", "", "Claims")
+	}
+	if err := s.checkBatch(ctx, "batch"); err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if err := s.check(ctx, "batch", id); err != nil {
+			return nil, err
+		}
+	}
+	if lease <= 0 {
+		return nil, errorf("batch", "", ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	b := &Batch{s: s, lease: lease, held: make(map[string]*preLease, len(ids))}
+	if len(ids) == 0 {
+		return b, nil
+	}
+	uniq, _ := firstOccurrences(ids)
+	reqs := make([]*leaseReq, len(uniq))
+	for i, id := range uniq {
+		reqs[i] = &leaseReq{op: opLease, id: id, value: newLeaseValue(), arg: lease}
+	}
+	if err := s.gather.run(ctx, reqs...); err != nil {
+		return nil, opError("batch", uniq[0], err)
+	}
+	for _, r := range reqs {
+		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, at: r.at, err: r.err}
+	}
+	return b, nil
+}
+
+// Do is Claims.Do for id under the Batch's lease, with the same outcomes,
+// errors and guarantees, each id on its own: the lease claimed by
+// Claims.Batch when it holds one for id (no round trip; or its answer: the
+// id processed, in flight, or the claim's error), otherwise a claim sent now,
+// gathered with the others in flight. Its extensions, its commit and its
+// release are gathered the same way, and Do returns once its own commit's
+// (or release's) reply is in: an id whose commit did not land is never
+// reported done. One id's failure gives back that id only.
+//
+// A Do whose ctx is already done when it is called gives back the lease
+// Claims.Batch took for id (a read entry left to other consumers) and
+// returns ctx's error; fn does not run.
+func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) error) (ran bool, err error) {
+	if b == nil {
+		return false, nilStore("do", id, "Batch")
+	}
+	s := b.s
+	if ctx != nil && ctx.Err() != nil {
+		if pre := b.take(id); pre != nil {
+			b.giveBack(ctx, id, pre)
+		}
+	}
+	err = s.observeDo(ctx, id, func() (out Outcome, err error) {
+		if err := s.check(ctx, "do", id); err != nil {
+			return outcome(err, outError), err
+		}
+		if fn == nil {
+			return outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
+		}
+		ran, out, err = s.doOn(ctx, batched{&s.gather}, id, b.lease, fn, b.take(id))
+		return out, err
+	})
+	return ran, err
+}
+
+// Close gives back every lease Claims.Batch took that no Do ran, in one
+// script call per hash slot, retried on transport failures for up to 5 s; a
+// Do after Close claims its id again. The error is the first give-back that
+// failed (that lease then expires on its own).
+func (b *Batch) Close() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	held := b.held
+	b.held = nil
+	b.mu.Unlock()
+	var reqs []*leaseReq
+	for id, p := range held {
+		if p.err == nil && p.n == 1 {
+			reqs = append(reqs, &leaseReq{op: opRelease, id: id, value: p.value})
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), finalWriteBudget)
+	defer cancel()
+	return retryLost(ctx, func(ctx context.Context) error {
+		if err := b.s.gather.run(ctx, reqs...); err != nil {
+			return err
+		}
+		var first error
+		rest := reqs[:0]
+		for _, r := range reqs {
+			if r.err != nil {
+				if first == nil {
+					first = r.err
+				}
+				rest = append(rest, r)
+			}
+		}
+		reqs = rest
+		return first
+	})
+}
+
+// take removes and returns id's lease claimed up front, or nil.
+func (b *Batch) take(id string) *preLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.held[id]
+	if p != nil {
+		delete(b.held, id)
+	}
+	return p
+}
+
+// giveBack releases a lease claimed up front that no fn will run under.
+func (b *Batch) giveBack(ctx context.Context, id string, p *preLease) {
+	if p.err != nil || p.n != 1 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+	defer cancel()
+	_ = retryLost(rctx, func(ctx context.Context) error { return batched{&b.s.gather}.release(ctx, id, p.value[1:]) })
+}
+
+// doOn is Claims.do over ops (the backend, or the gathered calls of a
+// Batch), from pre, a claim already sent (Claims.Batch), when not nil.
+func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.Duration, fn func(context.Context) error, pre *preLease) (bool, Outcome, error) {
+	if lease <= 0 {
+		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
+	}
+	if pre != nil && pre.err == nil && pre.n == 1 && !time.Now().Before(pre.sent.Add(lease-leaseMargin(lease))) {
+		// Its local deadline passed while the id waited: give it back and
+		// claim the id again.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
+		err := retryLost(rctx, func(ctx context.Context) error { return ops.release(ctx, id, pre.value[1:]) })
+		cancel()
+		if err != nil {
+			return false, outcome(err, outError), err
+		}
+		pre = nil
+	}
+	value := newLeaseValue()
+	if pre != nil {
+		value = pre.value
+	}
+	token := value[1:] // the token shares the value's string
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := ops.extend(ctx, id, token, lease, sent)
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
+	}
+	var (
+		n     int64
+		fence uint64
+		hb    *heartbeat
+		sent  time.Time
+		err   error
+	)
+	if pre != nil {
+		n, fence, sent, err = pre.n, pre.fence, pre.sent, pre.err
+		if err == nil && n < 0 {
+			// The holder's lease has run on since the reply.
+			n = min(n+time.Since(pre.at).Milliseconds(), -1)
+		}
+		if err == nil && n == 1 {
+			hb = startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
+		}
+	} else {
+		hb, sent, err = takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
+			var err error
+			n, fence, err = ops.claim(ctx, "do", id, value, lease, sent)
+			return n == 1, err
+		})
+	}
+	if err != nil {
+		return false, outcome(err, outError), err
+	}
+	switch {
+	case n == 0:
+		return false, outDuplicate, nil
+	case n < 0:
+		// claim.lua answers -(ms left on the holder's lease)
+		return false, outInFlight, inFlight("do", id, time.Duration(-n)*time.Millisecond)
+	}
+	release := func(ctx context.Context) error { return ops.release(ctx, id, token) }
+	out, err := runLease(ctx, hb, Lease{ID: id, Token: token, Fence: fence}, sent, false, fn, release, nil,
+		func(ctx context.Context, _ error, deadline time.Time, lost bool) (Outcome, error) {
+			return s.commit(ctx, ops, id, token, deadline, lost)
+		})
+	return true, out, err
+}
+
+// leaseOps are the four per-id operations of the lease engine, with
+// claimsBackend's signatures: the backend itself (Claims.Do), or batched
+// (Batch.Do), which gathers them.
+type leaseOps interface {
+	claim(ctx context.Context, op, id, value string, ttl time.Duration, sent *time.Time) (int64, uint64, error)
+	extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error)
+	commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error)
+	release(ctx context.Context, id, token string) error
+}
+
+// leaseOp names the operation of a gathered request.
+type leaseOp uint8
+
+const (
+	opLease   leaseOp = iota // lease_many.lua (claim.lua with "~<token>")
+	opExtend                 // extend_many.lua
+	opCommit                 // commit_many.lua
+	opRelease                // release_many.lua
+)
+
+// leaseReq is one id's operation in a gathering, and its reply.
+type leaseReq struct {
+	op    leaseOp
+	id    string
+	value string        // "~<token>"
+	arg   time.Duration // the lease (opLease, opExtend) or the TTL (opCommit)
+
+	// Set by the flush, before done is closed.
+	n     int64
+	fence uint64
+	sent  time.Time // when the call that ran it was sent
+	at    time.Time // when its reply came back
+	err   error
+	done  chan struct{}
+}
+
+// gatherer sends the gathered requests of one store: one flush at a time,
+// each taking every request queued when it starts (flush when idle: a
+// request that finds no flush in flight starts one at once).
+type gatherer struct {
+	b claimsBackend
+
+	mu    sync.Mutex
+	queue []*leaseReq
+	busy  bool
+}
+
+// run queues reqs and waits for their replies, or for ctx to end (the
+// requests still go out; their replies are dropped). Each request carries
+// its own reply or error.
+func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
+	for _, r := range reqs {
+		r.done = make(chan struct{})
+	}
+	g.mu.Lock()
+	g.queue = append(g.queue, reqs...)
+	start := !g.busy
+	g.busy = true
+	g.mu.Unlock()
+	if start {
+		go g.loop()
+	}
+	for _, r := range reqs {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// loop flushes the queue until it is empty.
+func (g *gatherer) loop() {
+	for {
+		g.mu.Lock()
+		q := g.queue
+		g.queue = nil
+		if len(q) == 0 {
+			g.busy = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		// No deadline: each waiter has its own (docs/upstream-rueidis-redial.md:
+		// a deadline here would be the deadline of a redial it started).
+		g.b.leaseFlush(context.Background(), q)
+		for _, r := range q {
+			close(r.done)
+		}
+	}
+}
+
+// batched is leaseOps through a store's gatherer.
+type batched struct{ g *gatherer }
+
+func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) error {
+	if err := o.g.run(ctx, r); err != nil {
+		return opError(opName(r.op), r.id, err)
+	}
+	if sent != nil {
+		*sent = r.sent
+	}
+	return r.err
+}
+
+func (o batched) claim(ctx context.Context, _, id, value string, lease time.Duration, sent *time.Time) (int64, uint64, error) {
+	r := &leaseReq{op: opLease, id: id, value: value, arg: lease}
+	err := o.one(ctx, r, sent)
+	return r.n, r.fence, err
+}
+
+func (o batched) extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error) {
+	r := &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}
+	err := o.one(ctx, r, sent)
+	return r.n, err
+}
+
+func (o batched) commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error) {
+	r := &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}
+	err := o.one(ctx, r, nil)
+	return r.n, err
+}
+
+func (o batched) release(ctx context.Context, id, token string) error {
+	return o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+}
+
+// opName is the operation's name in errors: the single-id script's.
+func opName(op leaseOp) string {
+	return [...]string{"do", "extend", "commit", "release"}[op]
+}
