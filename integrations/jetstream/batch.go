@@ -153,7 +153,10 @@ func (w *batcher) run(batch []jetstream.Msg) {
 	if len(valid) == 0 {
 		return
 	}
-	cl, closeBatch := h.openBatch(h.ctx, valid)
+	cl, closeBatch := delivery.Claimer(h.claims), func() {}
+	if !w.stopping.Load() {
+		cl, closeBatch = h.openBatch(h.ctx, valid)
+	}
 	var batchDone sync.WaitGroup
 	for i, msg := range batch {
 		if ids[i] == "" {
@@ -196,8 +199,16 @@ func (w *batcher) settle(msg jetstream.Msg, o Outcome, err error) {
 	}
 }
 
-func (h *Handler) openBatch(_ context.Context, _ []string) (delivery.Claimer, func()) {
-	return h.claims, func() {}
+// openBatch claims ids in one call per hash slot (store.Claims.Batch) and
+// returns them as the messages' claimer, and what gives back the leases no
+// Do took. When that claim fails (ctx ended, an id the store refuses), each
+// message's Do claims its own id and meets that error there.
+func (h *Handler) openBatch(ctx context.Context, ids []string) (delivery.Claimer, func()) {
+	b, err := h.claims.Batch(ctx, ids, h.lease)
+	if err != nil {
+		return h.claims, func() {}
+	}
+	return delivery.Batched{B: b}, func() { _ = b.Close() }
 }
 
 // joinNak naks msg after lease for a delivery that err settles.

@@ -203,6 +203,9 @@ type Consumer struct {
 	co            *store.Coalescer // WithCoalesce
 	coKey         func(*kgo.Record) (string, error)
 
+	holdsMu sync.Mutex
+	holds   map[string]chan struct{} // ids claimed up front by a batch, until settled (openBatch)
+
 	mu      sync.Mutex
 	runCtx  context.Context // set by Run: the partitions' parent
 	parts   map[topicPartition]*partition
@@ -225,7 +228,8 @@ type topicPartition struct {
 // buffer or revoke timeout <= 0, a nil id function, policy or option.
 func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
-		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
+		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{},
+		holds: map[string]chan struct{}{}}
 	for _, o := range options {
 		if o == nil {
 			return nil, invalid("nil option")
@@ -492,9 +496,9 @@ func (p *partition) handleBatch(rs []*kgo.Record) bool {
 		return true
 	}
 	for len(rs) > 0 {
-		cl, closeBatch := c.openBatch(p.ctx, rs)
-		n, first := p.pipeline(cl, rs)
-		closeBatch()
+		bt := c.openBatch(p.ctx, rs)
+		n, first := p.pipeline(bt, rs)
+		c.closeBatch(bt)
 		if p.detached.Load() || (n < len(rs) && first == nil) {
 			return false
 		}
@@ -520,11 +524,11 @@ type pipelined struct {
 }
 
 // pipeline runs the first attempt of each record of rs in order, through
-// cl, each fn once the previous one returned nil, and settles them in order
+// bt, each fn once the previous one returned nil, and settles them in order
 // (reported, offset marked). It returns how many records are done and, when
 // that is fewer than len(rs), the first attempt's result of the record that
 // is not (the records after it did not start).
-func (p *partition) pipeline(cl delivery.Claimer, rs []*kgo.Record) (int, *delivery.Result) {
+func (p *partition) pipeline(bt *batch, rs []*kgo.Record) (int, *delivery.Result) {
 	c := p.c
 	var inflight []*pipelined
 	done := 0
@@ -561,7 +565,7 @@ func (p *partition) pipeline(cl delivery.Claimer, rs []*kgo.Record) (int, *deliv
 		}
 		return nil
 	}
-	for _, r := range rs {
+	for i, r := range rs {
 		id, err := c.id(r)
 		if err == nil && id == "" {
 			err = errors.New("empty id")
@@ -573,14 +577,27 @@ func (p *partition) pipeline(cl delivery.Claimer, rs []*kgo.Record) (int, *deliv
 			}
 			return done, &delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: record id: %w", err)}
 		}
+		if ch := bt.wait[i]; ch != nil {
+			// Another holder of the id in this Consumer: its Do first (at
+			// most a lease: two partitions may wait for each other's).
+			t := time.NewTimer(c.lease)
+			select {
+			case <-ch:
+			case <-t.C:
+			case <-p.ctx.Done():
+			}
+			t.Stop()
+		}
 		pl := &pipelined{r: r, res: make(chan delivery.Result, 1), next: make(chan bool, 1)}
 		inflight = append(inflight, pl)
 		go func() {
-			pl.res <- delivery.Do(p.ctx, cl, id, c.lease, func(ctx context.Context) error {
+			res := delivery.Do(p.ctx, bt.cl, id, c.lease, func(ctx context.Context) error {
 				err := c.fn(ctx, r)
 				pl.next <- err == nil
 				return err
 			})
+			c.settled(bt, id)
+			pl.res <- res
 		}()
 		// The next fn starts once this one returned nil, or once this
 		// record's Do returned a duplicate; any other end stops the
@@ -601,8 +618,70 @@ func (p *partition) pipeline(cl delivery.Claimer, rs []*kgo.Record) (int, *deliv
 	return done, first
 }
 
-func (c *Consumer) openBatch(_ context.Context, _ []*kgo.Record) (delivery.Claimer, func()) {
-	return c.claims, func() {}
+// batch is the claims of records taken together (openBatch).
+type batch struct {
+	cl    delivery.Claimer
+	b     *store.Batch             // nil when the claim up front failed
+	owned map[string]chan struct{} // ids it claimed up front, until their Do returns
+	wait  []chan struct{}          // per record: the other holder of its id in this Consumer, or nil
+}
+
+// openBatch claims the ids of rs (up to the first record without one) in
+// one call per hash slot (store.Claims.Batch), but for the ids another batch
+// of this Consumer holds, or an earlier record of rs: such a record first
+// waits for that one's Do (batch.wait), instead of finding its id in flight
+// and waiting out a whole lease. When the claim fails (ctx ended, an id the
+// store refuses), each record's Do claims its own id and meets that error.
+func (c *Consumer) openBatch(ctx context.Context, rs []*kgo.Record) *batch {
+	bt := &batch{cl: c.claims, owned: map[string]chan struct{}{}, wait: make([]chan struct{}, len(rs))}
+	var ids []string
+	c.holdsMu.Lock()
+	for i, r := range rs {
+		id, err := c.id(r)
+		if err != nil || id == "" {
+			break
+		}
+		if ch := c.holds[id]; ch != nil {
+			bt.wait[i] = ch
+			continue
+		}
+		ch := make(chan struct{})
+		c.holds[id], bt.owned[id] = ch, ch
+		ids = append(ids, id)
+	}
+	c.holdsMu.Unlock()
+	if len(ids) == 0 {
+		return bt
+	}
+	if b, err := c.claims.Batch(ctx, ids, c.lease); err == nil {
+		bt.cl, bt.b = delivery.Batched{B: b}, b
+	}
+	return bt
+}
+
+// settled ends the batch's hold of id once its Do returned.
+func (c *Consumer) settled(bt *batch, id string) {
+	c.holdsMu.Lock()
+	defer c.holdsMu.Unlock()
+	if ch := bt.owned[id]; ch != nil {
+		delete(bt.owned, id)
+		delete(c.holds, id)
+		close(ch)
+	}
+}
+
+// closeBatch gives back the leases no Do took and ends the batch's holds.
+func (c *Consumer) closeBatch(bt *batch) {
+	if bt.b != nil {
+		_ = bt.b.Close()
+	}
+	c.holdsMu.Lock()
+	defer c.holdsMu.Unlock()
+	for id, ch := range bt.owned {
+		delete(c.holds, id)
+		close(ch)
+	}
+	bt.owned = nil
 }
 
 func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
