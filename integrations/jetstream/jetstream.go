@@ -149,7 +149,8 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 
 // Handler runs fn at most once per message id over JetStream's at-least-once
 // delivery, through a *store.Claims's Do. Its Handle method is a
-// jetstream.MessageHandler.
+// jetstream.MessageHandler; its Consume method runs a consumer's messages in
+// batches (see the package documentation, Batches).
 //
 // Per delivery:
 //

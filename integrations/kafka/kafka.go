@@ -156,9 +156,12 @@ func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.re
 // partition's offset only past records that are done.
 //
 // Each assigned partition has one goroutine that handles its records one at
-// a time, in offset order: partitions run in parallel, records of one
-// partition never do. A record that is not done holds its partition back
-// and is retried in order (Kafka's ordering is kept; later records wait):
+// a time, in offset order: partitions run in parallel, the fns of one
+// partition's records never do. The records queued for a partition are
+// claimed together, in one call (see the package documentation, Batches),
+// and a record's fn starts while the previous record's commit is on its
+// way. A record that is not done holds its partition back and is retried in
+// order (Kafka's ordering is kept; later records wait):
 //
 //	fn succeeded                 offset marked, next record       OutcomeDone
 //	id processed already         offset marked, fn not run        OutcomeDuplicate
