@@ -37,7 +37,6 @@ type preLease struct {
 	n     int64  // 1 won, 0 processed, -(ms left) in flight
 	fence uint64
 	sent  time.Time // when the call that claimed it was sent
-	at    time.Time // when its reply came back
 	err   error
 }
 
@@ -86,7 +85,7 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		return nil, opError("batch", uniq[0], err)
 	}
 	for _, r := range reqs {
-		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, at: r.at, err: r.err}
+		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
 	}
 	return b, nil
 }
@@ -94,8 +93,9 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 // Do is Claims.Do for id under the Batch's lease, with the same outcomes,
 // errors and guarantees, each id on its own: the lease claimed by
 // Claims.Batch when it holds one for id (no round trip; or its answer: the
-// id processed, in flight, or the claim's error), otherwise a claim sent now,
-// gathered with the others in flight. Its extensions, its commit and its
+// id processed, or the claim's error), otherwise a claim sent now, gathered
+// with the others in flight (also for an id Claims.Batch found in flight:
+// its holder may have finished since). Its extensions, its commit and its
 // release are gathered the same way, and Do returns once its own commit's
 // (or release's) reply is in: an id whose commit did not land is never
 // reported done. One id's failure gives back that id only.
@@ -195,6 +195,12 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 	if lease <= 0 {
 		return false, outInvalid, errorf("do", id, ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
+	if pre != nil && pre.err == nil && pre.n < 0 {
+		// In flight when the batch was claimed: its holder may have finished
+		// since (a repeat in an earlier read, committed or given back), so
+		// the answer is asked again now.
+		pre = nil
+	}
 	if pre != nil && pre.err == nil && pre.n == 1 && !time.Now().Before(pre.sent.Add(lease-leaseMargin(lease))) {
 		// Its local deadline passed while the id waited: give it back and
 		// claim the id again.
@@ -227,10 +233,6 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 	)
 	if pre != nil {
 		n, fence, sent, err = pre.n, pre.fence, pre.sent, pre.err
-		if err == nil && n < 0 {
-			// The holder's lease has run on since the reply.
-			n = min(n+time.Since(pre.at).Milliseconds(), -1)
-		}
 		if err == nil && n == 1 {
 			hb = startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
 		}
@@ -290,7 +292,6 @@ type leaseReq struct {
 	n     int64
 	fence uint64
 	sent  time.Time // when the call that ran it was sent
-	at    time.Time // when its reply came back
 	err   error
 	done  chan struct{}
 }
@@ -303,7 +304,7 @@ type gatherer struct {
 
 	mu    sync.Mutex
 	queue []*leaseReq
-	busy  bool
+	busy  bool // a flush loop is running
 }
 
 // run queues reqs and waits for their replies, or for ctx to end (the
@@ -355,36 +356,34 @@ func (g *gatherer) loop() {
 // batched is leaseOps through a store's gatherer.
 type batched struct{ g *gatherer }
 
-func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) error {
+func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) (int64, uint64, error) {
 	if err := o.g.run(ctx, r); err != nil {
-		return opError(opName(r.op), r.id, err)
+		// r may still be written by its flush: not read.
+		return 0, 0, opError(opName(r.op), r.id, err)
 	}
 	if sent != nil {
 		*sent = r.sent
 	}
-	return r.err
+	return r.n, r.fence, r.err
 }
 
 func (o batched) claim(ctx context.Context, _, id, value string, lease time.Duration, sent *time.Time) (int64, uint64, error) {
-	r := &leaseReq{op: opLease, id: id, value: value, arg: lease}
-	err := o.one(ctx, r, sent)
-	return r.n, r.fence, err
+	return o.one(ctx, &leaseReq{op: opLease, id: id, value: value, arg: lease}, sent)
 }
 
 func (o batched) extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error) {
-	r := &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}
-	err := o.one(ctx, r, sent)
-	return r.n, err
+	n, _, err := o.one(ctx, &leaseReq{op: opExtend, id: id, value: "~" + token, arg: lease}, sent)
+	return n, err
 }
 
 func (o batched) commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error) {
-	r := &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}
-	err := o.one(ctx, r, nil)
-	return r.n, err
+	n, _, err := o.one(ctx, &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}, nil)
+	return n, err
 }
 
 func (o batched) release(ctx context.Context, id, token string) error {
-	return o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	_, _, err := o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	return err
 }
 
 // opName is the operation's name in errors: the single-id script's.

@@ -167,8 +167,4 @@ func (b *memClaims) leaseFlush(ctx context.Context, reqs []*leaseReq) {
 		}
 		r.sent = sent
 	}
-	at := time.Now()
-	for _, r := range reqs {
-		r.at = at
-	}
 }

@@ -120,9 +120,8 @@ func (b *redisClaims) leaseFlush(ctx context.Context, reqs []*leaseReq) {
 		}
 		sent := time.Now()
 		res := execMulti(ctx, b.c, sub)
-		at := time.Now()
 		for j, g := range idx {
-			readLeaseGroup(groups[g], res[j], sent, at)
+			readLeaseGroup(groups[g], res[j], sent)
 		}
 	}
 	var waits, rest []int
@@ -189,9 +188,9 @@ func (b *redisClaims) leaseCall(g leaseGroup, key map[*leaseReq]string) call {
 // readLeaseGroup reads one group's reply into its requests: the single-id
 // script's reply, or one element per request; a failed call fails every
 // request of the group, a key's own error (CORRUPT) only that request.
-func readLeaseGroup(g leaseGroup, r reply, sent, at time.Time) {
+func readLeaseGroup(g leaseGroup, r reply, sent time.Time) {
 	for _, q := range g.reqs {
-		q.sent, q.at = sent, at
+		q.sent = sent
 	}
 	if len(g.reqs) == 1 {
 		q := g.reqs[0]

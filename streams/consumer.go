@@ -129,6 +129,7 @@ type config struct {
 	startID       string
 	grace         time.Duration
 	observer      store.Observer
+	batch         bool
 	err           error
 
 	coalesceKey       func(Message) string // WithCoalesce
@@ -267,6 +268,24 @@ func WithObserver(o store.Observer) Option {
 	return func(c *config) { c.observer = o }
 }
 
+// WithBatching sets whether the claims, lease extensions, commits and
+// releases of the entries go through one store.Batch per read (true, the
+// default) or one Claims.Do per entry (false).
+//
+// Batched, the claim ids of a read are claimed in one script call per hash
+// slot before their handlers start, and each finished handler's commit is
+// gathered with the other commits, extensions and releases in flight into
+// one call per operation and slot. A gathered call goes out as soon as none
+// is in flight: an entry handled alone waits for nothing more than with
+// Claims.Do, and under load an operation waits at most one round trip (the
+// call in flight ahead of it) to share the next call. The entry is acked
+// only once its own commit's reply is in, as without batching. false makes
+// every operation its own call, sent at once, at the cost of one script call
+// per operation per entry (BENCHMARKS.md, "Streams").
+func WithBatching(on bool) Option {
+	return func(c *config) { c.batch = on }
+}
+
 // Consumer is one member of a consumer group. Make one per process (or per
 // group the process serves) with New, and call Run.
 type Consumer struct {
@@ -284,10 +303,11 @@ type Consumer struct {
 // per claim id through claims. client is borrowed (Run does not close it);
 // claims may share it. Options: WithConcurrency, WithLease, WithIDField,
 // WithDeadLetter, WithRetryDelay, WithBlock, WithReclaimInterval,
-// WithStartID, WithShutdownGrace, WithObserver, WithCoalesce. Consumer names must be unique
+// WithStartID, WithShutdownGrace, WithObserver, WithCoalesce, WithBatching. Consumer names must be unique
 // within the group (a process's hostname and pid, say).
 func New(client rueidis.Client, claims *store.Claims, stream, group, consumer string, h Handler, opts ...Option) (*Consumer, error) {
-	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1}
+	cfg := config{concurrency: 16, lease: 10 * time.Second, retryDelay: time.Second, block: 2 * time.Second, startID: "0", grace: -1,
+		batch: true}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("streams: nil option: %w", store.ErrInvalidArgument)
@@ -341,7 +361,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// own, cancelled when it ends.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, 2*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
+	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
 		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
@@ -362,6 +382,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		<-done
 	}
 	return nil
+}
+
+// readAhead is how many entries per handler a Run holds read and not settled:
+// 2 (one running, one waiting), and with batching 4, since an entry then
+// waits for its read's claim before its handler starts, and reading further
+// ahead keeps the handlers busy meanwhile (BENCHMARKS.md, "Streams").
+func (c *Consumer) readAhead() int {
+	if c.cfg.batch && c.co == nil {
+		return 4
+	}
+	return 2
 }
 
 func (c *Consumer) createGroup(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -166,6 +167,11 @@ func TestProcesses(t *testing.T) {
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// The leases held just after the kill: the dead worker's stay until
+	// they expire. The runners claim each read's ids up front (one call per
+	// read), so besides its running handlers' ids they hold those of the
+	// entries it had read and not started.
+	heldAtKill := leasedIDs(t, rc, "w:")
 	_ = victim.cmd.Wait()
 
 	// Wait until every payment is applied, every entry was read and nothing
@@ -268,8 +274,39 @@ func TestProcesses(t *testing.T) {
 	if outcomes[string(store.Outcome("duplicate"))] < procDuplicates {
 		t.Errorf("%d duplicates acked, want >= %d (the re-published ones)", outcomes[string(store.Outcome("duplicate"))], procDuplicates)
 	}
+	// Every id leased at the kill (the victim's batches among them) was
+	// applied exactly once, and ran at most twice (a kill between an
+	// effect and its commit).
+	t.Logf("%d ids leased just after the kill", len(heldAtKill))
+	for _, id := range heldAtKill {
+		if once[id] != 1 || runs[id] < 1 || runs[id] > 2 {
+			t.Errorf("%s, leased at the kill: applied %d times, run %d times; want 1, 1..2", id, once[id], runs[id])
+		}
+	}
 	// The kill landed before the victim's effect: it ran once, elsewhere.
 	if runs[procVictim] != 1 {
 		t.Errorf("the victim's effect ran %d times, want 1", runs[procVictim])
+	}
+}
+
+// leasedIDs returns the ids whose claim key (prefix + id) holds a lease
+// ("~<token>") now.
+func leasedIDs(t *testing.T, rc rueidis.Client, prefix string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for cursor := uint64(0); ; {
+		res, err := rc.Do(ctx, rc.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range res.Elements {
+			if v, err := rc.Do(ctx, rc.B().Get().Key(k).Build()).ToString(); err == nil && strings.HasPrefix(v, "~") {
+				ids = append(ids, strings.TrimPrefix(k, prefix))
+			}
+		}
+		if cursor = res.Cursor; cursor == 0 {
+			return ids
+		}
 	}
 }

@@ -27,7 +27,8 @@ type run struct {
 	c    *Consumer
 	hctx context.Context // the handlers' context: cancelled when the grace ends
 	// slots holds one element per entry read and not settled yet (running,
-	// or waiting for a worker), up to twice the concurrency: reading ahead
+	// or waiting for a worker; with batching, until its handler returned),
+	// up to readAhead times the concurrency: reading ahead
 	// keeps the handlers busy while the next read is on its way. Acquire
 	// sends, release receives.
 	slots chan struct{}
@@ -162,9 +163,7 @@ func (r *run) loop(ctx context.Context) {
 				// Scanned the whole pending list: wait for the next tick.
 				nextReclaim = now.Add(c.cfg.reclaimEvery)
 			}
-			for _, m := range msgs[:min(n, len(msgs))] {
-				r.start(m)
-			}
+			r.startAll(msgs[:min(n, len(msgs))])
 			n -= min(n, len(msgs))
 			if n == 0 {
 				continue
@@ -201,9 +200,11 @@ func (r *run) loop(ctx context.Context) {
 		entries := res[c.stream]
 		entries = entries[:min(n, len(entries))] // COUNT n: never more
 		r.release(n - len(entries))
-		for _, e := range entries {
-			r.start(Message{Stream: c.stream, ID: e.ID, Values: e.FieldValues, Deliveries: 1})
+		msgs := make([]Message, len(entries))
+		for i, e := range entries {
+			msgs[i] = Message{Stream: c.stream, ID: e.ID, Values: e.FieldValues, Deliveries: 1}
 		}
+		r.startAll(msgs)
 	}
 }
 
@@ -263,42 +264,97 @@ func pendingCount(res rueidis.RedisResult) int64 {
 	return n
 }
 
-// start runs the handler for m in a goroutine; it holds one reserved slot.
-// An entry this Run already holds (its own, reclaimed while its handler
-// runs longer than the lease) is parked for another lease instead.
-func (r *run) start(m Message) {
+// startAll runs the handlers of one read's (or reclaim's) entries, each in
+// a goroutine holding one reserved slot. An entry this Run already holds
+// (its own, reclaimed while its handler runs longer than the lease) is
+// parked for another lease instead. With batching, the claim ids of the
+// entries that go to Claims.Do are claimed first, in one call per hash slot
+// (Claims.Batch), in a goroutine of its own so the next read is not held up;
+// the Batch is closed once every entry of the read is settled.
+func (r *run) startAll(msgs []Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	c := r.c
+	var fresh []Message
 	r.mu.Lock()
-	_, held := r.entries[m.ID]
-	if !held {
+	for _, m := range msgs {
+		if _, held := r.entries[m.ID]; held {
+			r.handlers.Add(1)
+			go func() {
+				defer r.handlers.Done()
+				defer r.release(1)
+				start := time.Now()
+				r.park(m.ID, c.minIdle)
+				c.report(r.hctx, "handle", c.claimID(&m), store.Outcome("in_flight"), start, nil)
+			}()
+			continue
+		}
 		r.entries[m.ID] = struct{}{}
+		fresh = append(fresh, m)
 	}
 	r.mu.Unlock()
-	r.handlers.Add(1)
-	if held {
-		go func() {
-			defer r.handlers.Done()
-			defer r.release(1)
-			start := time.Now()
-			r.park(m.ID, r.c.minIdle)
-			r.c.report(r.hctx, "handle", r.c.claimID(&m), store.Outcome("in_flight"), start, nil)
-		}()
+	if len(fresh) == 0 {
+		return
+	}
+	r.handlers.Add(len(fresh))
+	if !c.cfg.batch || c.co != nil {
+		for _, m := range fresh {
+			go r.handle(m, nil)
+		}
 		return
 	}
 	go func() {
-		defer func() {
-			r.mu.Lock()
-			delete(r.entries, m.ID)
-			r.mu.Unlock()
-		}()
-		r.handle(m)
+		var ids []string
+		for i := range fresh {
+			if id := c.claimID(&fresh[i]); id != "" && !(c.cfg.maxDeliveries > 0 && fresh[i].Deliveries > c.cfg.maxDeliveries) {
+				ids = append(ids, id)
+			}
+		}
+		rb := &readBatch{left: int32(len(fresh))}
+		if len(ids) > 0 {
+			// An error (the handlers' context ended; ids are valid) leaves
+			// each entry to claim its id on its own.
+			rb.b, _ = c.claims.Batch(r.hctx, ids, c.cfg.lease)
+		}
+		if rb.b == nil {
+			rb.b, _ = c.claims.Batch(r.hctx, nil, c.cfg.lease)
+		}
+		for _, m := range fresh {
+			go r.handle(m, rb)
+		}
 	}()
 }
 
+// readBatch is the Batch of one read's entries, closed (its leases no
+// handler took given back) when the last of them is settled.
+type readBatch struct {
+	b    *store.Batch // nil when the Batch could not be made
+	left int32        // entries not settled yet (atomic)
+}
+
+// done counts one entry settled.
+func (rb *readBatch) done() {
+	if rb != nil && atomic.AddInt32(&rb.left, -1) == 0 && rb.b != nil {
+		_ = rb.b.Close()
+	}
+}
+
 // handle settles one entry once a worker is free; it holds one slot,
-// released when it returns.
-func (r *run) handle(m Message) {
+// released when it returns, or with batching (rb, the entry's read's Batch,
+// not nil) as soon as the handler returned: the commit and the ack then go
+// on behind the handlers, and the next read does not wait for them.
+func (r *run) handle(m Message, rb *readBatch) {
 	defer r.handlers.Done()
-	defer r.release(1)
+	var slotOnce sync.Once
+	freeSlot := func() { slotOnce.Do(func() { r.release(1) }) }
+	defer freeSlot()
+	defer rb.done()
+	defer func() {
+		r.mu.Lock()
+		delete(r.entries, m.ID)
+		r.mu.Unlock()
+	}()
 	c := r.c
 	var start time.Time
 	if c.cfg.observer != nil {
@@ -308,30 +364,50 @@ func (r *run) handle(m Message) {
 	var err error
 	select {
 	case r.workers <- struct{}{}:
+		// The worker is free again as soon as the handler returned: the
+		// commit (gathered with the others') and the ack go on behind it.
+		var once sync.Once
+		free := func() {
+			once.Do(func() {
+				<-r.workers
+				if rb != nil {
+					freeSlot()
+				}
+			})
+		}
 		select {
 		case <-r.stopping:
-			out = r.releaseUnstarted(&m)
+			out = r.releaseUnstarted(&m, rb)
 		default:
-			out, err = r.settle(&m)
+			out, err = r.settle(&m, rb, free)
 		}
-		<-r.workers
+		free()
 	case <-r.stopping:
-		out = r.releaseUnstarted(&m)
+		out = r.releaseUnstarted(&m, rb)
 	}
 	c.report(r.hctx, "handle", m.ClaimID, out, start, err)
 }
 
 // releaseUnstarted leaves an entry read ahead and never started to the
 // other consumers: reclaimable at once.
-func (r *run) releaseUnstarted(m *Message) store.Outcome {
+func (r *run) releaseUnstarted(m *Message, rb *readBatch) store.Outcome {
 	m.ClaimID = r.c.claimID(m)
+	if rb != nil && rb.b != nil && m.ClaimID != "" {
+		// A done context gives the lease Claims.Batch took back, first:
+		// whoever reclaims the entry finds the id free.
+		done, cancel := context.WithCancel(r.hctx)
+		cancel()
+		_, _ = rb.b.Do(done, m.ClaimID, func(context.Context) error { return nil })
+	}
 	r.park(m.ID, 0)
 	return store.Outcome("released")
 }
 
-// settle runs m through Claims.Do and acks or parks it; it returns the
-// outcome and the error that goes with it.
-func (r *run) settle(m *Message) (store.Outcome, error) {
+// settle runs m through Claims.Do (through its read's Batch, rb, when not
+// nil) and acks or parks it; it returns the outcome and the error that goes
+// with it. free frees the handler's worker: called once the handler has
+// returned.
+func (r *run) settle(m *Message, rb *readBatch, free func()) (store.Outcome, error) {
 	c := r.c
 	m.ClaimID = c.claimID(m)
 	if m.ClaimID == "" {
@@ -350,7 +426,14 @@ func (r *run) settle(m *Message) (store.Outcome, error) {
 		return r.coalesce(m)
 	}
 	end := r.begin(m.ClaimID)
-	res := delivery.Do(r.hctx, c.claims, m.ClaimID, c.cfg.lease, func(ctx context.Context) error { return c.handle(ctx, *m) })
+	var claims delivery.Claimer = c.claims
+	if rb != nil && rb.b != nil {
+		claims = delivery.Batched{B: rb.b}
+	}
+	res := delivery.Do(r.hctx, claims, m.ClaimID, c.cfg.lease, func(ctx context.Context) error {
+		defer free()
+		return c.handle(ctx, *m)
+	})
 	end()
 	err := res.Err
 	if p := (*delivery.PanicError)(nil); errors.As(err, &p) {
