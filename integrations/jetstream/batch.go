@@ -75,6 +75,8 @@ type batcher struct {
 	stopping atomic.Bool
 	settling sync.WaitGroup
 	closed   chan struct{}
+	outcomes []Outcome // ProcessBatch's, by index in the batch
+	errs     []error
 }
 
 func (w *batcher) Stop()                   { w.stopping.Store(true); w.inner.Stop() }
@@ -97,7 +99,7 @@ func (w *batcher) loop() {
 			}
 		}
 		batch := w.gather(first)
-		w.run(batch)
+		w.run(w.h.ctx, batch, 0)
 	}
 }
 
@@ -135,16 +137,17 @@ func (w *batcher) gather(first jetstream.Msg) []jetstream.Msg {
 }
 
 // run claims the batch's ids together and starts each message's settlement
-// in turn, returning once the last fn has returned (or will not run); the
-// settlements finish in the background.
-func (w *batcher) run(batch []jetstream.Msg) {
+// in turn under ctx (the batch starts at index base of ProcessBatch's
+// messages), returning once the last fn has returned (or will not
+// run); the settlements finish in the background (w.settling).
+func (w *batcher) run(ctx context.Context, batch []jetstream.Msg, base int) {
 	h := w.h
 	ids := make([]string, len(batch))
 	var valid []string
 	for i, msg := range batch {
 		id, err := h.msgID(msg)
 		if err != nil {
-			w.settle(msg, OutcomeError, joinNak(err, msg, h.lease))
+			w.settle(base+i, msg, OutcomeError, joinNak(err, msg, h.lease))
 			continue
 		}
 		ids[i] = id
@@ -154,15 +157,15 @@ func (w *batcher) run(batch []jetstream.Msg) {
 		return
 	}
 	cl, closeBatch := delivery.Claimer(h.claims), func() {}
-	if !w.stopping.Load() {
-		cl, closeBatch = h.openBatch(h.ctx, valid)
+	if !w.stopping.Load() && ctx.Err() == nil {
+		cl, closeBatch = h.openBatch(ctx, valid)
 	}
 	var batchDone sync.WaitGroup
 	for i, msg := range batch {
 		if ids[i] == "" {
 			continue
 		}
-		ctx := h.ctx
+		ctx := ctx
 		if w.stopping.Load() {
 			// no fn starts after Stop: the lease is given back, the message nak'd
 			c, cancel := context.WithCancel(ctx)
@@ -178,7 +181,7 @@ func (w *batcher) run(batch []jetstream.Msg) {
 			defer w.settling.Done()
 			defer batchDone.Done()
 			o, err := h.run(ctx, cl, msg, ids[i], returned)
-			w.settle(msg, o, err)
+			w.settle(base+i, msg, o, err)
 		}()
 		<-next
 	}
@@ -190,14 +193,55 @@ func (w *batcher) run(batch []jetstream.Msg) {
 	}()
 }
 
-// settle reports a message's outcome, one report at a time.
-func (w *batcher) settle(msg jetstream.Msg, o Outcome, err error) {
+// settle reports the outcome of the batch's message i, one report at a
+// time, and keeps it when the batch is ProcessBatch's.
+func (w *batcher) settle(i int, msg jetstream.Msg, o Outcome, err error) {
+	if w.outcomes != nil {
+		w.outcomes[i], w.errs[i] = o, err
+	}
 	if w.h.report != nil {
 		w.h.reportMu.Lock()
 		defer w.h.reportMu.Unlock()
 		w.h.report(msg, o, err)
 	}
 }
+
+// ProcessBatch processes the deliveries msgs together — for a loop of your
+// own over consumer.Fetch, a fetch at a time — as Handler.Consume processes
+// a batch: their ids claimed in one call per hash slot, fn run on them one
+// at a time in order (a message's fn once the one before it returned), each
+// message acked, nak'd or terminated as Process would once its own commit is
+// in, while the next fns run. It returns once every message is settled, with
+// the outcome of each, in msgs' order, and the errors behind them joined
+// (each also reported to WithReport). A nil ctx, a nil Handler or a nil
+// message gives store.ErrInvalidArgument and settles nothing. With
+// WithCoalesce, the messages are processed one by one (Process).
+func (h *Handler) ProcessBatch(ctx context.Context, msgs []jetstream.Msg) ([]Outcome, error) {
+	if h == nil || ctx == nil {
+		return nil, invalid("ProcessBatch with a nil Handler or context")
+	}
+	for _, m := range msgs {
+		if m == nil {
+			return nil, invalid("ProcessBatch with a nil message")
+		}
+	}
+	out, errs := make([]Outcome, len(msgs)), make([]error, len(msgs))
+	if h.co != nil {
+		for i, m := range msgs {
+			out[i], errs[i] = h.Process(ctx, m)
+		}
+		return out, errors.Join(errs...)
+	}
+	w := &batcher{h: h, outcomes: out, errs: errs}
+	for lo := 0; lo < len(msgs); lo += maxClaimBatch {
+		w.run(ctx, msgs[lo:min(lo+maxClaimBatch, len(msgs))], lo)
+	}
+	w.settling.Wait()
+	return out, errors.Join(errs...)
+}
+
+// maxClaimBatch is the most ids ProcessBatch claims in one call.
+const maxClaimBatch = 500
 
 // openBatch claims ids in one call per hash slot (store.Claims.Batch) and
 // returns them as the messages' claimer, and what gives back the leases no

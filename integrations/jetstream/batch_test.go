@@ -265,3 +265,88 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// ProcessBatch over one Fetch: the outcomes in the messages' order, each
+// row per message (a success, a failure, a duplicate, an id in flight, a
+// panic, a permanent failure, a message without an id), the errors joined,
+// the batch claimed up front and each message settled on its own.
+func TestProcessBatchOfAFetch(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 0)
+	cons := e.consumer(t, "c", 10*time.Second)
+	if err := e.claims.Remember(ctx, "dup"); err != nil {
+		t.Fatal(err)
+	}
+	holding, held := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _ = e.claims.Do(ctx, "held", 5*time.Second, func(context.Context) error {
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	defer func() { close(release); <-held }()
+	ids := []string{"ok1", "fail", "dup", "held", "panic", "perm", "noid", "ok2"}
+	for _, id := range ids {
+		e.publish(t, id, id)
+	}
+	var lastAtFirst string
+	h := newHandler(t, e.claims, func(ctx context.Context, msg natsjs.Msg) error {
+		switch id, _ := jetstream.MsgID(msg); id {
+		case "ok1":
+			lastAtFirst, _ = e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"ok2").Build()).ToString()
+		case "fail":
+			return errors.New("boom")
+		case "panic":
+			panic("kaboom")
+		case "perm":
+			return store.Permanent(errors.New("card declined"))
+		}
+		return nil
+	}, jetstream.WithID(func(msg natsjs.Msg) (string, error) {
+		if string(msg.Data()) == "noid" {
+			return "", errors.New("no id in payload")
+		}
+		return jetstream.MsgID(msg)
+	}))
+	b, err := cons.Fetch(len(ids), natsjs.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []natsjs.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != len(ids) {
+		t.Fatalf("fetched %d messages, want %d", len(msgs), len(ids))
+	}
+	out, err := h.ProcessBatch(ctx, msgs)
+	want := []jetstream.Outcome{jetstream.OutcomeDone, jetstream.OutcomeRetry, jetstream.OutcomeDuplicate, jetstream.OutcomeInFlight,
+		jetstream.OutcomeRetry, jetstream.OutcomeTerm, jetstream.OutcomeError, jetstream.OutcomeDone}
+	if !equalOutcomes(out, want) {
+		t.Errorf("outcomes %v, want %v", out, want)
+	}
+	for _, s := range []string{"boom", "kaboom", "card declined", "no id in payload", store.ErrInFlight.Error()} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("joined error %v, want it to say %q", err, s)
+		}
+	}
+	if !strings.HasPrefix(lastAtFirst, "~") {
+		t.Errorf("while the first fn ran, the last id's claim key held %q, want a lease", lastAtFirst)
+	}
+	for id, want := range map[string]string{"ok1": "1", "ok2": "1", "dup": "1", "fail": "", "panic": "", "perm": ""} {
+		got, _ := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+id).Build()).ToString()
+		if got != want {
+			t.Errorf("%s: claim key %q, want %q (\"\": released)", id, got, want)
+		}
+	}
+	if out, err := h.ProcessBatch(ctx, []natsjs.Msg{nil}); out != nil || !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("ProcessBatch of a nil message = %v, %v; want nil, ErrInvalidArgument", out, err)
+	}
+	if out, err := h.ProcessBatch(nil, msgs); out != nil || !errors.Is(err, store.ErrInvalidArgument) { //nolint:staticcheck // the case under test
+		t.Errorf("ProcessBatch with a nil context = %v, %v; want nil, ErrInvalidArgument", out, err)
+	}
+}

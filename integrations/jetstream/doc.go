@@ -44,8 +44,9 @@
 // default: the messages queued by then; the store's gathering adds at most
 // one round trip, and only while another call is in flight). A message
 // queued or claimed waits for its turn without InProgress, so keep the batch
-// small beside the consumer's AckWait. Handle and Process run one message
-// per call, without batching.
+// small beside the consumer's AckWait. ProcessBatch does the same for the
+// messages of one consumer.Fetch, in a loop of your own. Handle and Process
+// run one message per call, without batching.
 //
 // The id is the message's Nats-Msg-Id header (MsgID; JetStream's publish
 // deduplication uses it too, but only within the stream's duplicate window),
