@@ -29,6 +29,7 @@ type Batch struct {
 
 	mu   sync.Mutex
 	held map[string]*preLease // the ids claimed up front that no Do took yet
+	idle *time.Timer          // Close, a lease after the claims were sent
 }
 
 // preLease is one id's claim sent by Claims.Batch: lease_many.lua's element
@@ -41,8 +42,7 @@ type preLease struct {
 	fence uint64
 	sent  time.Time // when the call that claimed it was sent
 	err   error
-	hb    *heartbeat  // a lease won: its heartbeat
-	idle  *time.Timer // a lease won: gives it back a lease after its claim if no Do took it
+	hb    *heartbeat // a lease won: its heartbeat
 }
 
 // Batch claims ids with leases of length lease, in one script call per hash
@@ -93,7 +93,10 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		reqs[i] = &leaseReq{op: opLease, id: id, value: value, arg: lease}
 		hbs[i] = startHeartbeat(bctx, lease, time.Now(), "do", ErrLeaseLost, s.extendOn(ops, id, value[1:], lease))
 	}
-	if err := s.gather.run(ctx, reqs...); err != nil {
+	// The read's claims are a batch already: sent at once, one call per
+	// slot, not queued behind the gathering in flight.
+	s.b.leaseFlush(ctx, reqs)
+	if err := ctx.Err(); err != nil {
 		for _, hb := range hbs {
 			hb.stop()
 		}
@@ -101,6 +104,7 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	won := false
 	for i, r := range reqs {
 		p := &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
 		if r.err != nil || r.n != 1 {
@@ -108,14 +112,13 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		} else {
 			hbs[i].answered()
 			p.hb = hbs[i]
-			id := r.id
-			p.idle = time.AfterFunc(time.Until(r.sent.Add(lease)), func() {
-				if p := b.take(id); p != nil {
-					b.giveBack(context.Background(), id, p)
-				}
-			})
+			won = true
 		}
 		b.held[r.id] = p
+	}
+	if won {
+		// A lease after the claims were sent, the leases no Do took go back.
+		b.idle = time.AfterFunc(time.Until(reqs[0].sent.Add(lease)), func() { _ = b.Close() })
 	}
 	return b, nil
 }
@@ -158,7 +161,8 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 
 // Close gives back every lease Claims.Batch took that no Do ran, in one
 // script call per hash slot, retried on transport failures for up to 5 s; a
-// Do after Close claims its id again. The error is the first give-back that
+// Do after Close claims its id again. A Batch closes itself a lease after
+// its claims were sent. The error is the first give-back that
 // failed (that lease then expires on its own).
 func (b *Batch) Close() error {
 	if b == nil {
@@ -167,6 +171,9 @@ func (b *Batch) Close() error {
 	b.mu.Lock()
 	held := b.held
 	b.held = nil
+	if b.idle != nil {
+		b.idle.Stop()
+	}
 	b.mu.Unlock()
 	var reqs []*leaseReq
 	for id, p := range held {
@@ -206,19 +213,12 @@ func (b *Batch) take(id string) *preLease {
 	p := b.held[id]
 	if p != nil {
 		delete(b.held, id)
-		if p.idle != nil {
-			p.idle.Stop()
-		}
 	}
 	return p
 }
 
-// stop ends a lease's heartbeat and idle timer, for a lease no fn will run
-// under.
+// stop ends a lease's heartbeat, for a lease no fn will run under.
 func (p *preLease) stop() {
-	if p.idle != nil {
-		p.idle.Stop()
-	}
 	if p.hb != nil {
 		p.hb.stop()
 	}
