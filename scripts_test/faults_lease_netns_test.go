@@ -117,7 +117,7 @@ func TestLeasePartitionedOwner(t *testing.T) {
 	base := newClient(t, srv.URL())
 	trial := 0
 	for _, lease := range []time.Duration{500 * time.Millisecond, time.Second} {
-		for _, kind := range []string{"claims", "records"} {
+		for _, kind := range []string{"claims", "records", "batch"} {
 			// The cut lands (1+trial%4)*lease/8 + lease/32 after A is ready
 			// (plus the time iptables takes): before, on and after the
 			// extensions that go out every lease/4.

@@ -66,11 +66,51 @@ func (c *hookClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 	return c.Client.Do(ctx, cmd)
 }
 
+// DoMulti passes each command through hook as Do does (a Batch's gathered
+// calls go out as one DoMulti); the ones hook leaves go to the server in
+// one DoMulti, and the replies come back in order.
+func (c *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	out := make([]rueidis.RedisResult, len(cmds))
+	var pass []rueidis.Completed
+	var at []int
+	var wg sync.WaitGroup
+	for i, cmd := range cmds {
+		name := ""
+		if args := cmd.Commands(); len(args) > 1 && c.hook != nil {
+			switch args[0] {
+			case "EVALSHA":
+				name = shaNames[args[1]]
+			case "EVAL":
+				name = shaNames[fmt.Sprintf("%x", sha1.Sum([]byte(args[1])))]
+			}
+		}
+		if name == "" {
+			pass, at = append(pass, cmd), append(at, i)
+			continue
+		}
+		// Each hooked command on its own: a stalled one holds up only itself.
+		wg.Go(func() {
+			if r, ok := c.hook(ctx, name, cmd); ok {
+				out[i] = r
+				return
+			}
+			out[i] = c.Client.Do(ctx, cmd)
+		})
+	}
+	if len(pass) > 0 {
+		for j, r := range c.Client.DoMulti(ctx, pass...) {
+			out[at[j]] = r
+		}
+	}
+	wg.Wait()
+	return out
+}
+
 // extendsStall is a hook under which every lease extension (extend.lua,
-// renew.lua) hangs until its context ends and nothing reaches the server: the
+// renew.lua, extend_many.lua) hangs until its context ends and nothing reaches the server: the
 // owner is cut off from Redis for everything but its claim and final write.
 func extendsStall(ctx context.Context, script string, _ rueidis.Completed) (rueidis.RedisResult, bool) {
-	if script != "extend" && script != "renew" {
+	if script != "extend" && script != "renew" && script != "extend_many" {
 		return rueidis.RedisResult{}, false
 	}
 	<-ctx.Done()
@@ -104,7 +144,7 @@ func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
 		return extendsStall(ctx, script, cmd)
 	}}
 	for _, lease := range []time.Duration{300 * time.Millisecond, 700 * time.Millisecond} {
-		for _, kind := range []string{"claims", "records"} {
+		for _, kind := range []string{"claims", "records", "batch"} {
 			t.Run(fmt.Sprintf("%s/%v", kind, lease), func(t *testing.T) {
 				prefix := uniquePrefix(t)
 				a, b := leaseDoers(kind, hooked, base, prefix, lease)
@@ -168,6 +208,23 @@ func TestLeaseContextEndsBeforeTakeover(t *testing.T) {
 func leaseDoers(kind string, ca, cb rueidis.Client, prefix string, lease time.Duration, aOpts ...store.Option) (a, b func(context.Context, func(context.Context) error) error) {
 	const id = "lease-id"
 	aOpts = append([]store.Option{store.WithPrefix(prefix)}, aOpts...)
+	if kind == "batch" {
+		// Claims.Batch: the id claimed up front, then run by Batch.Do, its
+		// extensions and final write gathered (store/claims_lease_batch.go).
+		sa, sb := mustStore(store.NewClaims(ca, aOpts...)), mustStore(store.NewClaims(cb, store.WithPrefix(prefix)))
+		do := func(s *store.Claims) func(context.Context, func(context.Context) error) error {
+			return func(ctx context.Context, fn func(context.Context) error) error {
+				b, err := s.Batch(ctx, []string{id}, lease)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				_, err = b.Do(ctx, id, fn)
+				return err
+			}
+		}
+		return do(sa), do(sb)
+	}
 	if kind == "claims" {
 		sa, sb := mustStore(store.NewClaims(ca, aOpts...)), mustStore(store.NewClaims(cb, store.WithPrefix(prefix)))
 		do := func(s *store.Claims) func(context.Context, func(context.Context) error) error {
@@ -291,7 +348,7 @@ func TestLeaseFinalWriteRetriedOnForeignContextError(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	base := newClient(t, srv.URL())
 	ctx := context.Background()
-	for _, tc := range []struct{ kind, script string }{{"claims", "commit"}, {"records", "update"}} {
+	for _, tc := range []struct{ kind, script string }{{"claims", "commit"}, {"records", "update"}, {"batch", "commit"}} {
 		t.Run(tc.kind, func(t *testing.T) {
 			var failed atomic.Int32
 			hooked := &hookClient{Client: base, hook: func(ctx context.Context, script string, _ rueidis.Completed) (rueidis.RedisResult, bool) {
@@ -325,7 +382,7 @@ func TestLeaseSlowLink(t *testing.T) {
 	// Not parallel: its margins are tens of ms, and a binary busy with
 	// the parallel tests delays timers and the proxy far more than that.
 	const lease = 1600 * time.Millisecond
-	for _, kind := range []string{"claims", "records"} {
+	for _, kind := range []string{"claims", "records", "batch"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{})
@@ -400,7 +457,7 @@ func TestLeasePausedOwner(t *testing.T) {
 	srv := newServer(t, redisproc.Options{})
 	base := newClient(t, srv.URL())
 	const lease = 300 * time.Millisecond
-	for _, kind := range []string{"claims", "records"} {
+	for _, kind := range []string{"claims", "records", "batch"} {
 		t.Run(kind, func(t *testing.T) {
 			prefix := uniquePrefix(t)
 			a := startOwner(t, nil, srv.URL(), kind, prefix, lease)
@@ -568,7 +625,7 @@ func TestLeaseOwnerProcess(t *testing.T) {
 func TestLeaseFinalWriteSurvivesStall(t *testing.T) {
 	// Not parallel: its margins are tens of ms, and a binary busy with
 	// the parallel tests delays timers and the proxy far more than that.
-	for _, kind := range []string{"claims", "records"} {
+	for _, kind := range []string{"claims", "records", "batch"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, redisproc.Options{})
@@ -580,7 +637,7 @@ func TestLeaseFinalWriteSurvivesStall(t *testing.T) {
 			var afterBreak atomic.Bool
 			yDialing := make(chan struct{}, 16)
 			hooked := &hookClient{Client: rc, hook: func(ctx context.Context, script string, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
-				if (script == "extend" || script == "renew") && afterBreak.Load() {
+				if (script == "extend" || script == "renew" || script == "extend_many") && afterBreak.Load() {
 					select {
 					case yDialing <- struct{}{}:
 					default:

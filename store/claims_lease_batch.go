@@ -29,15 +29,20 @@ type Batch struct {
 
 	mu   sync.Mutex
 	held map[string]*preLease // the ids claimed up front that no Do took yet
+	idle *time.Timer          // Close, a lease after the claims were sent
 }
 
-// preLease is one id's claim sent by Claims.Batch: lease_many.lua's element.
+// preLease is one id's claim sent by Claims.Batch: lease_many.lua's element
+// and, for a lease won, its heartbeat, beating from before the claim was
+// sent (as Claims.Do's) until Do runs the id, Close gives it back, or a
+// lease passes without a Do (idle).
 type preLease struct {
 	value string // "~<token>"
 	n     int64  // 1 won, 0 processed, -(ms left) in flight
 	fence uint64
 	sent  time.Time // when the call that claimed it was sent
 	err   error
+	hb    *heartbeat // a lease won: its heartbeat
 }
 
 // Batch claims ids with leases of length lease, in one script call per hash
@@ -53,9 +58,10 @@ type preLease struct {
 // Claims.Do returns its claim's. ids may be empty: Do then claims each id
 // it is given, gathered with the other operations in flight.
 //
-// A lease taken here is not extended until Do runs its id: Do starts its
-// heartbeat counting from this call's send time, so a lease whose local
-// deadline passed while its id waited is given back and claimed again. Close
+// Each lease won is extended as Claims.Do's is (every lease/4, from before
+// the claim was sent, so a round trip up to lease/2 loses nothing) while its
+// id waits for its Do, for at most a lease: a lease no Do took within a lease
+// of its claim is given back, and a Do after that claims its id again. Close
 // gives back every lease that no Do took.
 func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (*Batch, error) {
 	if s == nil {
@@ -77,15 +83,42 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		return b, nil
 	}
 	uniq, _ := firstOccurrences(ids)
+	ops := batched{&s.gather}
 	reqs := make([]*leaseReq, len(uniq))
+	hbs := make([]*heartbeat, len(uniq))
+	// The beats run under no caller's context until a Do takes the lease.
+	bctx := context.WithoutCancel(ctx)
 	for i, id := range uniq {
-		reqs[i] = &leaseReq{op: opLease, id: id, value: newLeaseValue(), arg: lease}
+		value := newLeaseValue()
+		reqs[i] = &leaseReq{op: opLease, id: id, value: value, arg: lease}
+		hbs[i] = startHeartbeat(bctx, lease, time.Now(), "do", ErrLeaseLost, s.extendOn(ops, id, value[1:], lease))
 	}
-	if err := s.gather.run(ctx, reqs...); err != nil {
+	// The read's claims are a batch already: sent at once, one call per
+	// slot, not queued behind the gathering in flight.
+	s.b.leaseFlush(ctx, reqs)
+	if err := ctx.Err(); err != nil {
+		for _, hb := range hbs {
+			hb.stop()
+		}
 		return nil, opError("batch", uniq[0], err)
 	}
-	for _, r := range reqs {
-		b.held[r.id] = &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	won := false
+	for i, r := range reqs {
+		p := &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
+		if r.err != nil || r.n != 1 {
+			hbs[i].stop()
+		} else {
+			hbs[i].answered()
+			p.hb = hbs[i]
+			won = true
+		}
+		b.held[r.id] = p
+	}
+	if won {
+		// A lease after the claims were sent, the leases no Do took go back.
+		b.idle = time.AfterFunc(time.Until(reqs[0].sent.Add(lease)), func() { _ = b.Close() })
 	}
 	return b, nil
 }
@@ -128,7 +161,8 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 
 // Close gives back every lease Claims.Batch took that no Do ran, in one
 // script call per hash slot, retried on transport failures for up to 5 s; a
-// Do after Close claims its id again. The error is the first give-back that
+// Do after Close claims its id again. A Batch closes itself a lease after
+// its claims were sent. The error is the first give-back that
 // failed (that lease then expires on its own).
 func (b *Batch) Close() error {
 	if b == nil {
@@ -137,10 +171,14 @@ func (b *Batch) Close() error {
 	b.mu.Lock()
 	held := b.held
 	b.held = nil
+	if b.idle != nil {
+		b.idle.Stop()
+	}
 	b.mu.Unlock()
 	var reqs []*leaseReq
 	for id, p := range held {
-		if p.err == nil && p.n == 1 {
+		p.stop()
+		if p.hb != nil {
 			reqs = append(reqs, &leaseReq{op: opRelease, id: id, value: p.value})
 		}
 	}
@@ -179,14 +217,35 @@ func (b *Batch) take(id string) *preLease {
 	return p
 }
 
+// stop ends a lease's heartbeat, for a lease no fn will run under.
+func (p *preLease) stop() {
+	if p.hb != nil {
+		p.hb.stop()
+	}
+}
+
 // giveBack releases a lease claimed up front that no fn will run under.
 func (b *Batch) giveBack(ctx context.Context, id string, p *preLease) {
-	if p.err != nil || p.n != 1 {
+	p.stop()
+	if p.hb == nil {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 	defer cancel()
 	_ = retryLost(rctx, func(ctx context.Context) error { return batched{&b.s.gather}.release(ctx, id, p.value[1:]) })
+}
+
+// extendOn is the extension of id's lease (token's) through ops, reported
+// to the observer.
+func (s *Claims) extendOn(ops leaseOps, id, token string, lease time.Duration) extendFunc {
+	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
+		n, err := ops.extend(ctx, id, token, lease, sent)
+		return n == 1, err
+	})
+	if s.ev.obs != nil {
+		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
+	}
+	return extend
 }
 
 // doOn is Claims.do over ops (the backend, or the gathered calls of a
@@ -201,9 +260,10 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 		// the answer is asked again now.
 		pre = nil
 	}
-	if pre != nil && pre.err == nil && pre.n == 1 && !time.Now().Before(pre.sent.Add(lease-leaseMargin(lease))) {
-		// Its local deadline passed while the id waited: give it back and
-		// claim the id again.
+	if pre != nil && pre.hb != nil && !pre.hb.held() {
+		// Its heartbeat found it lost, or its local deadline passed, while
+		// the id waited: give it back (if it is still ours) and claim again.
+		pre.stop()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 		err := retryLost(rctx, func(ctx context.Context) error { return ops.release(ctx, id, pre.value[1:]) })
 		cancel()
@@ -217,13 +277,6 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 		value = pre.value
 	}
 	token := value[1:] // the token shares the value's string
-	extend := extendFunc(func(ctx context.Context, sent *time.Time) (bool, error) {
-		n, err := ops.extend(ctx, id, token, lease, sent)
-		return n == 1, err
-	})
-	if s.ev.obs != nil {
-		extend = s.ev.observeExtend(id, "extend", outLeaseLost, extend)
-	}
 	var (
 		n     int64
 		fence uint64
@@ -232,12 +285,12 @@ func (s *Claims) doOn(ctx context.Context, ops leaseOps, id string, lease time.D
 		err   error
 	)
 	if pre != nil {
-		n, fence, sent, err = pre.n, pre.fence, pre.sent, pre.err
-		if err == nil && n == 1 {
-			hb = startHeartbeat(ctx, lease, sent, "do", ErrLeaseLost, extend)
+		n, fence, sent, err, hb = pre.n, pre.fence, pre.sent, pre.err, pre.hb
+		if hb != nil {
+			hb.reparent(ctx)
 		}
 	} else {
-		hb, sent, err = takeLease(ctx, lease, ErrLeaseLost, extend, func(sent *time.Time) (bool, error) {
+		hb, sent, err = takeLease(ctx, lease, ErrLeaseLost, s.extendOn(ops, id, token, lease), func(sent *time.Time) (bool, error) {
 			var err error
 			n, fence, err = ops.claim(ctx, "do", id, value, lease, sent)
 			return n == 1, err
@@ -294,6 +347,11 @@ type leaseReq struct {
 	sent  time.Time // when the call that ran it was sent
 	err   error
 	done  chan struct{}
+
+	// Under the gatherer's mu: the caller has gone (gone), and the flush
+	// that took the request.
+	gone  bool
+	flush *flushState
 }
 
 // gatherer sends the gathered requests of one store: one flush at a time,
@@ -307,14 +365,15 @@ type gatherer struct {
 	busy  bool // a flush loop is running
 }
 
-// run queues reqs and waits for their replies, or for ctx to end (the
-// requests still go out; their replies are dropped). Each request carries
-// its own reply or error.
+// run queues reqs and waits for their replies, or for ctx to end: then
+// the requests not sent yet are dropped (never sent), and a flush whose
+// every request's caller has gone is cancelled. Each request carries its
+// own reply or error.
 func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
-	for _, r := range reqs {
-		r.done = make(chan struct{})
-	}
 	g.mu.Lock()
+	for _, r := range reqs {
+		r.done, r.gone, r.flush = make(chan struct{}), false, nil
+	}
 	g.queue = append(g.queue, reqs...)
 	start := !g.busy
 	g.busy = true
@@ -322,33 +381,88 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 	if start {
 		go g.loop()
 	}
-	for _, r := range reqs {
+	for i, r := range reqs {
 		select {
 		case <-r.done:
 		case <-ctx.Done():
+			g.abandon(reqs[i:])
 			return ctx.Err()
 		}
 	}
 	return nil
 }
 
-// loop flushes the queue until it is empty.
+// abandon marks requests whose caller has gone: one not sent yet is
+// dropped, and a flush left with no caller is cancelled.
+func (g *gatherer) abandon(reqs []*leaseReq) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range reqs {
+		r.gone = true
+		if f := r.flush; f != nil {
+			if f.waiting--; f.waiting == 0 {
+				f.cancel()
+			}
+		}
+	}
+}
+
+// flushState is one flush in flight: its context, cancelled once no caller
+// waits for any of its requests, and how many still do (under the
+// gatherer's mu).
+type flushState struct {
+	cancel  context.CancelFunc
+	waiting int
+}
+
+// gatherStall is how long the flush loop waits for a flush before it sends
+// the next one beside it: a call stalled on a slow link or a stopped server
+// does not hold up the extensions and commits of other ids behind it.
+const gatherStall = 50 * time.Millisecond
+
+// loop flushes the queue until it is empty: one flush at a time, or one
+// more beside a flush that has been in flight for gatherStall.
 func (g *gatherer) loop() {
+	stall := time.NewTimer(gatherStall)
+	defer stall.Stop()
 	for {
 		g.mu.Lock()
-		q := g.queue
+		q := g.queue[:0:0]
+		for _, r := range g.queue {
+			if !r.gone {
+				q = append(q, r)
+			}
+		}
 		g.queue = nil
 		if len(q) == 0 {
 			g.busy = false
 			g.mu.Unlock()
 			return
 		}
-		g.mu.Unlock()
-		// No deadline: each waiter has its own (docs/upstream-rueidis-redial.md:
-		// a deadline here would be the deadline of a redial it started).
-		g.b.leaseFlush(context.Background(), q)
+		// No deadline: each caller has its own (a deadline here would also
+		// be the deadline of a redial the flush started, which rueidis
+		// applies to every command waiting on it:
+		// docs/upstream-rueidis-redial.md). Cancelled once every caller
+		// has gone.
+		ctx, cancel := context.WithCancel(context.Background())
+		f := &flushState{cancel: cancel, waiting: len(q)}
 		for _, r := range q {
-			close(r.done)
+			r.flush = f
+		}
+		g.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer cancel()
+			g.b.leaseFlush(ctx, q)
+			for _, r := range q {
+				close(r.done)
+			}
+		}()
+		stall.Reset(gatherStall)
+		select {
+		case <-done:
+		case <-stall.C:
 		}
 	}
 }

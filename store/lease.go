@@ -165,6 +165,7 @@ type heartbeat struct {
 	confirmed   time.Time // when the claim's reply came back (zero: not yet)
 	deadline    time.Time // the local lease deadline
 	lost        bool      // the lease was found lost, or its deadline passed
+	lostCause   error     // why
 	stopped     bool
 	next        *time.Timer // the next beat
 	nextAt      time.Time
@@ -202,16 +203,19 @@ func startHeartbeat(ctx context.Context, lease time.Duration, sent time.Time, op
 // deadline counts from that extension's send time; otherwise, or if it does
 // not answer within a lease, fn gets a context already cancelled.
 func (h *heartbeat) confirm(l Lease, sent time.Time) {
-	h.Context, h.cancel = context.WithCancelCause(h.parent)
 	h.mu.Lock()
+	h.Context, h.cancel = context.WithCancelCause(h.parent)
 	// Under mu: a beat sent before this reply (speculative) may be reading
 	// the lease for OnExtend right now.
 	h.lease = l
-	h.confirmed = time.Now()
+	now := time.Now()
+	if h.confirmed.IsZero() { // (a claim sent ahead was answered before: answered)
+		h.confirmed = now
+	}
 	if d := sent.Add(h.length - h.margin); d.After(h.deadline) {
 		h.deadline = d
 	}
-	if !h.confirmed.Before(h.deadline) {
+	if !now.Before(h.deadline) {
 		giveUp := time.AfterFunc(h.length, func() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -225,6 +229,9 @@ func (h *heartbeat) confirm(l Lease, sent time.Time) {
 		h.mu.Lock()
 	}
 	defer h.mu.Unlock()
+	if h.lost {
+		h.cancel(h.lostCause) // lost before fn's context was made
+	}
 	if h.lost || h.stopped {
 		return
 	}
@@ -243,6 +250,35 @@ func (h *heartbeat) confirm(l Lease, sent time.Time) {
 	h.expiry = time.AfterFunc(d, h.expire)
 }
 
+// answered records that the claim's reply came back, for a claim sent
+// ahead of its Do (Claims.Batch): from now on an extension's "lost" answer
+// is a loss. The heartbeat goes on beating until confirm or stop.
+func (h *heartbeat) answered() {
+	h.mu.Lock()
+	if h.confirmed.IsZero() {
+		h.confirmed = time.Now()
+	}
+	h.mu.Unlock()
+}
+
+// reparent makes ctx the heartbeat's parent: fn's context derives from it,
+// and its OnExtend hook is the one called. For a claim sent ahead of its Do,
+// before confirm.
+func (h *heartbeat) reparent(ctx context.Context) {
+	h.mu.Lock()
+	h.parent = ctx
+	h.onExtend, _ = ctx.Value(extendHookKey{}).(func(Lease))
+	h.mu.Unlock()
+}
+
+// held reports whether the lease is still held as far as the heartbeat
+// knows: not found lost, not stopped, and its local deadline ahead.
+func (h *heartbeat) held() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.lost && !h.stopped && time.Now().Before(h.deadline)
+}
+
 // Value gives LeaseFromContext the lease.
 func (h *heartbeat) Value(key any) any {
 	if key == (leaseKey{}) {
@@ -256,9 +292,9 @@ func (h *heartbeat) Value(key any) any {
 // usually does not: read it again rather than keep it.
 func (h *heartbeat) Deadline() (time.Time, bool) {
 	h.mu.Lock()
-	d := h.deadline
+	d, parent := h.deadline, h.parent
 	h.mu.Unlock()
-	if pd, ok := h.parent.Deadline(); ok && pd.Before(d) {
+	if pd, ok := parent.Deadline(); ok && pd.Before(d) {
 		return pd, true
 	}
 	return d, true
@@ -311,7 +347,10 @@ func (h *heartbeat) expireLocked() {
 // cause and no extension is sent any more.
 func (h *heartbeat) loseLocked(cause error) {
 	h.lost = true
-	h.cancel(cause)
+	h.lostCause = cause
+	if h.cancel != nil { // nil until confirm: a claim sent ahead lost before its Do
+		h.cancel(cause)
+	}
 	h.next.Stop()
 	if h.expiry != nil {
 		h.expiry.Stop()
@@ -352,16 +391,16 @@ func (h *heartbeat) beat() {
 
 	held, err := h.extend(bctx, &sent)
 	bcancel()
-	if err == nil && held && h.onExtend != nil {
+	if err == nil && held {
 		// Within beats (stop waits for it, so no call after Do returned),
 		// one call at a time (beats overlap on a slow link), and only once
-		// the claim is confirmed (fn holds the lease it reports).
+		// fn runs (fn holds the lease it reports).
 		h.mu.Lock()
-		ok, l := !h.confirmed.IsZero() && !h.stopped && !h.lost, h.lease
+		ok, l, hook := h.Context != nil && !h.stopped && !h.lost, h.lease, h.onExtend
 		h.mu.Unlock()
-		if ok {
+		if ok && hook != nil {
 			h.hookMu.Lock()
-			h.onExtend(l)
+			hook(l)
 			h.hookMu.Unlock()
 		}
 	}

@@ -32,6 +32,10 @@ type run struct {
 	// keeps the handlers busy while the next read is on its way. Acquire
 	// sends, release receives.
 	slots chan struct{}
+	// minRead is the fewest free slots a read waits for: 1, and with
+	// batching concurrency/2, so that a read (and its one claim call) takes
+	// several entries while the entries already held keep the handlers busy.
+	minRead int
 	// workers holds one element per running handler, up to the concurrency.
 	workers chan struct{}
 	// stopping is closed when Run's context is done: entries read ahead and
@@ -112,15 +116,19 @@ func (r *run) begin(id string) (end func()) {
 	}
 }
 
-// reserve blocks for one free handler slot, then takes up to every free
-// one; it returns how many it took (0 when ctx is done).
+// reserve blocks for r.minRead free handler slots, then takes up to every
+// free one; it returns how many it took (0 when ctx is done: none held).
 func (r *run) reserve(ctx context.Context) int {
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
+	n := 0
+	for n < r.minRead {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		case <-ctx.Done():
+			r.release(n)
+			return 0
+		}
 	}
-	n := 1
 	for n < cap(r.slots) {
 		select {
 		case r.slots <- struct{}{}:

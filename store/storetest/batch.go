@@ -27,6 +27,8 @@ func init() {
 		{"BatchLeaseLostOneID", claimsBatchLeaseLostOneID},
 		{"BatchKeptAlive", claimsBatchKeptAlive},
 		{"BatchBadInput", claimsBatchBadInput},
+		{"BatchOnExtend", claimsBatchOnExtend},
+		{"BatchIdleGivenBack", claimsBatchIdleGivenBack},
 	}...)
 }
 
@@ -303,5 +305,69 @@ func claimsBatchBadInput(t *testing.T, x *claimsSuite) {
 	wantErr(t, err, store.ErrInvalidArgument)
 	if seen, err := s.Seen(ctx, "ok1"); err != nil || seen {
 		t.Errorf("ok1 was written (Seen %v, %v)", seen, err)
+	}
+}
+
+// claimsBatchOnExtend: Do's ctx's OnExtend hook is called after the
+// gathered extensions of the lease Claims.Batch took, with that lease.
+func claimsBatchOnExtend(t *testing.T, x *claimsSuite) {
+	ctx, s := x.ctx, x.newStore(t)
+	lease := 4 * x.h.Tick
+	b, err := s.Batch(ctx, []string{"o"}, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var mu sync.Mutex
+	var got []store.Lease
+	hctx := store.OnExtend(ctx, func(l store.Lease) { mu.Lock(); got = append(got, l); mu.Unlock() })
+	var held store.Lease
+	ran, err := b.Do(hctx, "o", func(ctx context.Context) error {
+		held, _ = store.LeaseFromContext(ctx)
+		time.Sleep(2 * lease) // real time: the heartbeat runs on the real clock
+		return ctx.Err()
+	})
+	if !ran || err != nil {
+		t.Fatalf("Do = %v, %v", ran, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("OnExtend never called through two leases")
+	}
+	for _, l := range got {
+		if l != held {
+			t.Errorf("OnExtend got %+v, want the lease fn holds %+v", l, held)
+		}
+	}
+}
+
+// claimsBatchIdleGivenBack: a lease Claims.Batch took that no Do runs is
+// kept for a lease, then given back: another caller can take the id.
+func claimsBatchIdleGivenBack(t *testing.T, x *claimsSuite) {
+	ctx, s := x.ctx, x.newStore(t)
+	lease := 3 * x.h.Tick
+	b, err := s.Batch(ctx, []string{"i"}, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if ran, err := s.Do(ctx, "i", lease, func(context.Context) error { return nil }); ran || !errors.Is(err, store.ErrInFlight) {
+		t.Errorf("Do(i) while the batch holds it = %v, %v; want ErrInFlight", ran, err)
+	}
+	var ran bool
+	for end := time.Now().Add(20 * lease); !ran && time.Now().Before(end); {
+		time.Sleep(x.h.Tick / 2) // real time: the idle timer runs on the real clock
+		ran, err = s.Do(ctx, "i", lease, func(context.Context) error { return nil })
+		if err != nil && !errors.Is(err, store.ErrInFlight) {
+			t.Fatal(err)
+		}
+	}
+	if !ran {
+		t.Fatalf("the idle lease was never given back")
+	}
+	// The Batch's Do claims again, and finds it processed.
+	if ran, err := b.Do(ctx, "i", func(context.Context) error { return nil }); ran || err != nil {
+		t.Errorf("the Batch's Do after the give-back = %v, %v; want false, nil", ran, err)
 	}
 }
