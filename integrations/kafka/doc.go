@@ -39,11 +39,11 @@
 // claims of the records behind it, is retried on its own, and those are
 // claimed again after it. There is no flush interval: a lone record waits
 // for nothing (the store's gathering adds at most one round trip, and only
-// while another call is in flight). A claim taken up front is not extended
-// until its record runs, so a poll that takes longer than the lease claims
-// its late records again (one call more). An id another partition of the
-// Consumer holds waits for that record; one another process holds is in
-// flight for up to a lease.
+// while another call is in flight). A claim taken up front is extended
+// while its record waits, for at most a lease: a record that waits longer
+// is claimed again when it runs (one call more). An id another partition
+// of the Consumer holds waits for that record; one another process holds
+// is in flight for up to a lease.
 //
 // The id is OffsetID ("<topic>/<partition>/<offset>") unless WithID says
 // otherwise: it dedupes records read again after a crash or a rebalance, but
