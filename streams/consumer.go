@@ -366,7 +366,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		minRead = max(1, c.cfg.concurrency/2)
 	}
 	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), minRead: minRead, workers: make(chan struct{}, c.cfg.concurrency),
-		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
+		committing: make(chan struct{}, c.cfg.concurrency),
+		stopping:   ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
 	go r.sweep(ctx)
