@@ -354,33 +354,56 @@ type leaseReq struct {
 	flush *flushState
 }
 
-// gatherer sends the gathered requests of one store: one flush at a time,
-// each taking every request queued when it starts (flush when idle: a
-// request that finds no flush in flight starts one at once).
+// gatherer sends the gathered requests of one store (flush when idle): a
+// request that finds nothing in flight is sent at once by its own caller,
+// under its own context, as Claims.Do sends it; the requests that arrive
+// while a send is in flight queue, and the flush loop sends everything
+// queued in one flush when the send ahead of them is back.
 type gatherer struct {
 	b claimsBackend
 
-	mu    sync.Mutex
-	queue []*leaseReq
-	busy  bool // a flush loop is running
+	mu      sync.Mutex
+	queue   []*leaseReq
+	leading int  // callers sending their own requests now
+	looping bool // the flush loop runs
+	kick    *time.Timer
 }
 
-// run queues reqs and waits for their replies, or for ctx to end: then
-// the requests not sent yet are dropped (never sent), and a flush whose
-// every request's caller has gone is cancelled. Each request carries its
-// own reply or error.
+// run sends reqs, or queues them and waits for their replies, or for ctx
+// to end: then the requests not sent yet are dropped (never sent), and a
+// flush whose every request's caller has gone is cancelled. Each request
+// carries its own reply or error.
 func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 	g.mu.Lock()
+	if g.leading == 0 && !g.looping {
+		// Nothing in flight: no one to gather with, and no hop to another
+		// goroutine.
+		g.leading++
+		g.mu.Unlock()
+		g.b.leaseFlush(ctx, reqs)
+		g.mu.Lock()
+		g.leading--
+		if len(g.queue) > 0 && !g.looping {
+			g.looping = true
+			go g.loop()
+		}
+		g.mu.Unlock()
+		return ctx.Err()
+	}
 	for _, r := range reqs {
 		r.done, r.gone, r.flush = make(chan struct{}), false, nil
 	}
 	g.queue = append(g.queue, reqs...)
-	start := !g.busy
-	g.busy = true
-	g.mu.Unlock()
-	if start {
-		go g.loop()
+	if !g.looping {
+		// Behind a caller's own send: the loop starts when it is back, or
+		// after gatherStall if it is not.
+		if g.kick == nil {
+			g.kick = time.AfterFunc(gatherStall, g.startLoop)
+		} else {
+			g.kick.Reset(gatherStall)
+		}
 	}
+	g.mu.Unlock()
 	for i, r := range reqs {
 		select {
 		case <-r.done:
@@ -390,6 +413,16 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 		}
 	}
 	return nil
+}
+
+// startLoop starts the flush loop if requests wait and it is not running.
+func (g *gatherer) startLoop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) > 0 && !g.looping {
+		g.looping = true
+		go g.loop()
+	}
 }
 
 // abandon marks requests whose caller has gone: one not sent yet is
@@ -435,7 +468,7 @@ func (g *gatherer) loop() {
 		}
 		g.queue = nil
 		if len(q) == 0 {
-			g.busy = false
+			g.looping = false
 			g.mu.Unlock()
 			return
 		}
