@@ -172,15 +172,20 @@ fuzz: redis-server
 demo: redis-server
 	$(GO) run ./cmd/redisonce demo
 
-# bench: the Go benchmarks (for benchstat), then the side-by-side comparison
+# bench: the Go benchmarks (for benchstat); the Kafka and JetStream
+# integrations beside plain consumers of their own (~50 s); then the side-by-side comparison
 # (scripts_test/cmd/benchcmp) on a redis-server of its own, pinned like
 # BENCHMARKS.md says when taskset is there: server on CPU 0, client on CPU 1.
 # The comparison's report is also written to bin/bench.md. Then the Postgres
 # inbox beside a SQL-only inbox (BENCHMARKS.md, "The Postgres inbox").
 BENCHFLAGS ?=
+CONSUMER_BENCH_MODULES := integrations/kafka integrations/jetstream
 INBOXBENCHFLAGS ?=
 bench: redis-server postgres-deps
 	cd scripts_test && $(GO) test -run '^$$' -bench . -benchmem -benchtime 500ms -timeout 10m .
+	@# the Kafka and JetStream integrations beside plain consumers of their own
+	@# (BenchmarkConsumer: interleaved rounds, medians; BENCHMARKS.md)
+	for m in $(CONSUMER_BENCH_MODULES); do (cd $$m && $(GO) test -run '^$$' -bench '^BenchmarkConsumer$$' -benchtime 1x -timeout 10m .) || exit 1; done
 	cd scripts_test && $(GO) build -o ../bin/benchcmp ./cmd/benchcmp
 	@if command -v taskset >/dev/null 2>&1 && [ "$$(nproc)" -ge 2 ]; then \
 	  echo "taskset -c 1 bin/benchcmp -server-cpu 0 -out bin/bench.md $(BENCHFLAGS)"; \

@@ -93,6 +93,30 @@ func BenchmarkClaimsDo(b *testing.B) {
 	})
 }
 
+// BenchmarkClaimsBatchDo is BenchmarkClaimsDo through one long-lived
+// Claims.Batch (no ids claimed up front): each Do's claim and commit are
+// gathered with the other goroutines' in flight. At g=1 nothing is in flight
+// beside a Do, so it measures what batching adds to a lone message.
+func BenchmarkClaimsBatchDo(b *testing.B) {
+	benchEach(b, func(b *testing.B, g int) {
+		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		ids := benchIDs(b.N)
+		ctx := context.Background()
+		batch, err := s.Batch(ctx, nil, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fn := func(context.Context) error { return nil }
+		benchParallel(b, g, func(i int) error {
+			ran, err := batch.Do(ctx, ids[i], fn)
+			if err == nil && !ran {
+				err = errBenchUnexpected
+			}
+			return err
+		})
+	})
+}
+
 // BenchmarkSeenMany asks about 100 ids in one call, every other one claimed.
 func BenchmarkSeenMany(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {

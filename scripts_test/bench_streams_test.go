@@ -19,21 +19,24 @@ import (
 )
 
 // BenchmarkStreamsConsumer: the cost of exactly-once on a Redis stream. The
-// streams runner (Claims.Do per entry: claim, commit, then XACK) against a
-// plain consumer (XREADGROUP + XACK), with the same handler (one INCRBY),
-// the same server and the same number of handlers in flight (16). Each
-// sub-benchmark round consumes b.N entries XADDed before the timer starts;
-// reported: msgs/s and the server's CPU time per message (used_cpu_user +
-// used_cpu_sys from INFO, over the round). "runner-memclaims" is the runner
-// on MemoryClaims: its own cost, without the claims' round trips.
+// streams runner (each read claimed in one Claims.Batch call, the commits
+// gathered behind the handlers, then XACK) against a plain consumer
+// (XREADGROUP + XACK), with the same handler (one INCRBY), the same server
+// and the same number of handlers in flight (16). Each sub-benchmark round
+// consumes b.N entries XADDed before the timer starts; reported: msgs/s and
+// the server's CPU time per message (used_cpu_user + used_cpu_sys from INFO,
+// over the round). "runner-unbatched" is the runner with
+// WithBatching(false) (one Claims.Do per entry: claim and commit each a
+// script call); "runner-memclaims" is the runner on MemoryClaims: its own
+// cost, without the claims' round trips.
 //
 // Then, because a shared machine's speed drifts between sub-benchmarks, the
-// parent runs 7 interleaved rounds of 3,000 messages (plain, runner, plain,
-// runner...) and prints the median of the rounds' runner/plain ratios: the
-// figure BENCHMARKS.md reports.
+// parent runs 9 interleaved rounds of 3,000 messages (plain, runner,
+// runner-unbatched, plain...) and prints the medians of the rounds' ratios
+// to the plain consumer in the same round: the figures BENCHMARKS.md reports.
 func BenchmarkStreamsConsumer(b *testing.B) {
 	const concurrency = 16
-	for _, kind := range []string{"plain", "runner", "runner-memclaims"} {
+	for _, kind := range []string{"plain", "runner", "runner-unbatched", "runner-memclaims"} {
 		b.Run(fmt.Sprintf("%s/handlers=%d", kind, concurrency), func(b *testing.B) {
 			c := benchClient(b)
 			rate, srv := consumeRound(b, c, kind, concurrency, b.N)
@@ -42,18 +45,24 @@ func BenchmarkStreamsConsumer(b *testing.B) {
 		})
 	}
 	c := benchClient(b)
-	var ratios, cpuRatios []float64
-	var plainRates, runnerRates []float64
-	for range 7 {
+	kinds := []string{"runner", "runner-unbatched"}
+	ratios, cpuRatios := map[string][]float64{}, map[string][]float64{}
+	rates, cpus := map[string][]float64{}, map[string][]float64{}
+	for range 9 {
 		pr, ps := consumeRound(b, c, "plain", concurrency, 3000)
-		rr, rs := consumeRound(b, c, "runner", concurrency, 3000)
-		plainRates, runnerRates = append(plainRates, pr), append(runnerRates, rr)
-		ratios = append(ratios, rr/pr)
-		cpuRatios = append(cpuRatios, float64(rs)/float64(ps))
+		rates["plain"], cpus["plain"] = append(rates["plain"], pr), append(cpus["plain"], float64(ps.Nanoseconds())/1e3)
+		for _, k := range kinds {
+			rr, rs := consumeRound(b, c, k, concurrency, 3000)
+			rates[k], cpus[k] = append(rates[k], rr), append(cpus[k], float64(rs.Nanoseconds())/1e3)
+			ratios[k] = append(ratios[k], rr/pr)
+			cpuRatios[k] = append(cpuRatios[k], float64(rs)/float64(ps))
+		}
 	}
-	fmt.Printf("BenchmarkStreamsConsumer: runner/plain = %.2fx msgs/s (median of 7 interleaved rounds of 3000 messages, 16 handlers; "+
-		"runner %.0f, plain %.0f msgs/s); server CPU per message %.2fx; goal >= 0.5x msgs/s\n",
-		median(ratios), median(runnerRates), median(plainRates), median(cpuRatios))
+	for _, k := range kinds {
+		fmt.Printf("BenchmarkStreamsConsumer: %s/plain = %.2fx msgs/s, server CPU per message %.2fx (medians of 9 interleaved rounds of 3000 messages, 16 handlers; "+
+			"%s %.0f msgs/s %.1f µs/msg, plain %.0f msgs/s %.1f µs/msg); goal for the runner >= 0.9x msgs/s, <= 1.3x CPU\n",
+			k, median(ratios[k]), median(cpuRatios[k]), k, median(rates[k]), median(cpus[k]), median(rates["plain"]), median(cpus["plain"]))
+	}
 }
 
 func median(v []float64) float64 {
@@ -63,7 +72,8 @@ func median(v []float64) float64 {
 }
 
 // consumeRound XADDs n entries to a fresh stream, then consumes them with a
-// consumer of kind ("plain", "runner" or "runner-memclaims") and returns the
+// consumer of kind ("plain", "runner", "runner-unbatched" or
+// "runner-memclaims") and returns the
 // messages per second and the server's CPU time per message. b's timer runs
 // only while the consumer does.
 func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n int) (float64, time.Duration) {
@@ -93,7 +103,8 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 		if kind == "runner-memclaims" {
 			claims = must.Store(store.NewMemoryClaims())
 		}
-		cons, err := streams.New(c, claims, stream, group, "c1", handler, streams.WithConcurrency(concurrency), streams.WithObserver(obs))
+		cons, err := streams.New(c, claims, stream, group, "c1", handler, streams.WithConcurrency(concurrency), streams.WithObserver(obs),
+			streams.WithBatching(kind != "runner-unbatched"))
 		if err != nil {
 			b.Fatal(err)
 		}

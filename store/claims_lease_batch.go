@@ -29,6 +29,7 @@ type Batch struct {
 
 	mu   sync.Mutex
 	held map[string]*preLease // the ids claimed up front that no Do took yet
+	idle *time.Timer          // Close, a lease after the claims were sent
 }
 
 // preLease is one id's claim sent by Claims.Batch: lease_many.lua's element
@@ -41,8 +42,7 @@ type preLease struct {
 	fence uint64
 	sent  time.Time // when the call that claimed it was sent
 	err   error
-	hb    *heartbeat  // a lease won: its heartbeat
-	idle  *time.Timer // a lease won: gives it back a lease after its claim if no Do took it
+	hb    *heartbeat // a lease won: its heartbeat
 }
 
 // Batch claims ids with leases of length lease, in one script call per hash
@@ -93,7 +93,10 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		reqs[i] = &leaseReq{op: opLease, id: id, value: value, arg: lease}
 		hbs[i] = startHeartbeat(bctx, lease, time.Now(), "do", ErrLeaseLost, s.extendOn(ops, id, value[1:], lease))
 	}
-	if err := s.gather.run(ctx, reqs...); err != nil {
+	// The read's claims are a batch already: sent at once, one call per
+	// slot, not queued behind the gathering in flight.
+	s.b.leaseFlush(ctx, reqs)
+	if err := ctx.Err(); err != nil {
 		for _, hb := range hbs {
 			hb.stop()
 		}
@@ -101,6 +104,7 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	won := false
 	for i, r := range reqs {
 		p := &preLease{value: r.value, n: r.n, fence: r.fence, sent: r.sent, err: r.err}
 		if r.err != nil || r.n != 1 {
@@ -108,14 +112,13 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 		} else {
 			hbs[i].answered()
 			p.hb = hbs[i]
-			id := r.id
-			p.idle = time.AfterFunc(time.Until(r.sent.Add(lease)), func() {
-				if p := b.take(id); p != nil {
-					b.giveBack(context.Background(), id, p)
-				}
-			})
+			won = true
 		}
 		b.held[r.id] = p
+	}
+	if won {
+		// A lease after the claims were sent, the leases no Do took go back.
+		b.idle = time.AfterFunc(time.Until(reqs[0].sent.Add(lease)), func() { _ = b.Close() })
 	}
 	return b, nil
 }
@@ -158,7 +161,8 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 
 // Close gives back every lease Claims.Batch took that no Do ran, in one
 // script call per hash slot, retried on transport failures for up to 5 s; a
-// Do after Close claims its id again. The error is the first give-back that
+// Do after Close claims its id again. A Batch closes itself a lease after
+// its claims were sent. The error is the first give-back that
 // failed (that lease then expires on its own).
 func (b *Batch) Close() error {
 	if b == nil {
@@ -167,6 +171,9 @@ func (b *Batch) Close() error {
 	b.mu.Lock()
 	held := b.held
 	b.held = nil
+	if b.idle != nil {
+		b.idle.Stop()
+	}
 	b.mu.Unlock()
 	var reqs []*leaseReq
 	for id, p := range held {
@@ -206,19 +213,12 @@ func (b *Batch) take(id string) *preLease {
 	p := b.held[id]
 	if p != nil {
 		delete(b.held, id)
-		if p.idle != nil {
-			p.idle.Stop()
-		}
 	}
 	return p
 }
 
-// stop ends a lease's heartbeat and idle timer, for a lease no fn will run
-// under.
+// stop ends a lease's heartbeat, for a lease no fn will run under.
 func (p *preLease) stop() {
-	if p.idle != nil {
-		p.idle.Stop()
-	}
 	if p.hb != nil {
 		p.hb.stop()
 	}
@@ -354,33 +354,56 @@ type leaseReq struct {
 	flush *flushState
 }
 
-// gatherer sends the gathered requests of one store: one flush at a time,
-// each taking every request queued when it starts (flush when idle: a
-// request that finds no flush in flight starts one at once).
+// gatherer sends the gathered requests of one store (flush when idle): a
+// request that finds nothing in flight is sent at once by its own caller,
+// under its own context, as Claims.Do sends it; the requests that arrive
+// while a send is in flight queue, and the flush loop sends everything
+// queued in one flush when the send ahead of them is back.
 type gatherer struct {
 	b claimsBackend
 
-	mu    sync.Mutex
-	queue []*leaseReq
-	busy  bool // a flush loop is running
+	mu      sync.Mutex
+	queue   []*leaseReq
+	leading int  // callers sending their own requests now
+	looping bool // the flush loop runs
+	kick    *time.Timer
 }
 
-// run queues reqs and waits for their replies, or for ctx to end: then
-// the requests not sent yet are dropped (never sent), and a flush whose
-// every request's caller has gone is cancelled. Each request carries its
-// own reply or error.
+// run sends reqs, or queues them and waits for their replies, or for ctx
+// to end: then the requests not sent yet are dropped (never sent), and a
+// flush whose every request's caller has gone is cancelled. Each request
+// carries its own reply or error.
 func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 	g.mu.Lock()
+	if g.leading == 0 && !g.looping {
+		// Nothing in flight: no one to gather with, and no hop to another
+		// goroutine.
+		g.leading++
+		g.mu.Unlock()
+		g.b.leaseFlush(ctx, reqs)
+		g.mu.Lock()
+		g.leading--
+		if len(g.queue) > 0 && !g.looping {
+			g.looping = true
+			go g.loop()
+		}
+		g.mu.Unlock()
+		return ctx.Err()
+	}
 	for _, r := range reqs {
 		r.done, r.gone, r.flush = make(chan struct{}), false, nil
 	}
 	g.queue = append(g.queue, reqs...)
-	start := !g.busy
-	g.busy = true
-	g.mu.Unlock()
-	if start {
-		go g.loop()
+	if !g.looping {
+		// Behind a caller's own send: the loop starts when it is back, or
+		// after gatherStall if it is not.
+		if g.kick == nil {
+			g.kick = time.AfterFunc(gatherStall, g.startLoop)
+		} else {
+			g.kick.Reset(gatherStall)
+		}
 	}
+	g.mu.Unlock()
 	for i, r := range reqs {
 		select {
 		case <-r.done:
@@ -390,6 +413,16 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 		}
 	}
 	return nil
+}
+
+// startLoop starts the flush loop if requests wait and it is not running.
+func (g *gatherer) startLoop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) > 0 && !g.looping {
+		g.looping = true
+		go g.loop()
+	}
 }
 
 // abandon marks requests whose caller has gone: one not sent yet is
@@ -435,7 +468,7 @@ func (g *gatherer) loop() {
 		}
 		g.queue = nil
 		if len(q) == 0 {
-			g.busy = false
+			g.looping = false
 			g.mu.Unlock()
 			return
 		}

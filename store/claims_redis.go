@@ -82,6 +82,23 @@ type leaseGroup struct {
 // there). Extensions never wait for replicas: with WithWaitReplicas they go
 // in a round trip of their own, beside the others'.
 func (b *redisClaims) leaseFlush(ctx context.Context, reqs []*leaseReq) {
+	if len(reqs) == 1 {
+		// One request: the single-id script, sent as Claims.Do sends it.
+		r := reqs[0]
+		switch r.op {
+		case opLease:
+			r.n, r.fence, r.err = b.claim(ctx, "do", r.id, r.value, r.arg, &r.sent)
+		case opExtend:
+			r.n, r.err = b.extend(ctx, r.id, r.value[1:], r.arg, &r.sent)
+		case opCommit:
+			stamp(&r.sent)
+			r.n, r.err = b.commit(ctx, r.id, r.value[1:], r.arg)
+		default:
+			stamp(&r.sent)
+			r.err = b.release(ctx, r.id, r.value[1:])
+		}
+		return
+	}
 	type gkey struct {
 		op   leaseOp
 		arg  time.Duration

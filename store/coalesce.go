@@ -190,7 +190,7 @@ func newCoalescer(b coalesceBackend, fn coalesceFunc, o CoalesceOptions, timers 
 	return c
 }
 
-// Trigger triggers key with payload (at most maxPayloadLen bytes) in the
+// Trigger triggers key with payload (at most 4 MiB) in the
 // store's modes, or in o's for this call (at most one; its zero fields take
 // their defaults, not the store's): see Coalescer.
 //

@@ -208,7 +208,7 @@ func (s *Outbox) Append(ctx context.Context, conn string, payload []byte) (msgID
 // call's Seq and Epoch with Created false and writes nothing, even when the tail
 // is full. An id that was acked is gone, so appending it again appends a new
 // message. A new id while the tail holds WithMaxUnacked messages fails with
-// ErrOutboxFull and writes nothing. A payload over maxPayloadLen fails with
+// ErrOutboxFull and writes nothing. A payload over 4 MiB fails with
 // ErrInvalidArgument before anything is sent.
 func (s *Outbox) AppendWithID(ctx context.Context, conn, msgID string, payload []byte) (Appended, error) {
 	if s == nil {

@@ -18,7 +18,7 @@ type Outgoing struct {
 	// ID is the message id, 1..maxMessageIDLen bytes not starting with "_";
 	// empty: AppendMany mints one, as Append does.
 	ID string
-	// Payload is the message's bytes, at most maxPayloadLen.
+	// Payload is the message's bytes, at most 4 MiB.
 	Payload []byte
 }
 

@@ -148,7 +148,7 @@ type AcquireOptions struct {
 	// its TTL or an Update). Negative values are invalid; Do needs Lease > 0.
 	Lease time.Duration
 	// Fingerprint identifies the request made with the key (a digest of its
-	// method, path and body, say), at most maxFingerprintLen bytes. When the
+	// method, path and body, say), at most 256 bytes. When the
 	// record and the caller both have a non-empty fingerprint and they differ,
 	// the acquire fails with ErrFingerprintMismatch and changes nothing. An
 	// empty fingerprint on either side is not checked; a record created without

@@ -302,7 +302,13 @@ func execMultiOnce(ctx context.Context, c redisClient, calls []call) []reply {
 	write := false
 	cmds := make([]rueidis.Completed, len(calls))
 	for i, k := range calls {
-		cmds[i] = k.s.evalsha(c.Client, k.keys, k.args)
+		if k.s.alwaysEval {
+			// A heartbeat (extend_many.lua): its source every time, so a
+			// NOSCRIPT never costs it a second round trip.
+			cmds[i] = k.s.eval(c.Client, k.keys, k.args)
+		} else {
+			cmds[i] = k.s.evalsha(c.Client, k.keys, k.args)
+		}
 		write = write || (!k.s.ro && !k.s.noWait)
 	}
 	res := c.doMulti(ctx, cmds, write)

@@ -1,6 +1,7 @@
 // Package streams runs a Redis Streams consumer group whose handler's effect
 // happens once per message id, however often an entry is delivered: each
-// entry goes through store.Claims.Do.
+// entry goes through store.Claims.Do's lease engine, batched per read
+// (store.Claims.Batch).
 //
 // A Consumer reads its group with blocking XREADGROUP, runs up to
 // WithConcurrency handlers at once, and settles every entry:
@@ -61,6 +62,21 @@
 // timeout) should put its own message id in a field and name it with
 // WithIDField: the two entries then share one claim, and the second is acked
 // as a duplicate.
+//
+// # Batching
+//
+// Each read's claim ids are claimed in one script call per hash slot
+// (Claims.Batch) before their handlers start, and each handler's lease
+// extensions, commit or release are gathered with the others in flight into
+// one call per operation and slot; every id keeps its own lease, fence and
+// outcome. A gathered call goes out as soon as none is in flight, so an entry
+// handled alone waits for nothing more than with one Claims.Do per entry, and
+// under load an operation waits at most one round trip. A handler's worker is
+// free as soon as it returns; its entry is acked once its own commit's reply is
+// in, and at most WithConcurrency entries wait for their commit at a time, so a
+// crash can make at most the running handlers and those commits run again.
+// WithBatching(false) runs one Claims.Do per entry (BENCHMARKS.md compares
+// both with a plain consumer).
 //
 // # Cluster
 //
@@ -361,8 +377,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// own, cancelled when it ends.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), workers: make(chan struct{}, c.cfg.concurrency),
-		stopping: ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
+	minRead := 1
+	if c.readAhead() > 2 {
+		minRead = max(1, c.cfg.concurrency/2)
+	}
+	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), minRead: minRead, workers: make(chan struct{}, c.cfg.concurrency),
+		committing: make(chan struct{}, c.cfg.concurrency),
+		stopping:   ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
 	go r.sweep(ctx)

@@ -32,6 +32,13 @@ type run struct {
 	// keeps the handlers busy while the next read is on its way. Acquire
 	// sends, release receives.
 	slots chan struct{}
+	// minRead is the fewest free slots a read waits for: 1, and with
+	// batching concurrency/2, so that a read (and its one claim call) takes
+	// several entries while the entries already held keep the handlers busy.
+	minRead int
+	// committing holds one element per entry whose handler returned and
+	// whose commit has not landed yet (with batching), up to the concurrency.
+	committing chan struct{}
 	// workers holds one element per running handler, up to the concurrency.
 	workers chan struct{}
 	// stopping is closed when Run's context is done: entries read ahead and
@@ -112,15 +119,19 @@ func (r *run) begin(id string) (end func()) {
 	}
 }
 
-// reserve blocks for one free handler slot, then takes up to every free
-// one; it returns how many it took (0 when ctx is done).
+// reserve blocks for r.minRead free handler slots, then takes up to every
+// free one; it returns how many it took (0 when ctx is done: none held).
 func (r *run) reserve(ctx context.Context) int {
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
+	n := 0
+	for n < r.minRead {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		case <-ctx.Done():
+			r.release(n)
+			return 0
+		}
 	}
-	n := 1
 	for n < cap(r.slots) {
 		select {
 		case r.slots <- struct{}{}:
@@ -364,15 +375,20 @@ func (r *run) handle(m Message, rb *readBatch) {
 	var err error
 	select {
 	case r.workers <- struct{}{}:
-		// The worker is free again as soon as the handler returned: the
-		// commit (gathered with the others') and the ack go on behind it.
+		// With batching the worker is free again as soon as the handler
+		// returned: the commit (gathered with the others') and the ack go
+		// on behind it, holding one of concurrency commit tokens, so that
+		// at most concurrency effects await their commit at any time.
 		var once sync.Once
+		committing := false
 		free := func() {
 			once.Do(func() {
-				<-r.workers
 				if rb != nil {
+					r.committing <- struct{}{}
+					committing = true
 					freeSlot()
 				}
+				<-r.workers
 			})
 		}
 		select {
@@ -382,6 +398,9 @@ func (r *run) handle(m Message, rb *readBatch) {
 			out, err = r.settle(&m, rb, free)
 		}
 		free()
+		if committing {
+			<-r.committing
+		}
 	case <-r.stopping:
 		out = r.releaseUnstarted(&m, rb)
 	}

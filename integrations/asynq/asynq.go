@@ -116,6 +116,15 @@ func Middleware(claims *store.Claims, opts ...Option) asynq.MiddlewareFunc {
 	if claims == nil && c.co == nil && c.err == nil {
 		c.err = fmt.Errorf("redisonce/asynq: Middleware(nil claims): %w", store.ErrInvalidArgument)
 	}
+	// asynq hands a middleware one task per call: one Batch for every call,
+	// so that the claims, extensions and commits of the tasks that run at
+	// once (Config.Concurrency) are gathered into one script call each.
+	var cl delivery.Claimer = claims
+	if claims != nil && c.err == nil {
+		if b, err := claims.Batch(context.Background(), nil, c.lease); err == nil {
+			cl = delivery.Batched{B: b}
+		}
+	}
 	return func(h asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			switch {
@@ -132,7 +141,7 @@ func Middleware(claims *store.Claims, opts ...Option) asynq.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			r := delivery.Do(ctx, claims, id, c.lease, func(ctx context.Context) error { return h.ProcessTask(ctx, t) })
+			r := delivery.Do(ctx, cl, id, c.lease, func(ctx context.Context) error { return h.ProcessTask(ctx, t) })
 			switch r.Row {
 			case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
 				// CommitFailed: the effect happened; a retry would run it

@@ -47,6 +47,12 @@
 // for how long a run may take; the lease only says how long a dead worker's
 // task stays locked.
 //
+// asynq hands the middleware one task per call, so there is no batch to
+// claim up front: the middleware runs every call through one store.Batch,
+// which gathers the claims, extensions and commits of the tasks running at
+// once (Config.Concurrency) into one script call each. A lone task waits for
+// nothing (a call waits at most for the one in flight ahead of it).
+//
 // A task the middleware finds in flight returns the store's error
 // (errors.Is(err, store.ErrInFlight); store.RetryAfter(err) is the holder's
 // lease time left). IsFailure does not count it, so it

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -40,13 +41,21 @@ func workerMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	conc := 1
+	if n, err := strconv.Atoi(os.Getenv("REDISONCE_ASYNQ_CONCURRENCY")); err == nil {
+		conc = n
+	}
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{
-		Concurrency: 1, Queues: map[string]int{queue: 1}, LogLevel: asynq.ErrorLevel,
+		Concurrency: conc, Queues: map[string]int{queue: 1}, LogLevel: asynq.ErrorLevel,
 		IsFailure: asynqonce.IsFailure, RetryDelayFunc: asynqonce.RetryDelay(nil),
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(asynqonce.Middleware(claims, asynqonce.WithLease(workerLease)))
 	mux.HandleFunc("job", func(ctx context.Context, task *asynq.Task) error {
+		if id := string(task.Payload()); strings.HasPrefix(id, "fast-") {
+			// one write, seen through once sent (not cancelled with ctx)
+			return c.Do(context.WithoutCancel(ctx), c.B().Hincrby().Key(queue+":effects").Field(id).Increment(1).Build()).Error()
+		}
 		if err := c.Do(ctx, c.B().Rpush().Key(queue+":runs").Element("worker:"+strconv.Itoa(os.Getpid())).Build()).Error(); err != nil {
 			return err
 		}
@@ -157,4 +166,114 @@ func TestWorkerKilledMidTask(t *testing.T) {
 		t.Errorf("Retried = %d, want 1 (asynq's lease-expiry recovery)", info.Retried)
 	}
 	t.Logf("killed at 0; dead worker's lease ran to %v; the retry ran the handler at %v", leaseEnd.Sub(killed), starts[0].Sub(killed))
+}
+
+// A worker process running 8 tasks at once (Concurrency 8: their claims,
+// extensions and commits gathered into shared script calls) is SIGKILLed
+// with 8 tasks in flight, after 24 quick ones. asynq's recovery retries the
+// 8 on a second worker, which runs each once the dead worker's lease on it
+// has run out: every task's effect exactly once (per id), none run again.
+func TestWorkerKilledMidGathering(t *testing.T) {
+	const fast, slow = 24, 8
+	q := name(t)
+	c := rdb(t)
+	ctx := context.Background()
+	for i := range fast {
+		enqueue(t, q, fmt.Sprintf("fast-%02d", i), asynq.MaxRetry(3))
+	}
+	for i := range slow {
+		enqueue(t, q, fmt.Sprintf("slow-%02d", i), asynq.MaxRetry(3))
+	}
+	worker := exec.Command(os.Args[0], "-test.run=^$")
+	worker.Env = append(os.Environ(), workerEnv+"="+q, "REDISONCE_ASYNQ_ADDR="+redisAddr, "REDISONCE_ASYNQ_CONCURRENCY=8")
+	worker.Stdout, worker.Stderr = os.Stderr, os.Stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := c.Do(ctx, c.B().Llen().Key(q+":runs").Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, err := c.Do(ctx, c.B().Hlen().Key(q+":effects").Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == slow && done == fast {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not finish the quick tasks and start the slow ones within 30s (runs %d, effects %d)", n, done)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * workerLease) // a few gathered extensions
+	leased := 0
+	for i := range slow {
+		if v := rawGet(t, fmt.Sprintf("%s:slow-%02d", q, i)); len(v) == 33 && v[0] == '~' {
+			leased++
+		}
+	}
+	if leased != slow {
+		t.Fatalf("%d of the %d running tasks hold a lease before the kill, want all", leased, slow)
+	}
+	if err := worker.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = worker.Wait()
+	killed := time.Now()
+	leaseEnd := map[string]time.Time{}
+	for i := range slow {
+		id := fmt.Sprintf("slow-%02d", i)
+		pttl, err := c.Do(ctx, c.B().Pttl().Key(q+":"+id).Build()).AsInt64()
+		if err != nil || pttl <= 0 {
+			t.Fatalf("%s: after the kill its claim key's PTTL is %d (%v), want the dead worker's lease still running", id, pttl, err)
+		}
+		leaseEnd[id] = killed.Add(time.Duration(pttl) * time.Millisecond)
+		// asynq's recovery, a minute early (TestWorkerKilledMidTask)
+		if err := c.Do(ctx, c.B().Zadd().Key("asynq:{"+q+"}:lease").Xx().ScoreMember().
+			ScoreMember(float64(time.Now().Add(-61*time.Second).Unix()), id).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	starts := map[string][]time.Time{}
+	startServer(t, q, openClaims(t, q+":"), workerLease, func(ctx context.Context, task *asynq.Task) error {
+		id := string(task.Payload())
+		mu.Lock()
+		starts[id] = append(starts[id], time.Now())
+		mu.Unlock()
+		return c.Do(context.WithoutCancel(ctx), c.B().Hincrby().Key(q+":effects").Field(id).Increment(1).Build()).Error()
+	}, nil)
+	for i := range slow {
+		waitState(t, q, fmt.Sprintf("slow-%02d", i), asynq.TaskStateCompleted, 30*time.Second)
+	}
+	effects, err := c.Do(ctx, c.B().Hgetall().Key(q+":effects").Build()).AsIntMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range fast {
+		id := fmt.Sprintf("fast-%02d", i)
+		if effects[id] != 1 || len(starts[id]) != 0 {
+			t.Errorf("%s: effect %d times, run %d times by the second worker; want 1, 0", id, effects[id], len(starts[id]))
+		}
+	}
+	for i := range slow {
+		id := fmt.Sprintf("slow-%02d", i)
+		if effects[id] != 1 || len(starts[id]) != 1 {
+			t.Errorf("%s: effect %d times, run %d times by the second worker; want 1, 1", id, effects[id], len(starts[id]))
+			continue
+		}
+		if starts[id][0].Before(leaseEnd[id].Add(-5 * time.Millisecond)) {
+			t.Errorf("%s: the retry ran %v after the kill, while the dead worker's lease was live until %v after it",
+				id, starts[id][0].Sub(killed), leaseEnd[id].Sub(killed))
+		}
+		if v := rawGet(t, q+":"+id); v != "1" {
+			t.Errorf("%s: claim key holds %q, want \"1\"", id, v)
+		}
+	}
 }

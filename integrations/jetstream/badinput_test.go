@@ -45,6 +45,13 @@ func TestBadInputNeverPanics(t *testing.T) {
 		"nil Handler Handle":   func() error { nilHandler.Handle(untouchedMsg{}); return store.ErrInvalidArgument },
 		"Handle nil message":   func() error { h.Handle(nil); return store.ErrInvalidArgument },
 		"MsgID nil message":    func() error { return second(jetstream.MsgID(nil)) },
+		"ProcessBatch nil context": func() error {
+			return second(h.ProcessBatch(nil, []natsjs.Msg{untouchedMsg{}})) //nolint:staticcheck // the bad input under test
+		},
+		"ProcessBatch nil message": func() error { return second(h.ProcessBatch(ctx, []natsjs.Msg{untouchedMsg{}, nil})) },
+		"nil Handler ProcessBatch": func() error { return second(nilHandler.ProcessBatch(ctx, []natsjs.Msg{untouchedMsg{}})) },
+		"nil Handler Consume":      func() error { return second(nilHandler.Consume(nil)) },
+		"Consume nil consumer":     func() error { return second(h.Consume(nil)) },
 		"DefaultFailure nil message": func() error {
 			if f := jetstream.DefaultFailure(nil, errors.New("x")); f.Term || f.Delay != time.Second {
 				t.Errorf("DefaultFailure(nil, x) = %+v, want a 1 s redelivery (one delivery)", f)

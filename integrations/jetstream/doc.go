@@ -8,7 +8,7 @@
 //	h, err := jetstream.New(claims, func(ctx context.Context, msg natsjs.Msg) error {
 //		return applyPayment(ctx, msg.Data()) // all-or-nothing: see below
 //	}, jetstream.WithLease(30*time.Second))
-//	cc, err := consumer.Consume(h.Handle)
+//	cc, err := h.Consume(consumer) // or consumer.Consume(h.Handle): unbatched
 //
 // What each delivery gets (the failure mapping):
 //
@@ -30,6 +30,23 @@
 // redelivery finds the id in flight and is nak'd until the dead holder's lease
 // has run out, then runs fn. Redeliveries of an in-flight message are thus
 // paced by the lease, not by the broker's retry rate.
+//
+// # Batches
+//
+// h.Consume(consumer) takes the messages in batches: Consume's callback
+// queues each delivery, and one goroutine takes the queued ones together
+// (WithBatch: at most 100 by default), claims their ids in one script call
+// per hash slot (store.Claims.Batch), runs fn on them one at a time in
+// delivery order, and acks, naks or terminates each message, as above, once
+// its own commit is in, while the next fn runs. One message's failure,
+// in-flight id or store error settles that message only. A lone message's
+// latency grows by at most WithBatch's wait, the flush interval (0 by
+// default: the messages queued by then; the store's gathering adds at most
+// one round trip, and only while another call is in flight). A message
+// queued or claimed waits for its turn without InProgress, so keep the batch
+// small beside the consumer's AckWait. ProcessBatch does the same for the
+// messages of one consumer.Fetch, in a loop of your own. Handle and Process
+// run one message per call, without batching.
 //
 // The id is the message's Nats-Msg-Id header (MsgID; JetStream's publish
 // deduplication uses it too, but only within the stream's duplicate window),

@@ -32,7 +32,7 @@ func docJetStream(consumer natsjs.Consumer) error {
 	if err != nil {
 		return err
 	}
-	cc, err := consumer.Consume(h.Handle) // once per Nats-Msg-Id (WithID: an id of yours)
+	cc, err := h.Consume(consumer) // once per Nats-Msg-Id (WithID: an id of yours), in batches
 	// snippet:end
 	if err == nil {
 		cc.Stop()

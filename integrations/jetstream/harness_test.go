@@ -20,7 +20,7 @@ import (
 
 // startNATS runs a JetStream-enabled nats-server in this process on a free
 // loopback port, stopped when the test ends.
-func startNATS(t *testing.T) string {
+func startNATS(t testing.TB) string {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -148,7 +149,8 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 
 // Handler runs fn at most once per message id over JetStream's at-least-once
 // delivery, through a *store.Claims's Do. Its Handle method is a
-// jetstream.MessageHandler.
+// jetstream.MessageHandler; its Consume method runs a consumer's messages in
+// batches (see the package documentation, Batches).
 //
 // Per delivery:
 //
@@ -187,6 +189,9 @@ type Handler struct {
 	ackTimeout time.Duration
 	co         *store.Coalescer // WithCoalesce
 	coKey      func(jetstream.Msg) (string, error)
+	maxBatch   int           // WithBatch: Consume's batches
+	batchWait  time.Duration // WithBatch
+	reportMu   sync.Mutex    // one report at a time from Consume's settlements
 }
 
 // New returns a Handler that runs fn once per message id through claims (or,
@@ -195,7 +200,7 @@ type Handler struct {
 // timeout <= 0, a nil id function, policy, context or option.
 func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, opts ...Option) (*Handler, error) {
 	h := &Handler{claims: claims, fn: fn, lease: DefaultLease, id: MsgID, failure: DefaultFailure,
-		ctx: context.Background(), ackTimeout: 5 * time.Second}
+		ctx: context.Background(), ackTimeout: 5 * time.Second, maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalid("nil option")
@@ -219,6 +224,10 @@ func New(claims *store.Claims, fn func(context.Context, jetstream.Msg) error, op
 		return nil, invalid("nil failure policy")
 	case h.ctx == nil:
 		return nil, invalid("nil context")
+	case h.maxBatch <= 0 || h.maxBatch > 500:
+		return nil, invalid("batch of %d messages: want 1..500", h.maxBatch)
+	case h.batchWait < 0:
+		return nil, invalid("batch wait %v must be >= 0", h.batchWait)
 	}
 	return h, nil
 }
@@ -263,19 +272,37 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 	if h.co != nil {
 		return h.coalesce(ctx, msg)
 	}
+	id, err := h.msgID(msg)
+	if err != nil {
+		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
+	}
+	return h.run(ctx, h.claims, msg, id, func() {})
+}
+
+// msgID is the message's id, or why it has none.
+func (h *Handler) msgID(msg jetstream.Msg) (string, error) {
 	id, err := h.id(msg)
 	if err == nil && id == "" {
 		err = errors.New("empty id")
 	}
 	if err != nil {
-		err = fmt.Errorf("redisonce/jetstream: message id: %w", err)
-		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
+		return "", fmt.Errorf("redisonce/jetstream: message id: %w", err)
 	}
+	return id, nil
+}
+
+// run settles one delivery of msg, whose id is id, through cl (the claims,
+// or a batch of them) and acks, naks or terminates it. returned is called
+// once fn has returned (whatever it returned, a panic too), or once it is
+// clear that fn will not run.
+func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Msg, id string, returned func()) (Outcome, error) {
 	dctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
-	r := delivery.Do(dctx, h.claims, id, h.lease, func(ctx context.Context) error {
+	r := delivery.Do(dctx, cl, id, h.lease, func(ctx context.Context) error {
+		defer returned()
 		_ = msg.InProgress()
 		return h.fn(ctx, msg)
 	})
+	returned()
 	switch r.Row {
 	case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
 		// CommitFailed: fn's effect happened, so the message is done; a

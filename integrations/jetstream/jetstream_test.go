@@ -378,6 +378,9 @@ func TestNewRefusesBadInput(t *testing.T) {
 		"nil policy":  {claims, fn, []jetstream.Option{jetstream.WithFailurePolicy(nil)}},
 		"nil context": {claims, fn, []jetstream.Option{jetstream.WithContext(nil)}}, //nolint:staticcheck // the case under test
 		"ack timeout": {claims, fn, []jetstream.Option{jetstream.WithAckTimeout(-time.Second)}},
+		"zero batch":  {claims, fn, []jetstream.Option{jetstream.WithBatch(0, 0)}},
+		"huge batch":  {claims, fn, []jetstream.Option{jetstream.WithBatch(501, 0)}},
+		"batch wait":  {claims, fn, []jetstream.Option{jetstream.WithBatch(10, -time.Millisecond)}},
 	} {
 		if h, err := jetstream.New(c.claims, c.fn, c.opts...); h != nil || !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("%s: New = %v, %v; want nil, ErrInvalidArgument", name, h, err)

@@ -88,7 +88,7 @@ func runWorker() error {
 			}
 			return rc.Do(context.WithoutCancel(ctx), rc.B().Hincrby().Key(prefix+"effects").Field(id).Increment(1).Build()).Error()
 		},
-		jetstream.WithLease(procLease), jetstream.WithContext(ctx),
+		jetstream.WithLease(procLease), jetstream.WithContext(ctx), jetstream.WithBatch(100, 500*time.Millisecond),
 		jetstream.WithReport(func(msg natsjs.Msg, o jetstream.Outcome, err error) {
 			id, _ := jetstream.MsgID(msg)
 			do(rc.B().Hincrby().Key(prefix + "outcomes").Field(string(o)).Increment(1).Build())
@@ -99,7 +99,14 @@ func runWorker() error {
 	if err != nil {
 		return err
 	}
-	cc, err := cons.Consume(h.Handle, natsjs.PullMaxMessages(1))
+	var cc natsjs.ConsumeContext
+	if os.Getenv("JS_BATCH") != "" {
+		// Handler.Consume, every message the consumer has queued within
+		// 500 ms in one batch
+		cc, err = h.Consume(cons)
+	} else {
+		cc, err = cons.Consume(h.Handle, natsjs.PullMaxMessages(1))
+	}
 	if err != nil {
 		return err
 	}
@@ -286,5 +293,118 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 	}
 	if outcomes[string(jetstream.OutcomeDuplicate)] == 0 {
 		t.Error("no duplicate was acked: the republished payments did not reach the handlers")
+	}
+}
+
+// A worker SIGKILLed in the middle of a batch of Handler.Consume: 60
+// payments published before it starts, so one batch holds them all and
+// claims them together; payment 20 takes 4 s, and the worker is killed
+// 500 ms into it, holding the claims of payments 20..59 (checked on the raw
+// keys), its payments 0..19 done and committed. A second worker then
+// consumes: every payment's effect exactly once (per id), the ones the
+// victim held once their redeliveries found the victim's leases run out,
+// and nothing left pending.
+func TestProcessKilledMidBatch(t *testing.T) {
+	const n, slowAt = 60, 20
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	name := e.stream.CachedInfo().Config.Name
+	if _, err := e.stream.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Durable: "workers",
+		AckPolicy: natsjs.AckExplicitPolicy, AckWait: procAckWait, MaxAckPending: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	rc := newRedis(t, e.redisURL)
+	prefix := "jsbatch:"
+	id := func(i int) string { return fmt.Sprintf("pay-%04d", i) }
+	for i := range n {
+		m := nats.NewMsg(e.subject + ".pay")
+		m.Header.Set(nats.MsgIdHdr, id(i))
+		if i == slowAt {
+			m.Header.Set("Slow", "1")
+		}
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	worker := func(w int) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(w), "JS_PREFIX="+prefix, "JS_BATCH=1",
+			"JS_REDIS="+e.redisURL, "JS_NATS="+e.natsURL, "JS_STREAM="+name)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	get := func(key string) string {
+		s, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	victim := worker(0)
+	start := time.Now()
+	for get(prefix+"inside:0") != id(slowAt) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the worker never entered the slow payment")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // well inside the 4 s handler
+	held, committed := 0, 0
+	for i := range n {
+		switch v := get(prefix + "claims:" + id(i)); {
+		case i >= slowAt && strings.HasPrefix(v, "~"):
+			held++
+		case i < slowAt && v == "1":
+			committed++
+		}
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	atKill, _ := rc.Do(ctx, rc.B().Hgetall().Key(prefix+"effects").Build()).AsIntMap()
+
+	second := worker(1)
+	var info *natsjs.ConsumerInfo
+	var effects map[string]int64
+	for time.Since(start) < 60*time.Second {
+		var err error
+		if effects, err = rc.Do(ctx, rc.B().Hgetall().Key(prefix+"effects").Build()).AsIntMap(); err != nil {
+			t.Fatal(err)
+		}
+		c, err := e.js.Consumer(ctx, name, "workers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err = c.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(effects) == n && info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(start)
+	_ = second.Process.Signal(syscall.SIGTERM)
+	_ = second.Wait()
+	outcomes, _ := rc.Do(ctx, rc.B().Hgetall().Key(prefix+"outcomes").Build()).AsIntMap()
+	t.Logf("killed inside %s holding %d of the %d claims from it on, %d of the %d before it committed, %d effects at the kill; "+
+		"done in %v: outcomes %v, %d ack pending, %d pending", id(slowAt), held, n-slowAt, committed, slowAt, len(atKill),
+		took.Round(time.Millisecond), outcomes, info.NumAckPending, info.NumPending)
+	if held != n-slowAt {
+		t.Errorf("the victim held %d claims of payments %d..%d, want all %d: the batch was not claimed together", held, slowAt, n-1, n-slowAt)
+	}
+	for i := range n {
+		if effects[id(i)] != 1 {
+			t.Errorf("%s: effect ran %d times, want 1", id(i), effects[id(i)])
+		}
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Errorf("%d ack pending, %d pending at the end", info.NumAckPending, info.NumPending)
 	}
 }

@@ -27,6 +27,24 @@
 // commits its claim, so the partition's next owner finds it processed; one that
 // gave up releases its claim, so the next owner runs it.
 //
+// # Batches
+//
+// A partition takes the records queued for it together (a poll's, up to
+// 500) and claims their ids in one script call per hash slot
+// (store.Claims.Batch, gathered with the other partitions' calls); the
+// records then run in order, one fn at a time, a record's fn starting once
+// the previous one returned nil while that one's commit is on its way, and
+// an offset is marked once its record's commit is in and every record before
+// it is done. A record that is not done at its first attempt gives back the
+// claims of the records behind it, is retried on its own, and those are
+// claimed again after it. There is no flush interval: a lone record waits
+// for nothing (the store's gathering adds at most one round trip, and only
+// while another call is in flight). A claim taken up front is extended
+// while its record waits, for at most a lease: a record that waits longer
+// is claimed again when it runs (one call more). An id another partition
+// of the Consumer holds waits for that record; one another process holds
+// is in flight for up to a lease.
+//
 // The id is OffsetID ("<topic>/<partition>/<offset>") unless WithID says
 // otherwise: it dedupes records read again after a crash or a rebalance, but
 // not a message a producer sent twice; HeaderID or an id from the payload

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,9 @@ func WithReport(r func(rec *kgo.Record, o Outcome, err error)) Option {
 }
 
 // WithMaxBuffered sets how many polled records a partition may queue before
-// its fetching is paused (default 1000); it resumes below half of it.
+// its fetching is paused (default 1000); it resumes once the queue is down to
+// half of it. The partition's handler holds up to 500 more, taken from the
+// queue together.
 func WithMaxBuffered(n int) Option { return func(c *Consumer) { c.maxBuffered = n } }
 
 // WithRevokeTimeout bounds how long a rebalance waits for a revoked
@@ -153,9 +156,12 @@ func WithRevokeTimeout(d time.Duration) Option { return func(c *Consumer) { c.re
 // partition's offset only past records that are done.
 //
 // Each assigned partition has one goroutine that handles its records one at
-// a time, in offset order: partitions run in parallel, records of one
-// partition never do. A record that is not done holds its partition back
-// and is retried in order (Kafka's ordering is kept; later records wait):
+// a time, in offset order: partitions run in parallel, the fns of one
+// partition's records never do. The records queued for a partition are
+// claimed together, in one call (see the package documentation, Batches),
+// and a record's fn starts while the previous record's commit is on its
+// way. A record that is not done holds its partition back and is retried in
+// order (Kafka's ordering is kept; later records wait):
 //
 //	fn succeeded                 offset marked, next record       OutcomeDone
 //	id processed already         offset marked, fn not run        OutcomeDuplicate
@@ -200,6 +206,9 @@ type Consumer struct {
 	co            *store.Coalescer // WithCoalesce
 	coKey         func(*kgo.Record) (string, error)
 
+	holdsMu sync.Mutex
+	holds   map[string]chan struct{} // ids claimed up front by a batch, until settled (openBatch)
+
 	mu      sync.Mutex
 	runCtx  context.Context // set by Run: the partitions' parent
 	parts   map[topicPartition]*partition
@@ -222,7 +231,8 @@ type topicPartition struct {
 // buffer or revoke timeout <= 0, a nil id function, policy or option.
 func New(claims *store.Claims, fn func(context.Context, *kgo.Record) error, opts []kgo.Opt, options ...Option) (*Consumer, error) {
 	c := &Consumer{claims: claims, fn: fn, lease: DefaultLease, id: OffsetID, failure: DefaultFailure,
-		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{}}
+		maxBuffered: 1000, revokeTimeout: 10 * time.Second, parts: map[topicPartition]*partition{},
+		holds: map[string]chan struct{}{}}
 	for _, o := range options {
 		if o == nil {
 			return nil, invalid("nil option")
@@ -418,19 +428,25 @@ func (p *partition) push(rs []*kgo.Record) {
 	}
 }
 
-func (p *partition) next() *kgo.Record {
+// maxBatch bounds the records a partition takes from its queue at once: the
+// records of one or more polls, handed to handleBatch together.
+const maxBatch = 500
+
+// take waits for queued records and returns up to maxBatch of them, in
+// offset order; nil once the partition is stopped.
+func (p *partition) take() []*kgo.Record {
 	for {
 		p.mu.Lock()
-		if len(p.queue) > 0 {
-			r := p.queue[0]
-			p.queue[0] = nil
-			p.queue = p.queue[1:]
-			if p.paused && len(p.queue) < p.c.maxBuffered/2 {
+		if n := min(len(p.queue), maxBatch); n > 0 {
+			rs := slices.Clone(p.queue[:n])
+			clear(p.queue[:n])
+			p.queue = p.queue[n:]
+			if p.paused && len(p.queue) <= p.c.maxBuffered/2 {
 				p.paused = false
 				p.c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
 			}
 			p.mu.Unlock()
-			return r
+			return rs
 		}
 		p.mu.Unlock()
 		select {
@@ -451,12 +467,224 @@ func (p *partition) run() {
 		p.mu.Unlock()
 	}()
 	for {
-		r := p.next()
-		if r == nil || !p.c.handle(p.ctx, r) || p.detached.Load() {
+		rs := p.take()
+		if rs == nil || !p.handleBatch(rs) {
 			return
 		}
-		p.c.cl.MarkCommitRecords(r)
 	}
+}
+
+// handleBatch handles the records rs, taken together from the queue, in
+// offset order, and marks each one's offset once it is done; false when the
+// partition stopped first (the records left are not marked: the
+// partition's next owner reads them again).
+//
+// The records' fns run one at a time, in order, and a record's fn starts as
+// soon as the one before it returned nil: its claim's commit is still on its
+// way (gathered with the others in flight), and its offset is marked once
+// that commit's reply is in, after every record before it. A record that is
+// not done at its first attempt (failed, in flight elsewhere, a store error)
+// stops the pipeline: the records before it are settled and marked, it is
+// retried on its own (handle), and the records after it start again behind
+// it.
+func (p *partition) handleBatch(rs []*kgo.Record) bool {
+	c := p.c
+	if c.co != nil {
+		for _, r := range rs {
+			if !c.handle(p.ctx, r, nil) || p.detached.Load() {
+				return false
+			}
+			c.cl.MarkCommitRecords(r)
+		}
+		return true
+	}
+	for len(rs) > 0 {
+		bt := c.openBatch(p.ctx, rs)
+		n, first := p.pipeline(bt, rs)
+		c.closeBatch(bt)
+		if p.detached.Load() || (n < len(rs) && first == nil) {
+			return false
+		}
+		if n == len(rs) {
+			return true
+		}
+		// rs[n] was not done at its first attempt: its own attempts, then
+		// the records after it.
+		if !c.handle(p.ctx, rs[n], first) || p.detached.Load() {
+			return false
+		}
+		c.cl.MarkCommitRecords(rs[n])
+		rs = rs[n+1:]
+	}
+	return true
+}
+
+// pipelined is one record's first attempt, run by pipeline.
+type pipelined struct {
+	r    *kgo.Record
+	res  chan delivery.Result // its settlement, once Do returned
+	next chan bool            // true once fn returned nil: the next fn may start
+}
+
+// pipeline runs the first attempt of each record of rs in order, through
+// bt, each fn once the previous one returned nil, and settles them in order
+// (reported, offset marked). It returns how many records are done and, when
+// that is fewer than len(rs), the first attempt's result of the record that
+// is not (the records after it did not start).
+func (p *partition) pipeline(bt *batch, rs []*kgo.Record) (int, *delivery.Result) {
+	c := p.c
+	var inflight []*pipelined
+	done := 0
+	// settle reports and marks the records at the head of inflight whose Do
+	// returned (waiting for all of them when wait), up to the first one that
+	// is not done, whose result it returns.
+	settle := func(wait bool) *delivery.Result {
+		for len(inflight) > 0 {
+			var res delivery.Result
+			select {
+			case res = <-inflight[0].res:
+			default:
+				if !wait {
+					return nil
+				}
+				res = <-inflight[0].res
+			}
+			r := inflight[0].r
+			inflight = inflight[1:]
+			switch res.Row {
+			case delivery.Done, delivery.CommitFailed:
+				// CommitFailed: fn's effect happened, so the record is done; a
+				// retry would run it again. res.Err says why the commit failed.
+				c.say(r, OutcomeDone, res.Err)
+			case delivery.Duplicate:
+				c.say(r, OutcomeDuplicate, nil)
+			default:
+				return &res
+			}
+			if !p.detached.Load() {
+				c.cl.MarkCommitRecords(r)
+				done++
+			}
+		}
+		return nil
+	}
+	for i, r := range rs {
+		id, err := c.id(r)
+		if err == nil && id == "" {
+			err = errors.New("empty id")
+		}
+		if err != nil {
+			// a record without a usable id fails like fn: the policy decides
+			if first := settle(true); first != nil {
+				return done, first
+			}
+			return done, &delivery.Result{Row: delivery.Failed, Err: fmt.Errorf("redisonce/kafka: record id: %w", err)}
+		}
+		if ch := bt.wait[i]; ch != nil {
+			// Another holder of the id in this Consumer: its Do first (at
+			// most a lease: two partitions may wait for each other's).
+			t := time.NewTimer(c.lease)
+			select {
+			case <-ch:
+			case <-t.C:
+			case <-p.ctx.Done():
+			}
+			t.Stop()
+		}
+		pl := &pipelined{r: r, res: make(chan delivery.Result, 1), next: make(chan bool, 1)}
+		inflight = append(inflight, pl)
+		go func() {
+			res := delivery.Do(p.ctx, bt.cl, id, c.lease, func(ctx context.Context) error {
+				err := c.fn(ctx, r)
+				pl.next <- err == nil
+				return err
+			})
+			c.settled(bt, id)
+			pl.res <- res
+		}()
+		// The next fn starts once this one returned nil, or once this
+		// record's Do returned a duplicate; any other end stops the
+		// pipeline, and this record is its last.
+		var goOn bool
+		select {
+		case goOn = <-pl.next:
+		case res := <-pl.res:
+			pl.res <- res
+			goOn = res.Row == delivery.Duplicate
+		}
+		if !goOn {
+			break
+		}
+		settle(false)
+	}
+	first := settle(true)
+	return done, first
+}
+
+// batch is the claims of records taken together (openBatch).
+type batch struct {
+	cl    delivery.Claimer
+	b     *store.Batch             // nil when the claim up front failed
+	owned map[string]chan struct{} // ids it claimed up front, until their Do returns
+	wait  []chan struct{}          // per record: the other holder of its id in this Consumer, or nil
+}
+
+// openBatch claims the ids of rs (up to the first record without one) in
+// one call per hash slot (store.Claims.Batch), but for the ids another batch
+// of this Consumer holds, or an earlier record of rs: such a record first
+// waits for that one's Do (batch.wait), instead of finding its id in flight
+// and waiting out a whole lease. When the claim fails (ctx ended, an id the
+// store refuses), each record's Do claims its own id and meets that error.
+func (c *Consumer) openBatch(ctx context.Context, rs []*kgo.Record) *batch {
+	bt := &batch{cl: c.claims, owned: map[string]chan struct{}{}, wait: make([]chan struct{}, len(rs))}
+	var ids []string
+	c.holdsMu.Lock()
+	for i, r := range rs {
+		id, err := c.id(r)
+		if err != nil || id == "" {
+			break
+		}
+		if ch := c.holds[id]; ch != nil {
+			bt.wait[i] = ch
+			continue
+		}
+		ch := make(chan struct{})
+		c.holds[id], bt.owned[id] = ch, ch
+		ids = append(ids, id)
+	}
+	c.holdsMu.Unlock()
+	if len(ids) == 0 {
+		return bt
+	}
+	if b, err := c.claims.Batch(ctx, ids, c.lease); err == nil {
+		bt.cl, bt.b = delivery.Batched{B: b}, b
+	}
+	return bt
+}
+
+// settled ends the batch's hold of id once its Do returned.
+func (c *Consumer) settled(bt *batch, id string) {
+	c.holdsMu.Lock()
+	defer c.holdsMu.Unlock()
+	if ch := bt.owned[id]; ch != nil {
+		delete(bt.owned, id)
+		delete(c.holds, id)
+		close(ch)
+	}
+}
+
+// closeBatch gives back the leases no Do took and ends the batch's holds.
+func (c *Consumer) closeBatch(bt *batch) {
+	if bt.b != nil {
+		_ = bt.b.Close()
+	}
+	c.holdsMu.Lock()
+	defer c.holdsMu.Unlock()
+	for id, ch := range bt.owned {
+		delete(c.holds, id)
+		close(ch)
+	}
+	bt.owned = nil
 }
 
 func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
@@ -466,8 +694,9 @@ func (c *Consumer) say(r *kgo.Record, o Outcome, err error) {
 }
 
 // handle runs r's attempts until it is done (true: mark its offset) or ctx is
-// cancelled (false).
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
+// cancelled (false); first, when not nil, is the result of its first
+// attempt, already run.
+func (c *Consumer) handle(ctx context.Context, r *kgo.Record, first *delivery.Result) bool {
 	for attempt := 1; ; attempt++ {
 		var delay time.Duration
 		id, err := c.id(r)
@@ -476,6 +705,8 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) bool {
 		}
 		var res delivery.Result
 		switch {
+		case first != nil:
+			res, first = *first, nil
 		case c.co != nil:
 			o, cerr, keyErr := c.coalesce(ctx, r)
 			switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,120 @@ func TestHandlerOutlivingTheRevokeTimeout(t *testing.T) {
 	}
 	if got := e.committed(t, 1); got[0] != 1 {
 		t.Errorf("committed %v, want [1]", got)
+	}
+}
+
+// A partition whose fetching was paused (its queue reached WithMaxBuffered)
+// resumes once its queue has drained, down to the smallest buffer, 1: the
+// records produced after the first ones arrive and run.
+func TestSmallBufferResumes(t *testing.T) {
+	e := newEnv(t, 1)
+	var done atomic.Int32
+	c, err := kafka.New(e.claims, e.effect, e.groupOpts(), kafka.WithID(kafka.HeaderID("payment-id")), kafka.WithMaxBuffered(1),
+		kafka.WithReport(func(_ *kgo.Record, o kafka.Outcome, _ error) {
+			if o == kafka.OutcomeDone {
+				done.Add(1)
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	for round := range 2 {
+		e.produce(t, payment(0, fmt.Sprintf("r%d-a", round)), payment(0, fmt.Sprintf("r%d-b", round)), payment(0, fmt.Sprintf("r%d-c", round)))
+		want := int32(3 * (round + 1))
+		if !waitFor(20*time.Second, func() bool { return done.Load() == want }) {
+			t.Fatalf("round %d: %d records done after 20 s, want %d", round, done.Load(), want)
+		}
+	}
+	for id, n := range e.effects(t) {
+		if n != 1 {
+			t.Errorf("%s: effect ran %d times, want 1", id, n)
+		}
+	}
+}
+
+// One id's failure inside a batch is that id's only: ten records of one
+// partition claimed together (the last one's claim is a lease while the
+// first one's fn runs), the fifth failing once. When its failure is
+// reported, the four before it are processed (their claims committed), its
+// own claim is released, and the five behind it hold no lease (given back,
+// not left to expire); then every record runs once, in order.
+func TestBatchFailureReleasesOnlyItsID(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	var rs []*kgo.Record
+	for i := range 10 {
+		rs = append(rs, payment(0, fmt.Sprintf("a%d", i)))
+	}
+	e.produce(t, rs...)
+	boom := errors.New("boom")
+	var failed atomic.Bool
+	var mu sync.Mutex
+	var order []string
+	keysAtFailure := map[string]string{}
+	claimKey := func(id string) string {
+		v, err := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"claims:"+id).Build()).ToString()
+		if err != nil {
+			return "" // absent
+		}
+		return v
+	}
+	var a9AtFirst string
+	c, err := kafka.New(e.claims, func(ctx context.Context, r *kgo.Record) error {
+		id := string(r.Value)
+		if id == "a0" {
+			a9AtFirst = claimKey("a9")
+		}
+		if id == "a4" && failed.CompareAndSwap(false, true) {
+			return boom
+		}
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		return e.effect(ctx, r)
+	}, e.groupOpts(), kafka.WithID(kafka.HeaderID("payment-id")),
+		kafka.WithFailurePolicy(func(*kgo.Record, error, int) kafka.Failure { return kafka.Failure{Delay: 100 * time.Millisecond} }),
+		kafka.WithReport(func(r *kgo.Record, o kafka.Outcome, err error) {
+			if o == kafka.OutcomeRetry && errors.Is(err, boom) {
+				for i := range 10 {
+					id := fmt.Sprintf("a%d", i)
+					keysAtFailure[id] = claimKey(id)
+				}
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	if !waitFor(20*time.Second, func() bool { return len(e.effects(t)) == 10 }) {
+		t.Fatalf("effects %v after 20 s, want all 10", e.effects(t))
+	}
+	stop()
+	if !strings.HasPrefix(a9AtFirst, "~") {
+		t.Errorf("while a0's fn ran, a9's claim key held %q: want a lease (the ten claimed together)", a9AtFirst)
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("a%d", i)
+		want := "1"
+		if i >= 4 {
+			want = "" // a4 released; a5..a9 given back
+		}
+		if got := keysAtFailure[id]; got != want {
+			t.Errorf("%s: claim key %q when a4's failure was reported, want %q", id, got, want)
+		}
+	}
+	if !strings.HasPrefix(claimKey("a9"), "1") {
+		t.Errorf("a9's claim key %q at the end, want processed", claimKey("a9"))
+	}
+	for id, n := range e.effects(t) {
+		if n != 1 {
+			t.Errorf("%s: effect ran %d times, want 1", id, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9"}; !slices.Equal(order, want) {
+		t.Errorf("effects in the order %v, want %v", order, want)
 	}
 }

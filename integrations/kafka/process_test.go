@@ -202,3 +202,103 @@ func TestProcessesKilledMidHandler(t *testing.T) {
 		t.Errorf("%d duplicates, want at least the %d produced again", outcomes[string(kafka.OutcomeDuplicate)], len(dups))
 	}
 }
+
+// startWorker starts member process w of e's group (runWorker), killed when
+// the test ends.
+func startWorker(t *testing.T, e *env, w int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+strconv.Itoa(w), "K_PREFIX="+e.prefix, "K_REDIS="+e.redisURL,
+		"K_BROKERS="+strings.Join(e.brokers, ","), "K_TOPIC="+e.topic, "K_GROUP="+e.group)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// A member SIGKILLed in the middle of a batch: one partition, 60 records
+// produced before the member starts, so one poll hands it all of them and it
+// claims them together; record 20 takes 4 s, and the member is killed 500 ms
+// into it, holding the claims of records 20..59 (checked on the raw keys),
+// its commits of 0..19 behind it. A second member then takes the partition:
+// every record's effect exactly once (per id), the ones the victim held run
+// by the second member once the victim's leases ran out, and the partition
+// committed to its end.
+func TestProcessKilledMidBatch(t *testing.T) {
+	const n, slow = 60, 20
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("pay-%04d", i) }
+	var rs []*kgo.Record
+	for i := range n {
+		r := payment(0, id(i))
+		if i == slow {
+			r.Key = []byte("slow")
+		}
+		rs = append(rs, r)
+	}
+	e.produce(t, rs...)
+
+	victim := startWorker(t, e, 0)
+	if !waitFor(30*time.Second, func() bool {
+		s, err := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"inside:0").Build()).ToString()
+		return err == nil && s == id(slow)
+	}) {
+		t.Fatal("the member never entered the slow record")
+	}
+	time.Sleep(500 * time.Millisecond) // well inside the 4 s handler
+	var held []string
+	for i := slow; i < n; i++ {
+		v, err := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"claims:"+id(i)).Build()).ToString()
+		if err == nil && strings.HasPrefix(v, "~") {
+			held = append(held, id(i))
+		}
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	done := map[string]int64{}
+	for i := range slow {
+		v, _ := e.rc.Do(ctx, e.rc.B().Get().Key(e.prefix+"claims:"+id(i)).Build()).ToString()
+		if v == "1" {
+			done[id(i)]++
+		}
+	}
+	effAtKill := e.effects(t)
+
+	start := time.Now()
+	second := startWorker(t, e, 1)
+	var committed []int64
+	finished := waitFor(60*time.Second, func() bool {
+		committed = e.committed(t, 1)
+		return len(e.effects(t)) == n && committed[0] == n
+	})
+	took := time.Since(start)
+	_ = second.Process.Signal(syscall.SIGTERM)
+	_ = second.Wait()
+	eff := e.effects(t)
+	outcomes, _ := e.rc.Do(ctx, e.rc.B().Hgetall().Key(e.prefix+"outcomes").Build()).AsIntMap()
+	t.Logf("killed inside %s holding %d of the %d claims after it; %d of the %d before it committed, %d effects at the kill; "+
+		"the second member done in %v: outcomes %v, committed %v", id(slow), len(held), n-slow, len(done), slow, len(effAtKill),
+		took.Round(time.Millisecond), outcomes, committed)
+	if len(held) != n-slow {
+		t.Errorf("the victim held %d claims of records %d..%d at the kill, want all %d: the batch was not claimed together",
+			len(held), slow, n-1, n-slow)
+	}
+	if !finished {
+		t.Errorf("not done after 60 s: %d effects of %d, committed %v", len(eff), n, committed)
+	}
+	for i := range n {
+		if got := eff[id(i)]; got != 1 {
+			t.Errorf("%s: effect ran %d times, want 1", id(i), got)
+		}
+	}
+	for i := slow + 1; i < n; i++ {
+		if effAtKill[id(i)] != 0 {
+			t.Errorf("%s: effect before the kill, behind the slow record of its partition", id(i))
+		}
+	}
+}

@@ -41,6 +41,12 @@
 // lease has expired. msg.Context() inside the handler is cancelled if the
 // lease is lost, and carries the store.Lease (store.LeaseFromContext).
 //
+// The router hands the middleware one message per call, so there is no
+// batch to claim up front: the middleware runs every call through one
+// store.Batch, which gathers the claims, extensions and commits of the
+// messages handled at once into one script call each. A lone message waits
+// for nothing (a call waits at most for the one in flight ahead of it).
+//
 // The id is the message's UUID. A producer that sets a business id in the
 // metadata, or that may publish the same message twice under two UUIDs:
 // WithMetadataID("order_id"). Any other rule: WithID.

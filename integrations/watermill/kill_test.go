@@ -51,6 +51,9 @@ func workerMain() int {
 		return 1
 	}
 	r.AddMiddleware(wmonce.Middleware(claims, wmonce.WithLease(workerLease)))
+	if os.Getenv("REDISONCE_WATERMILL_GATHER") != "" {
+		return gatherWorker(r, ps, c, pfx)
+	}
 	r.AddConsumerHandler("work", "orders", ps, func(msg *message.Message) error {
 		if err := c.Do(msg.Context(), c.B().Rpush().Key(pfx+"runs").Element("worker:"+strconv.Itoa(os.Getpid())).Build()).Error(); err != nil {
 			return err
@@ -144,4 +147,134 @@ func TestConsumerKilledMidHandler(t *testing.T) {
 	}
 	t.Logf("killed at 0; the dead consumer's lease ran to %v; the handler ran at %v after %d attempts",
 		leaseEnd.Sub(killed), starts[0].Sub(killed), len(l.attempts))
+}
+
+// gatherTopics and gatherFast: gatherWorker's handlers (one per topic, so
+// that they run at once) and the quick messages each gets before its slow one.
+const gatherTopics, gatherFast = 4, 6
+
+// gatherWorker is workerMain with gatherTopics handlers on one middleware
+// (their claims, extensions and commits gathered): each gets gatherFast
+// quick messages ("f-<topic>-<i>": one write, HINCRBY <prefix>effects <uuid>
+// 1), then a slow one ("s-<topic>": records its start in <prefix>runs and
+// never finishes). It runs until it is killed.
+func gatherWorker(r *message.Router, ps *gochannel.GoChannel, c rueidis.Client, pfx string) int {
+	for k := range gatherTopics {
+		r.AddConsumerHandler(fmt.Sprintf("work-%d", k), fmt.Sprintf("orders-%d", k), ps, func(msg *message.Message) error {
+			if string(msg.Payload) == "fast" {
+				return c.Do(context.WithoutCancel(msg.Context()), c.B().Hincrby().Key(pfx+"effects").Field(msg.UUID).Increment(1).Build()).Error()
+			}
+			if err := c.Do(msg.Context(), c.B().Rpush().Key(pfx+"runs").Element(msg.UUID).Build()).Error(); err != nil {
+				return err
+			}
+			<-msg.Context().Done() // mid-handler, until killed
+			return msg.Context().Err()
+		})
+	}
+	go func() { _ = r.Run(context.Background()) }()
+	<-r.Running()
+	for k := range gatherTopics {
+		go func() {
+			for i := range gatherFast {
+				_ = ps.Publish(fmt.Sprintf("orders-%d", k), message.NewMessage(fmt.Sprintf("f-%d-%d", k, i), []byte("fast")))
+			}
+			_ = ps.Publish(fmt.Sprintf("orders-%d", k), message.NewMessage(fmt.Sprintf("s-%d", k), []byte("slow")))
+		}()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	return 0
+}
+
+// A consumer process whose 4 handlers run at once on one middleware (their
+// lease calls gathered into shared script calls) is SIGKILLed with the 4
+// slow messages in flight, after 24 quick ones. The unacked 4 are then
+// redelivered to a second consumer, which runs each once the dead lease on
+// it has run out: every message's effect exactly once (per id).
+func TestConsumerKilledMidGathering(t *testing.T) {
+	pfx := prefix(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	worker := exec.Command(os.Args[0], "-test.run=^$")
+	worker.Env = append(os.Environ(), workerEnv+"="+pfx, "REDISONCE_WATERMILL_ADDR="+redisAddr, "REDISONCE_WATERMILL_GATHER=1")
+	worker.Stdout, worker.Stderr = os.Stderr, os.Stderr
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait() })
+	waitFor(t, 30*time.Second, "the quick messages done and the slow ones started", func() bool {
+		n, err1 := c.Do(ctx, c.B().Llen().Key(pfx+"runs").Build()).AsInt64()
+		e, err2 := c.Do(ctx, c.B().Hlen().Key(pfx+"effects").Build()).AsInt64()
+		return err1 == nil && err2 == nil && n == gatherTopics && e == gatherTopics*gatherFast
+	})
+	time.Sleep(2 * workerLease) // a few gathered extensions
+	for k := range gatherTopics {
+		if v := rawGet(t, fmt.Sprintf("s-%d", k)); len(v) != 33 || v[0] != '~' {
+			t.Fatalf("s-%d: while its handler runs, the key holds %q, want a lease", k, v)
+		}
+	}
+	if err := worker.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = worker.Wait()
+	killed := time.Now()
+	leaseEnd := map[string]time.Time{}
+	for k := range gatherTopics {
+		id := fmt.Sprintf("s-%d", k)
+		pttl, err := c.Do(ctx, c.B().Pttl().Key(pfx+id).Build()).AsInt64()
+		if err != nil || pttl <= 0 {
+			t.Fatalf("%s: after the kill the key's PTTL is %d (%v), want the dead consumer's lease still running", id, pttl, err)
+		}
+		leaseEnd[id] = killed.Add(time.Duration(pttl) * time.Millisecond)
+	}
+
+	l := newLedger()
+	var mu sync.Mutex
+	starts := map[string][]time.Time{}
+	ps := newPubSub(t)
+	mw := wmonce.Middleware(openClaims(t), wmonce.WithLease(workerLease))
+	for k := range gatherTopics {
+		startConsumer(t, ps, fmt.Sprintf("orders-%d", k), fmt.Sprintf("second-%d", k), l, func(msg *message.Message) error {
+			mu.Lock()
+			starts[msg.UUID] = append(starts[msg.UUID], time.Now())
+			mu.Unlock()
+			return c.Do(context.WithoutCancel(msg.Context()), c.B().Hincrby().Key(pfx+"effects").Field(msg.UUID).Increment(1).Build()).Error()
+		}, mw)
+	}
+	for k := range gatherTopics { // the redeliveries of what was not acked
+		if err := ps.Publish(fmt.Sprintf("orders-%d", k), message.NewMessage(fmt.Sprintf("s-%d", k), []byte("slow"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the redeliveries acked", func() bool { return l.acked() == gatherTopics })
+	effects, err := c.Do(ctx, c.B().Hgetall().Key(pfx+"effects").Build()).AsIntMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range gatherTopics {
+		for i := range gatherFast {
+			if id := fmt.Sprintf("f-%d-%d", k, i); effects[id] != 1 {
+				t.Errorf("%s: effect %d times, want 1", id, effects[id])
+			}
+		}
+		id := fmt.Sprintf("s-%d", k)
+		if effects[id] != 1 || len(starts[id]) != 1 {
+			t.Errorf("%s: effect %d times, run %d times by the second consumer; want 1, 1", id, effects[id], len(starts[id]))
+			continue
+		}
+		if starts[id][0].Before(leaseEnd[id].Add(-5 * time.Millisecond)) {
+			t.Errorf("%s: the handler ran %v after the kill, while the dead lease was live until %v after it",
+				id, starts[id][0].Sub(killed), leaseEnd[id].Sub(killed))
+		}
+		if v := rawGet(t, id); v != "1" {
+			t.Errorf("%s: key holds %q, want \"1\"", id, v)
+		}
+	}
 }

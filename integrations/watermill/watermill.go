@@ -151,6 +151,16 @@ func Middleware(claims *store.Claims, opts ...Option) message.HandlerMiddleware 
 	if claims == nil && c.err == nil {
 		c.err = fmt.Errorf("redisonce/watermill: Middleware(nil claims): %w", store.ErrInvalidArgument)
 	}
+	// The router hands a middleware one message per call: one Batch for
+	// every call, so that the claims, extensions and commits of the messages
+	// handled at once (several handlers, subscribers or routers on one
+	// Claims) are gathered into one script call each.
+	var cl delivery.Claimer = claims
+	if claims != nil && c.err == nil {
+		if b, err := claims.Batch(context.Background(), nil, c.lease); err == nil {
+			cl = delivery.Batched{B: b}
+		}
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			switch {
@@ -174,7 +184,7 @@ func Middleware(claims *store.Claims, opts ...Option) message.HandlerMiddleware 
 			result := make(chan doResult, 1)
 			go func() {
 				var r doResult
-				r.Result = delivery.Do(ctx, claims, id, c.lease, func(lctx context.Context) error {
+				r.Result = delivery.Do(ctx, cl, id, c.lease, func(lctx context.Context) error {
 					// The handler sees the lease's context (cancelled if the
 					// lease is lost) and the Lease in it.
 					msg.SetContext(lctx)
