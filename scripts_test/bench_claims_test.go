@@ -99,7 +99,7 @@ func BenchmarkClaimsDo(b *testing.B) {
 // beside a Do, so it measures what batching adds to a lone message.
 func BenchmarkClaimsBatchDo(b *testing.B) {
 	benchEach(b, func(b *testing.B, g int) {
-		s := mustStore(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
+		s := must.Store(store.NewClaims(benchClient(b), store.WithPrefix(benchPrefix(b)), store.WithTTL(time.Hour)))
 		ids := benchIDs(b.N)
 		ctx := context.Background()
 		batch, err := s.Batch(ctx, nil, time.Minute)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -114,7 +115,7 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 	var cb natsjs.MessageHandler
 	var h *jetstream.Handler
 	if withClaims {
-		h, err = jetstream.New(mustStore(store.NewClaims(rc, store.WithPrefix(name+":claims:"))), handler,
+		h, err = jetstream.New(must.Store(store.NewClaims(rc, store.WithPrefix(name+":claims:"))), handler,
 			jetstream.WithReport(func(_ natsjs.Msg, o jetstream.Outcome, err error) {
 				if o == jetstream.OutcomeDone && err == nil {
 					count()

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redisonce/redisonce/integrations/kafka"
+	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
 	"github.com/redisonce/redisonce/store"
 )
@@ -98,7 +99,7 @@ func kafkaRound(b *testing.B, rc rueidis.Client, withClaims bool, prefix string)
 	defer cancel()
 	var run func() error
 	if withClaims {
-		c, err := kafka.New(mustStore(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))), handler, opts,
+		c, err := kafka.New(must.Store(store.NewClaims(rc, store.WithPrefix(prefix+"claims:"))), handler, opts,
 			kafka.WithReport(func(_ *kgo.Record, o kafka.Outcome, err error) {
 				if o == kafka.OutcomeDone && err == nil {
 					count(1)
