@@ -55,8 +55,8 @@ type preLease struct {
 // (ErrInvalidArgument, or ctx's error: no Batch). Then the error is nil: an
 // id whose call failed (a lost connection, ctx ending before the reply; the
 // claim may have landed, and then expires after lease) gets that error from
-// its Do, as Claims.Do returns its claim's. ids may be empty: Do then claims each id
-// it is given, gathered with the other operations in flight.
+// its Do, as Claims.Do returns its claim's. ids may be empty: Do then claims
+// each id it is given, gathered with the other operations in flight.
 //
 // Each lease won is extended as Claims.Do's is (every lease/4, from before
 // the claim was sent, so a round trip up to lease/2 loses nothing) while its
