@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---[[ commit_many.lua — turn many callers' leases of one hash slot into processed claims in one call: commit.lua for each, in order.
+--[[ commit_many.lua — turn many leases of one hash slot into processed claims: commit.lua for each.
   KEYS (n=1..500)
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---[[ extend_many.lua — keep many callers' leases of one hash slot alive in one call: extend.lua for each, in order.
+--[[ extend_many.lua — keep many leases of one hash slot alive: extend.lua for each, in order.
   KEYS (n=1..500)
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,

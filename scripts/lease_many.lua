@@ -1,5 +1,5 @@
 #!lua
---[[ lease_many.lua — take a lease on many message ids of one hash slot in one call, each with its own token: claim.lua's lease for each, in order.
+--[[ lease_many.lua — lease many message ids of one hash slot, each its own token: claim.lua for each.
   KEYS (n=1..500)
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight, leased);
                                every key in ONE hash slot (ids sharing a {hash tag}

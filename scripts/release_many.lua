@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---[[ release_many.lua — give up many callers' leases of one hash slot in one call: release.lua for each, in order.
+--[[ release_many.lua — give up many leases of one hash slot: release.lua for each, in order.
   KEYS (n=1..500)
     [1..] prefix..message_id   STRING  "1" (processed) or "~<token>" (in flight);
                                every key in ONE hash slot (CROSSSLOT otherwise,

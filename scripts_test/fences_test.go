@@ -397,3 +397,69 @@ func TestFenceAcrossFlushAll(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceScriptsLeaseMany: lease_many.lua gives each key it wins a fence of
+// its own — the call's clock read plus the key's rank among the keys won —
+// above every fence granted for that key before (claim.lua's, then
+// lease_many.lua's in an earlier call, back to back in one pipeline), and
+// answers a processed key 0 and a held one -(ms left) without a fence.
+func TestFenceScriptsLeaseMany(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, standaloneURL(t))
+	loadScripts(t, c)
+	key := keyFor(t, "fence:many")
+	k1, k2, k3, k4 := key+":{m}1", key+":{m}2", key+":{m}3", key+":{m}4"
+	do(t, c, "SET", k3, "1")
+	do(t, c, "SET", k4, "~other", "PX", "60000")
+	// k1 leased and released by claim.lua first: lease_many must go above it.
+	m := evalRaw(t, c, "claim", []string{k1}, "60000", "~old")
+	s, err := m.ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := strconv.ParseUint(s, 10, 64)
+	evalRaw(t, c, "release", []string{k1}, "old")
+	lo := serverFence(t, c)
+	m = evalRaw(t, c, "lease_many", []string{k1, k2, k3, k4}, "60000", "~t1", "~t2", "~t3", "~t4")
+	hi := serverFence(t, c)
+	arr, err := m.ToArray()
+	if err != nil || len(arr) != 4 {
+		t.Fatalf("lease_many = %v, %v", arr, err)
+	}
+	f := make([]uint64, 2)
+	for i := range f {
+		s, err := arr[i].ToString()
+		if err != nil {
+			t.Fatalf("lease_many element %d = %s, want a fence", i+1, arr[i].String())
+		}
+		f[i], _ = strconv.ParseUint(s, 10, 64)
+		if len(s) != 19 || f[i]/1000*1000+uint64(i) != f[i] || f[i]-uint64(i) < lo || f[i]-uint64(i) > hi {
+			t.Errorf("lease_many element %d = %s; want the clock in [%d, %d] at µs precision plus %d", i+1, s, lo, hi, i)
+		}
+	}
+	if f[0] <= before || f[0] == f[1] {
+		t.Errorf("fences %d, %d after claim.lua's %d: want distinct, above it", f[0], f[1], before)
+	}
+	if got := reply(arr[2]); got != "0" {
+		t.Errorf("lease_many element 3 = %s, want 0 (processed)", got)
+	}
+	if n, err := arr[3].AsInt64(); err != nil || n >= 0 || n < -60000 {
+		t.Errorf("lease_many element 4 = %s, want -(ms left on the holder's lease)", arr[3].String())
+	}
+	// Released and leased again, twice in one pipeline: each above the last.
+	last := f[0]
+	for range 2 {
+		evalRaw(t, c, "release_many", []string{k1, k2}, "t1", "t2")
+		m := evalRaw(t, c, "lease_many", []string{k1, k2}, "60000", "~t1", "~t2")
+		arr, err := m.ToArray()
+		if err != nil || len(arr) != 2 {
+			t.Fatalf("lease_many again = %v, %v", arr, err)
+		}
+		s, _ := arr[0].ToString()
+		g, _ := strconv.ParseUint(s, 10, 64)
+		if g <= last {
+			t.Errorf("k1 leased again: fence %d, want above %d", g, last)
+		}
+		last = g
+	}
+}

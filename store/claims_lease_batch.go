@@ -51,12 +51,12 @@ type preLease struct {
 // given twice is claimed once (the first Do of it takes the lease; a later
 // Do claims it again, and finds it in flight or processed: first wins).
 //
-// Every id and lease is validated before anything is sent (ErrInvalidArgument,
-// no Batch). The error is ctx's when it ends before the replies are in (the
-// claims that landed expire after lease); the ids whose call failed (a lost
-// connection) are not an error here: each one's Do returns that error, as
-// Claims.Do returns its claim's. ids may be empty: Do then claims each id
-// it is given, gathered with the other operations in flight.
+// Every id and lease is validated, and ctx checked, before anything is sent
+// (ErrInvalidArgument, or ctx's error: no Batch). Then the error is nil: an
+// id whose call failed (a lost connection, ctx ending before the reply; the
+// claim may have landed, and then expires after lease) gets that error from
+// its Do, as Claims.Do returns its claim's. ids may be empty: Do then claims
+// each id it is given, gathered with the other operations in flight.
 //
 // Each lease won is extended as Claims.Do's is (every lease/4, from before
 // the claim was sent, so a round trip up to lease/2 loses nothing) while its
@@ -96,12 +96,6 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 	// The read's claims are a batch already: sent at once, one call per
 	// slot, not queued behind the gathering in flight.
 	s.b.leaseFlush(ctx, reqs)
-	if err := ctx.Err(); err != nil {
-		for _, hb := range hbs {
-			hb.stop()
-		}
-		return nil, opError("batch", uniq[0], err)
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	won := false
@@ -388,7 +382,7 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 			go g.loop()
 		}
 		g.mu.Unlock()
-		return ctx.Err()
+		return nil // each request holds its reply or its error (ctx's among them)
 	}
 	for _, r := range reqs {
 		r.done, r.gone, r.flush = make(chan struct{}), false, nil

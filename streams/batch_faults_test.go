@@ -247,3 +247,59 @@ func TestBatchCommitStall(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchOneClaimCallPerRead: 32 entries waiting when the runner starts
+// are read at once and claimed in ONE script call of 32 keys (SLOWLOG keeps
+// every command's arguments), and the whole run takes fewer script calls
+// than the 64 of one claim and one commit per entry.
+func TestBatchOneClaimCallPerRead(t *testing.T) {
+	srv, rc := newServer(t)
+	ctx := context.Background()
+	for _, kv := range [][]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "10000"}} {
+		if _, err := srv.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims := mustStore(store.NewClaims(rc, store.WithPrefix("one:")))
+	for i := range 32 {
+		xadd(t, rc, "s", "n", fmt.Sprint(i))
+	}
+	if err := rc.Do(ctx, rc.B().SlowlogReset().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var ev events
+	c, err := streams.New(rc, claims, "s", "g", "c1", func(context.Context, streams.Message) error { return nil },
+		streams.WithConcurrency(16), streams.WithObserver(&ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runConsumer(t, c)
+	waitFor(t, 10*time.Second, "32 entries acked", func() bool { return ev.get("acked") == 32 && pending(t, rc, "s", "g") == 0 })
+	stop()
+	log, err := rc.Do(ctx, rc.B().SlowlogGet().Count(10000).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts, claimCalls := 0, 0 // claimCalls: script calls on 32 keys
+	for _, e := range log {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 4 {
+			continue
+		}
+		args, err := f[3].AsStrSlice()
+		if err != nil || len(args) < 3 || (args[0] != "EVALSHA" && args[0] != "EVAL" && args[0] != "evalsha" && args[0] != "eval") {
+			continue
+		}
+		scripts++
+		if args[2] == "32" {
+			claimCalls++
+		}
+	}
+	if claimCalls == 0 {
+		t.Errorf("no script call took the read's 32 keys at once (%d script calls)", scripts)
+	}
+	if scripts == 0 || scripts >= 64 {
+		t.Errorf("%d script calls for 32 entries; want fewer than one claim and one commit each (64)", scripts)
+	}
+	t.Logf("%d script calls for 32 entries, %d of them on all 32 keys", scripts, claimCalls)
+}
