@@ -260,7 +260,7 @@ func TestBatchOneClaimCallPerRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claims := mustStore(store.NewClaims(rc, store.WithPrefix("one:")))
+	claims := must.Store(store.NewClaims(rc, store.WithPrefix("one:")))
 	for i := range 32 {
 		xadd(t, rc, "s", "n", fmt.Sprint(i))
 	}
