@@ -11,6 +11,7 @@ import (
 
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -146,7 +147,7 @@ func BenchmarkCoalesceBurst(b *testing.B) {
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				b.Fatal(err)
 			}
-			cpu0 := serverCPU(b, c)
+			cpu0 := redistest.ServerCPU(b, c)
 			b.ResetTimer()
 			var next atomic.Int64
 			var wg sync.WaitGroup
@@ -187,7 +188,7 @@ func BenchmarkCoalesceBurst(b *testing.B) {
 			}
 			b.StopTimer()
 			calls, usec := scriptCalls(b, srv)
-			cpu := serverCPU(b, c) - cpu0
+			cpu := redistest.ServerCPU(b, c) - cpu0
 			n := float64(b.N)
 			b.ReportMetric(float64(runs.Load())/n*burst, "runs/burst")
 			b.ReportMetric(calls/n, "calls/trigger")

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisonce/redisonce/internal/must"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
@@ -110,7 +111,7 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 		}
 		run = cons.Run
 	}
-	cpu0 := serverCPU(b, c)
+	cpu0 := redistest.ServerCPU(b, c)
 	b.StartTimer()
 	start := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -125,7 +126,7 @@ func consumeRound(b *testing.B, c rueidis.Client, kind string, concurrency, n in
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu := serverCPU(b, c) - cpu0
+	cpu := redistest.ServerCPU(b, c) - cpu0
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
@@ -210,26 +211,4 @@ func plainConsumer(ctx context.Context, c rueidis.Client, stream, group string, 
 		}
 	}
 	return nil
-}
-
-// serverCPU is the server's CPU time so far (INFO cpu: used_cpu_user +
-// used_cpu_sys).
-func serverCPU(b *testing.B, c rueidis.Client) time.Duration {
-	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redisonce/redisonce/integrations/jetstream"
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -50,7 +51,7 @@ func BenchmarkConsumer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc := benchRedis(b, redisproc.StartT(b, redisproc.Options{}).URL())
+	rc := redistest.Client(b, redisproc.StartT(b, redisproc.Options{}).URL())
 	var rates, cpus [2][]float64 // [0] plain, [1] Handler
 	var ratios, cpuRatios []float64
 	for round := range benchRounds {
@@ -132,7 +133,7 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 			}
 		}
 	}
-	cpu0 := redisCPU(b, rc)
+	cpu0 := redistest.ServerCPU(b, rc)
 	var cc natsjs.ConsumeContext
 	if h != nil {
 		cc, err = h.Consume(cons)
@@ -148,49 +149,13 @@ func jetstreamRound(b *testing.B, js natsjs.JetStream, rc rueidis.Client, withCl
 		b.Fatalf("%d of %d messages done after 2 minutes", done.Load(), benchMessages)
 	}
 	elapsed := time.Since(time.Unix(0, first.Load()))
-	cpu := redisCPU(b, rc) - cpu0
+	cpu := float64((redistest.ServerCPU(b, rc) - cpu0).Nanoseconds()) / 1e3 // µs
 	cc.Stop()
 	<-cc.Closed()
 	if got, err := rc.Do(ctx, rc.B().Get().Key(ledger).Build()).AsInt64(); err != nil || got != benchMessages {
 		b.Fatalf("ledger %d (%v) after %d messages", got, err, benchMessages)
 	}
 	return benchMessages / elapsed.Seconds(), cpu / benchMessages
-}
-
-func benchRedis(b *testing.B, url string) rueidis.Client {
-	b.Helper()
-	opt, err := store.ClientOptions(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Close)
-	return c
-}
-
-// redisCPU is the server's CPU time so far in µs (INFO cpu: used_cpu_user +
-// used_cpu_sys).
-func redisCPU(b *testing.B, c rueidis.Client) float64 {
-	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f * 1e6
-		}
-	}
-	return total
 }
 
 func median(v []float64) float64 {

@@ -18,6 +18,7 @@ import (
 	"github.com/redisonce/redisonce/integrations/kafka"
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 )
 
@@ -43,7 +44,7 @@ const (
 // round). The run ignores b.N: make bench runs it with -benchtime 1x.
 func BenchmarkConsumer(b *testing.B) {
 	srv := redisproc.StartT(b, redisproc.Options{})
-	rc := benchRedis(b, srv.URL())
+	rc := redistest.Client(b, srv.URL())
 	var rates, cpus [2][]float64 // [0] plain, [1] Consumer
 	var ratios, cpuRatios []float64
 	for round := range benchRounds {
@@ -112,7 +113,7 @@ func kafkaRound(b *testing.B, rc rueidis.Client, withClaims bool, prefix string)
 	} else {
 		run = func() error { return plainKafka(ctx, append(opts, kgo.DisableAutoCommit()), handler, count) }
 	}
-	cpu0 := redisCPU(b, rc)
+	cpu0 := redistest.ServerCPU(b, rc)
 	errc := make(chan error, 1)
 	go func() { errc <- run() }()
 	select {
@@ -123,7 +124,7 @@ func kafkaRound(b *testing.B, rc rueidis.Client, withClaims bool, prefix string)
 		b.Fatalf("%d of %d records done after 2 minutes", done.Load(), benchRecords)
 	}
 	elapsed := time.Since(time.Unix(0, first.Load()))
-	cpu := redisCPU(b, rc) - cpu0
+	cpu := float64((redistest.ServerCPU(b, rc) - cpu0).Nanoseconds()) / 1e3 // µs
 	cancel()
 	if err := <-errc; err != nil {
 		b.Fatal(err)
@@ -187,42 +188,6 @@ func produceBench(b *testing.B, brokers []string, topic string) {
 	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
 		b.Fatal(err)
 	}
-}
-
-func benchRedis(b *testing.B, url string) rueidis.Client {
-	b.Helper()
-	opt, err := store.ClientOptions(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Close)
-	return c
-}
-
-// redisCPU is the server's CPU time so far in µs (INFO cpu: used_cpu_user +
-// used_cpu_sys).
-func redisCPU(b *testing.B, c rueidis.Client) float64 {
-	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f * 1e6
-		}
-	}
-	return total
 }
 
 func median(v []float64) float64 {

@@ -2,7 +2,11 @@
 package redistest
 
 import (
+	"context"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -24,4 +28,27 @@ func Client(tb testing.TB, url string) rueidis.Client {
 	}
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// ServerCPU is the server's CPU time so far (INFO cpu: used_cpu_user +
+// used_cpu_sys), for benchmarks that report server CPU per operation. An
+// error fails the test.
+func ServerCPU(tb testing.TB, c rueidis.Client) time.Duration {
+	tb.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
