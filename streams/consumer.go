@@ -383,7 +383,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), minRead: minRead, workers: make(chan struct{}, c.cfg.concurrency),
 		committing: make(chan struct{}, c.cfg.concurrency),
-		stopping:   ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax)}
+		stopping:   ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax),
+		idle: make(chan func())}
+	defer close(r.idle) // after every handler returned
 	acked := make(chan struct{})
 	go func() { defer close(acked); r.ackLoop() }()
 	go r.sweep(ctx)

@@ -58,6 +58,27 @@ type run struct {
 	// acks feeds ackLoop the ids of entries to XACK: a handler slot is free
 	// as soon as its claim is committed, and one XACK carries many ids.
 	acks chan string
+	// idle hands work to the goroutines of entries already settled (go_),
+	// closed when Run returns.
+	idle chan func()
+}
+
+// go_ runs f in a goroutine of an entry already settled, or in a new one
+// when none is idle. An entry's call chain (its lease, heartbeat, handler
+// and commit) is deep: a new goroutine grows its stack, copying it, several
+// times over, which costs more than the handler of a short message; a
+// goroutine kept for the next entry keeps its stack.
+func (r *run) go_(f func()) {
+	select {
+	case r.idle <- f:
+	default:
+		go func() {
+			f()
+			for f := range r.idle {
+				f()
+			}
+		}()
+	}
 }
 
 // ackMax is the most entry ids one XACK carries.
@@ -311,11 +332,11 @@ func (r *run) startAll(msgs []Message) {
 	r.handlers.Add(len(fresh))
 	if !c.cfg.batch || c.co != nil {
 		for _, m := range fresh {
-			go r.handle(m, nil)
+			r.go_(func() { r.handle(m, nil) })
 		}
 		return
 	}
-	go func() {
+	r.go_(func() {
 		var ids []string
 		for i := range fresh {
 			if id := c.claimID(&fresh[i]); id != "" && !(c.cfg.maxDeliveries > 0 && fresh[i].Deliveries > c.cfg.maxDeliveries) {
@@ -332,9 +353,9 @@ func (r *run) startAll(msgs []Message) {
 			rb.b, _ = c.claims.Batch(r.hctx, nil, c.cfg.lease)
 		}
 		for _, m := range fresh {
-			go r.handle(m, rb)
+			r.go_(func() { r.handle(m, rb) })
 		}
-	}()
+	})
 }
 
 // readBatch is the Batch of one read's entries, closed (its leases no
