@@ -9,17 +9,27 @@
 // as its effect) then duplicates (the same n ids again), with that many
 // goroutines. It reports throughput, the SQL statements
 // per message the client sent (a pgx tracer counts every statement, BEGIN
-// and COMMIT included), and the CPU time per message of the Redis server and
-// of every PostgreSQL process (utime+stime from /proc/<pid>/stat: the
-// postmaster, its live backends, and its reaped children). The medians of the
-// rounds are printed as a Markdown table per level, then each inbox's best
-// level's throughput compared.
+// and COMMIT included), and the CPU time per message of the Redis server, of
+// every PostgreSQL process (utime+stime from /proc/<pid>/stat: the
+// postmaster, its live backends, and its reaped children) and of this
+// process (the client: pgx, rueidis, the inbox). The medians of the rounds
+// are printed as a Markdown table per level, then each inbox's best level's
+// throughput compared.
+//
+// Two more rows take the redisonce inbox apart: "SQL-only, the inbox's row"
+// is the SQL-only inbox writing the redisonce inbox's row with its first
+// statement (fence, owner, processed_at and its index, the advisory lock),
+// and "redisonce inbox, memory claims" is Inbox.Do on store.NewMemoryClaims
+// (the lease engine without Redis). What separates them from their
+// neighbours is what the row, the lease engine and Redis each cost.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,6 +84,7 @@ type phase struct {
 	stmtsPerMsg  float64
 	pgCPUus      float64 // Postgres CPU per message, µs
 	redisCPUus   float64
+	clientCPUus  float64 // this process's
 	nonCommitted int
 }
 
@@ -124,6 +135,20 @@ func run(n int, levels []int, rounds int, fsync bool, out string) error {
 	if err := inbox.CreateTable(ctx); err != nil {
 		return err
 	}
+	memClaims, err := store.NewMemoryClaims()
+	if err != nil {
+		return err
+	}
+	memInbox, err := postgres.NewInbox(memClaims, pool, postgres.WithInboxTable("mem_inbox"))
+	if err != nil {
+		return err
+	}
+	if err := memInbox.CreateTable(ctx); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE row_inbox (LIKE redisonce_inbox INCLUDING ALL)`); err != nil {
+		return err
+	}
 	// Warm the pool's connections and statement caches.
 	for i := range 200 {
 		id := fmt.Sprintf("warm-%d", i)
@@ -133,16 +158,27 @@ func run(n int, levels []int, rounds int, fsync bool, out string) error {
 		if _, err := sqlOnly(ctx, pool, "sql-"+id); err != nil {
 			return err
 		}
+		if _, err := sqlInboxRow(ctx, pool, "row-"+id); err != nil {
+			return err
+		}
+		if _, err := memInbox.Do(ctx, "mem-"+id, 10*time.Second, effect("mem-"+id)); err != nil {
+			return err
+		}
 	}
 
 	type kind struct {
 		name string
 		do   func(id string) (bool, error)
 	}
+	// The kinds in table order; the first is the baseline, the last the
+	// redisonce inbox the goal is about.
 	kinds := []kind{
 		{"SQL-only inbox", func(id string) (bool, error) { return sqlOnly(ctx, pool, id) }},
+		{"SQL-only, the inbox's row", func(id string) (bool, error) { return sqlInboxRow(ctx, pool, id) }},
+		{"redisonce inbox, memory claims", func(id string) (bool, error) { return memInbox.Do(ctx, id, 10*time.Second, effect(id)) }},
 		{"redisonce inbox", func(id string) (bool, error) { return inbox.Do(ctx, id, 10*time.Second, effect(id)) }},
 	}
+	base, goal := kinds[0].name, kinds[len(kinds)-1].name
 	var b strings.Builder
 	fmt.Fprintf(&b, "inbox benchmark: %d messages per phase, median of %d rounds per concurrency level; PostgreSQL fsync %v\n",
 		n, rounds, fsync)
@@ -153,14 +189,14 @@ func run(n int, levels []int, rounds int, fsync bool, out string) error {
 			results[k.name] = map[string][]phase{}
 		}
 		for r := range rounds {
-			order := kinds
+			order := slices.Clone(kinds)
 			if r%2 == 1 {
-				order = []kind{kinds[1], kinds[0]}
+				slices.Reverse(order)
 			}
 			for _, k := range order {
 				ids := make([]string, n)
 				for i := range ids {
-					ids[i] = fmt.Sprintf("c%d-r%d-%s-%d", c, r, strings.Fields(k.name)[0], i)
+					ids[i] = fmt.Sprintf("c%d-r%d-%d-%d", c, r, slices.IndexFunc(kinds, func(x kind) bool { return x.name == k.name }), i)
 				}
 				for _, ph := range []string{"first", "dup"} {
 					p, err := measure(pg, rs, tr, ids, c, k.do)
@@ -180,7 +216,7 @@ func run(n int, levels []int, rounds int, fsync bool, out string) error {
 		load, _ := os.ReadFile("/proc/loadavg")
 		fmt.Fprintf(&b, "\n%d concurrent deliveries (load average at the end: %s):\n\n", c,
 			strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
-		fmt.Fprintf(&b, "| inbox | phase | msg/s | SQL statements/msg | Postgres CPU µs/msg | Redis CPU µs/msg |\n|---|---|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "| inbox | phase | msg/s | SQL statements/msg | Postgres CPU µs/msg | Redis CPU µs/msg | client CPU µs/msg |\n|---|---|---:|---:|---:|---:|---:|\n")
 		for _, k := range kinds {
 			for _, ph := range []string{"first", "dup"} {
 				ps := results[k.name][ph]
@@ -189,30 +225,36 @@ func run(n int, levels []int, rounds int, fsync bool, out string) error {
 				if ph == "first" {
 					best[k.name] = max(best[k.name], perSec)
 				}
-				fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f | %.0f |\n", k.name, label,
+				fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.0f | %.0f | %.0f |\n", k.name, label,
 					perSec, median(ps, func(p phase) float64 { return p.stmtsPerMsg }),
-					median(ps, func(p phase) float64 { return p.pgCPUus }), median(ps, func(p phase) float64 { return p.redisCPUus }))
+					median(ps, func(p phase) float64 { return p.pgCPUus }), median(ps, func(p phase) float64 { return p.redisCPUus }),
+					median(ps, func(p phase) float64 { return p.clientCPUus }))
 			}
 		}
 		// The ratios within each round (the machine's speed drifts between
 		// rounds), then their median.
-		var thr, cpu []float64
-		for r := range rounds {
-			sq, ib := results[kinds[0].name]["first"][r], results[kinds[1].name]["first"][r]
-			thr = append(thr, sq.perSec/ib.perSec)
-			cpu = append(cpu, (ib.pgCPUus+ib.redisCPUus)/(sq.pgCPUus+sq.redisCPUus))
+		fmt.Fprintf(&b, "\nfirst deliveries, medians of the per-round ratios to the SQL-only inbox:\n\n"+
+			"| inbox | SQL-only / it, throughput (rounds) | its server CPU (Postgres + Redis) / SQL-only's | its CPU, servers and client / SQL-only's |\n|---|---|---:|---:|\n")
+		for _, k := range kinds[1:] {
+			var thr, cpu, all []float64
+			for r := range rounds {
+				sq, ib := results[base]["first"][r], results[k.name]["first"][r]
+				thr = append(thr, sq.perSec/ib.perSec)
+				cpu = append(cpu, (ib.pgCPUus+ib.redisCPUus)/(sq.pgCPUus+sq.redisCPUus))
+				all = append(all, (ib.pgCPUus+ib.redisCPUus+ib.clientCPUus)/(sq.pgCPUus+sq.redisCPUus+sq.clientCPUus))
+			}
+			slices.Sort(thr)
+			slices.Sort(cpu)
+			slices.Sort(all)
+			fmt.Fprintf(&b, "| %s | %.2fx (%s) | %.2fx | %.2fx |\n", k.name, thr[len(thr)/2], fmtRatios(thr), cpu[len(cpu)/2], all[len(all)/2])
 		}
-		slices.Sort(thr)
-		slices.Sort(cpu)
-		fmt.Fprintf(&b, "\nfirst deliveries, median of the per-round ratios: SQL-only / redisonce throughput %.2fx (rounds %s);"+
-			" server CPU (Postgres + Redis) redisonce / SQL-only %.2fx\n", thr[len(thr)/2], fmtRatios(thr), cpu[len(cpu)/2])
 	}
 	// Each inbox at its best level: a consumer sets its concurrency to what
 	// its store needs (the redisonce inbox waits on two more round trips per
 	// message, to Redis, so it needs more deliveries in flight to fill the
 	// same machine).
 	fmt.Fprintf(&b, "\nfirst deliveries, each inbox at its best level of %v: SQL-only %.0f msg/s, redisonce %.0f msg/s: %.2fx (goal: <= 1.20x)\n",
-		levels, best[kinds[0].name], best[kinds[1].name], best[kinds[0].name]/best[kinds[1].name])
+		levels, best[base], best[goal], best[base]/best[goal])
 	// The ledger: one row per id, every round.
 	var rows, distinct int
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT msg_id) FROM ledger`).Scan(&rows, &distinct); err != nil {
@@ -259,6 +301,36 @@ func effect(id string) func(context.Context, pgx.Tx) error {
 	}
 }
 
+// sqlInboxRow is sqlOnly writing the redisonce inbox's row with the
+// redisonce inbox's first statement (Inbox.Do's, as of inbox.go): a fence
+// and an owner token of the lengths a lease's have, the id's advisory lock
+// (its keys from a 64-bit FNV-1a of the id), into a table made LIKE the
+// inbox's (processed_at and its index).
+func sqlInboxRow(ctx context.Context, pool *pgxpool.Pool, id string) (ran bool, err error) {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	k := h.Sum64()
+	n := rowSeq.Add(1)
+	fence, owner := uint64(time.Now().UnixNano())/1000*1000, fmt.Sprintf("%032x", n)
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var took bool
+		err := tx.QueryRow(ctx, `INSERT INTO row_inbox (id, fence, owner) SELECT $1, $2, $3
+WHERE pg_try_advisory_xact_lock($4, $5)
+ON CONFLICT (id) DO NOTHING RETURNING true`, id, fence, owner, int32(k>>32), int32(k)).Scan(&took)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ran = true
+		return effect(id)(ctx, tx)
+	})
+	return ran, err
+}
+
+var rowSeq atomic.Uint64
+
 // sqlOnly is the plain SQL inbox: the id and the effect in one transaction.
 func sqlOnly(ctx context.Context, pool *pgxpool.Pool, id string) (ran bool, err error) {
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
@@ -273,7 +345,7 @@ func sqlOnly(ctx context.Context, pool *pgxpool.Pool, id string) (ran bool, err 
 }
 
 func measure(pg *pgproc.Server, rs *redisproc.Server, tr *counter, ids []string, c int, do func(string) (bool, error)) (phase, error) {
-	pg0, r0 := pgCPU(pg.Pid()), procCPU(rs.Pid())
+	pg0, r0, c0 := pgCPU(pg.Pid()), procCPU(rs.Pid()), procCPU(os.Getpid())
 	s0 := tr.n.Load()
 	start := time.Now()
 	var next atomic.Int64
@@ -314,6 +386,7 @@ func measure(pg *pgproc.Server, rs *redisproc.Server, tr *counter, ids []string,
 		stmtsPerMsg:  float64(tr.n.Load()-s0) / m,
 		pgCPUus:      float64(pgCPU(pg.Pid())-pg0) / m / 1e3,
 		redisCPUus:   float64(procCPU(rs.Pid())-r0) / m / 1e3,
+		clientCPUus:  float64(procCPU(os.Getpid())-c0) / m / 1e3,
 		nonCommitted: int(notRun.Load()),
 	}, nil
 }
