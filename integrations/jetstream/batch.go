@@ -56,7 +56,7 @@ func (h *Handler) Consume(cons jetstream.Consumer, opts ...jetstream.PullConsume
 	if h.co != nil || h.maxBatch == 1 && h.batchWait == 0 {
 		return cons.Consume(h.Handle, opts...)
 	}
-	w := &batcher{h: h, q: make(chan jetstream.Msg, 2*h.maxBatch), closed: make(chan struct{})}
+	w := &batcher{h: h, q: make(chan jetstream.Msg, 2*h.maxBatch), closed: make(chan struct{}), idle: make(chan func())}
 	inner, err := cons.Consume(func(msg jetstream.Msg) { w.q <- msg }, opts...)
 	if err != nil {
 		return nil, err
@@ -77,6 +77,27 @@ type batcher struct {
 	closed   chan struct{}
 	outcomes []Outcome // ProcessBatch's, by index in the batch
 	errs     []error
+	// idle hands work to the goroutines of messages already settled (go_),
+	// closed once every message is settled.
+	idle chan func()
+}
+
+// go_ runs f in a goroutine of a message already settled, or in a new one
+// when none is idle. A message's call chain (its lease, heartbeat, fn and
+// commit) is deep: a new goroutine grows its stack, copying it, several
+// times over on the way to fn, and the next fn waits for that; a goroutine
+// kept for the next message keeps its stack.
+func (w *batcher) go_(f func()) {
+	select {
+	case w.idle <- f:
+	default:
+		go func() {
+			f()
+			for f := range w.idle {
+				f()
+			}
+		}()
+	}
 }
 
 func (w *batcher) Stop()                   { w.stopping.Store(true); w.inner.Stop() }
@@ -85,6 +106,7 @@ func (w *batcher) Closed() <-chan struct{} { return w.closed }
 
 func (w *batcher) loop() {
 	defer close(w.closed)
+	defer close(w.idle) // after every settlement
 	defer w.settling.Wait()
 	for {
 		var first jetstream.Msg
@@ -177,12 +199,12 @@ func (w *batcher) run(ctx context.Context, batch []jetstream.Msg, base int) {
 		returned := func() { once.Do(func() { close(next) }) }
 		batchDone.Add(1)
 		w.settling.Add(1)
-		go func() {
+		w.go_(func() {
 			defer w.settling.Done()
 			defer batchDone.Done()
 			o, err := h.run(ctx, cl, msg, ids[i], returned)
 			w.settle(base+i, msg, o, err)
-		}()
+		})
 		<-next
 	}
 	w.settling.Add(1)
@@ -232,11 +254,12 @@ func (h *Handler) ProcessBatch(ctx context.Context, msgs []jetstream.Msg) ([]Out
 		}
 		return out, errors.Join(errs...)
 	}
-	w := &batcher{h: h, outcomes: out, errs: errs}
+	w := &batcher{h: h, outcomes: out, errs: errs, idle: make(chan func())}
 	for lo := 0; lo < len(msgs); lo += maxClaimBatch {
 		w.run(ctx, msgs[lo:min(lo+maxClaimBatch, len(msgs))], lo)
 	}
 	w.settling.Wait()
+	close(w.idle)
 	return out, errors.Join(errs...)
 }
 
