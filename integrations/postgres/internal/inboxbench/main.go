@@ -316,10 +316,10 @@ func effect(id string) func(context.Context, pgx.Tx) error {
 }
 
 // sqlInboxRow is sqlOnly writing the redisonce inbox's row with the
-// redisonce inbox's first statement (Inbox.Do's, as of inbox.go): a fence
-// and an owner token of the lengths a lease's have, the id's advisory lock
-// (its keys from a 64-bit FNV-1a of the id), into a table made LIKE the
-// inbox's (processed_at and its index).
+// statement Inbox.Do begins with (inbox.go, sqlTake): a fence and an owner
+// token of the lengths a lease's have, the id's advisory lock (its keys
+// from a 64-bit FNV-1a of the id), into a table made LIKE the inbox's
+// (processed_at and its index). Keep the two statements alike.
 func sqlInboxRow(ctx context.Context, pool *pgxpool.Pool, id string) (ran bool, err error) {
 	h := fnv.New64a()
 	h.Write([]byte(id))
