@@ -519,6 +519,10 @@ func (p *partition) handleBatch(rs []*kgo.Record) bool {
 	return true
 }
 
+// testHookStarted, when not nil, runs in pipeline after a record's Do has
+// started and before its end is looked at (tests: the commit lands first).
+var testHookStarted func()
+
 // pipelined is one record's first attempt, run by pipeline.
 type pipelined struct {
 	r    *kgo.Record
@@ -602,15 +606,23 @@ func (p *partition) pipeline(bt *batch, rs []*kgo.Record) (int, *delivery.Result
 			c.settled(bt, id)
 			pl.res <- res
 		}()
+		if testHookStarted != nil {
+			testHookStarted()
+		}
 		// The next fn starts once this one returned nil, or once this
-		// record's Do returned a duplicate; any other end stops the
+		// record's Do returned a duplicate or done (its fn returned nil:
+		// when the commit is in before this goroutine looks, both are
+		// ready, and either may be read); any other end stops the
 		// pipeline, and this record is its last.
 		var goOn bool
 		select {
 		case goOn = <-pl.next:
 		case res := <-pl.res:
 			pl.res <- res
-			goOn = res.Row == delivery.Duplicate
+			switch res.Row {
+			case delivery.Duplicate, delivery.Done, delivery.CommitFailed:
+				goOn = true
+			}
 		}
 		if !goOn {
 			break
