@@ -2,38 +2,20 @@ package streams_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/redisonce/redisonce/internal/leaktest"
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
 
-// runGoroutines counts the goroutines whose stack is in a Run of package
-// streams: its handlers, the goroutines kept for the next entry, its ack
-// and sweep loops.
-func runGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "redisonce/streams.(*run)") {
-			count++
-		}
-	}
-	return count
-}
+// runFrame is in the stack of every goroutine of a Run of package streams:
+// its handlers, the goroutines kept for the next entry, its ack and sweep
+// loops.
+const runFrame = "redisonce/streams.(*run)"
 
 // TestConsumerLeavesNoGoroutines: once Run has returned, none of its
 // goroutines is left, the ones kept to handle the next entry included,
@@ -56,15 +38,11 @@ func TestConsumerLeavesNoGoroutines(t *testing.T) {
 				xadd(t, rc, "s", "n", strconv.Itoa(i))
 			}
 			waitFor(t, 10*time.Second, "every entry acked", func() bool { return ev.get(store.Outcome("acked")) == n })
-			if g := runGoroutines(); g == 0 {
+			if leaktest.Count(runFrame) == 0 {
 				t.Fatal("no goroutine of the Run found while it runs: the stack match is wrong")
 			}
 			stop()
-			deadline := time.Now().Add(5 * time.Second)
-			for runGoroutines() > 0 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if g := runGoroutines(); g > 0 {
+			if g := leaktest.Left(runFrame, 5*time.Second); g > 0 {
 				t.Errorf("%d goroutines of the Run left 5 s after it returned", g)
 			}
 		})

@@ -2,9 +2,7 @@ package jetstream_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,29 +10,13 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/redisonce/redisonce/integrations/jetstream"
+	"github.com/redisonce/redisonce/internal/leaktest"
 )
 
-// batchGoroutines counts the goroutines whose stack is in a batch of
+// batchFrame is in the stack of every goroutine of a batch of
 // Handler.Consume or ProcessBatch: the loop, the messages' settlements and
 // the goroutines kept for the next message.
-func batchGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "integrations/jetstream.(*batcher)") {
-			count++
-		}
-	}
-	return count
-}
+const batchFrame = "integrations/jetstream.(*batcher)"
 
 // TestBatchesLeaveNoGoroutines: once Consume's Closed is closed, and once
 // ProcessBatch has returned, none of their goroutines is left, the ones kept
@@ -63,7 +45,7 @@ func TestBatchesLeaveNoGoroutines(t *testing.T) {
 	if done.Load() != n {
 		t.Fatalf("%d of %d messages done", done.Load(), n)
 	}
-	if batchGoroutines() == 0 {
+	if leaktest.Count(batchFrame) == 0 {
 		t.Fatal("no goroutine of Consume's batches found while it runs: the stack match is wrong")
 	}
 	cc.Stop()
@@ -74,11 +56,7 @@ func TestBatchesLeaveNoGoroutines(t *testing.T) {
 	}
 	noneLeft := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for batchGoroutines() > 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if g := batchGoroutines(); g > 0 {
+		if g := leaktest.Left(batchFrame, 5*time.Second); g > 0 {
 			t.Errorf("%d goroutines of the batches left 5 s after %s", g, what)
 		}
 	}
