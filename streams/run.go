@@ -84,25 +84,52 @@ func (r *run) go_(f func()) {
 // ackMax is the most entry ids one XACK carries.
 const ackMax = 256
 
-// ackLoop acknowledges the ids sent on r.acks, as many per XACK as have
-// queued up, until r.acks is closed and drained. An XACK that fails leaves
-// its entries pending: they are reclaimed, found processed, and acked again.
+// ackLoop acknowledges the ids sent on r.acks, as many per XACK as queue
+// up within the ack delay of the first (WithAckDelay), until r.acks is
+// closed and drained: then the last ids go out at once. An XACK that fails
+// leaves its entries pending: they are reclaimed, found processed, and acked
+// again.
 func (r *run) ackLoop() {
 	c := r.c
 	ids := make([]string, 0, ackMax)
+	var due *time.Timer // the ack delay of the first id queued
+	var dueC <-chan time.Time
+	if c.cfg.ackDelay > 0 {
+		due = time.NewTimer(c.cfg.ackDelay)
+		due.Stop()
+		dueC = due.C
+	}
 	for id := range r.acks {
 		ids = append(ids[:0], id)
+		if due != nil {
+			due.Reset(c.cfg.ackDelay)
+		}
 	fill:
 		for len(ids) < ackMax {
-			select {
+			select { // what has queued up
 			case id, ok := <-r.acks:
 				if !ok {
 					break fill
 				}
 				ids = append(ids, id)
+				continue
 			default:
+				if dueC == nil {
+					break fill
+				}
+			}
+			select { // what comes within the delay
+			case id, ok := <-r.acks:
+				if !ok {
+					break fill
+				}
+				ids = append(ids, id)
+			case <-dueC:
 				break fill
 			}
+		}
+		if due != nil {
+			due.Stop()
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hctx), settleTimeout)
 		start := time.Now()
