@@ -108,7 +108,7 @@ func NewMemoryClaims(opts ...Option) (*Claims, error) {
 
 // newClaimsOn returns a Claims on backend b.
 func newClaimsOn(c core, b claimsBackend, ttl time.Duration) *Claims {
-	return &Claims{core: c, b: b, ttl: ttl, gather: gatherer{b: b}}
+	return &Claims{core: c, b: b, ttl: ttl, gather: gatherer{b: b, delay: batchDelay}}
 }
 
 // Close closes the client if the store opened it (OpenClaims); for a store

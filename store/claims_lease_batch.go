@@ -354,14 +354,25 @@ type leaseReq struct {
 // while a send is in flight queue, and the flush loop sends everything
 // queued in one flush when the send ahead of them is back.
 type gatherer struct {
-	b claimsBackend
+	b     claimsBackend
+	delay time.Duration // batchDelay (tests set another)
 
-	mu      sync.Mutex
-	queue   []*leaseReq
-	leading int  // callers sending their own requests now
-	looping bool // the flush loop runs
-	kick    *time.Timer
+	mu       sync.Mutex
+	queue    []*leaseReq
+	queuedAt time.Time // when the queue's first request was queued
+	leading  int       // callers sending their own requests now
+	looping  bool      // the flush loop runs
+	kick     *time.Timer
 }
+
+// batchDelay is how long the requests that queue behind a call in flight
+// wait, from the first of them, for more to share their call. A request that
+// finds nothing in flight never waits, so a lone message is not delayed;
+// under load a consumer's commits then share calls by the dozen instead of
+// a few (fewer script calls: less of the server's and the client's CPU per
+// message, BENCHMARKS.md, "Streams"), at the cost of at most this much more
+// before a Do returns. Short beside any lease, ack or request timeout.
+const batchDelay = 300 * time.Microsecond
 
 // run sends reqs, or queues them and waits for their replies, or for ctx
 // to end: then the requests not sent yet are dropped (never sent), and a
@@ -386,6 +397,9 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 	}
 	for _, r := range reqs {
 		r.done, r.gone, r.flush = make(chan struct{}), false, nil
+	}
+	if len(g.queue) == 0 {
+		g.queuedAt = time.Now()
 	}
 	g.queue = append(g.queue, reqs...)
 	if !g.looping {
@@ -448,12 +462,30 @@ type flushState struct {
 const gatherStall = 50 * time.Millisecond
 
 // loop flushes the queue until it is empty: one flush at a time, or one
-// more beside a flush that has been in flight for gatherStall.
+// more beside a flush that has been in flight for gatherStall; each flush
+// once its first request has waited the delay (batchDelay), or at once when
+// a call's worth of requests has queued.
 func (g *gatherer) loop() {
 	stall := time.NewTimer(gatherStall)
 	defer stall.Stop()
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		g.mu.Lock()
+		if wait := g.delay - time.Since(g.queuedAt); wait > 0 && len(g.queue) > 0 && len(g.queue) < maxBatchKeys {
+			g.mu.Unlock()
+			if linger == nil {
+				linger = time.NewTimer(wait)
+			} else {
+				linger.Reset(wait)
+			}
+			<-linger.C
+			g.mu.Lock()
+		}
 		q := g.queue[:0:0]
 		for _, r := range g.queue {
 			if !r.gone {

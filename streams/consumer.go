@@ -407,7 +407,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		minRead = max(1, c.cfg.concurrency/2)
 	}
 	r := &run{c: c, hctx: hctx, slots: make(chan struct{}, c.readAhead()*c.cfg.concurrency), minRead: minRead, workers: make(chan struct{}, c.cfg.concurrency),
-		committing: make(chan struct{}, c.cfg.concurrency),
+		committing: make(chan struct{}, 2*c.cfg.concurrency),
 		stopping:   ctx.Done(), running: map[string]chan struct{}{}, entries: map[string]struct{}{}, acks: make(chan string, 2*ackMax),
 		idle: make(chan func())}
 	defer close(r.idle) // after every handler returned

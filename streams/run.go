@@ -37,7 +37,10 @@ type run struct {
 	// several entries while the entries already held keep the handlers busy.
 	minRead int
 	// committing holds one element per entry whose handler returned and
-	// whose commit has not landed yet (with batching), up to the concurrency.
+	// whose commit has not landed yet (with batching), up to twice the
+	// concurrency: a commit waits for the call ahead of it and the claims
+	// store's batch delay (store.WithBatchDelay), and meanwhile the handlers
+	// go on with the next entries.
 	committing chan struct{}
 	// workers holds one element per running handler, up to the concurrency.
 	workers chan struct{}
@@ -425,8 +428,8 @@ func (r *run) handle(m Message, rb *readBatch) {
 	case r.workers <- struct{}{}:
 		// With batching the worker is free again as soon as the handler
 		// returned: the commit (gathered with the others') and the ack go
-		// on behind it, holding one of concurrency commit tokens, so that
-		// at most concurrency effects await their commit at any time.
+		// on behind it, holding one of 2×concurrency commit tokens, so that
+		// at most that many effects await their commit at any time.
 		var once sync.Once
 		committing := false
 		free := func() {

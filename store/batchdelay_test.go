@@ -1,0 +1,142 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisonce/redisonce/internal/must"
+	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/store"
+)
+
+// scriptCalls is how many script calls (EVALSHA and EVAL) the server ran
+// since its last CONFIG RESETSTAT.
+func scriptCalls(t *testing.T, c rueidis.Client) int {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				k, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// TestBatchDelayGathersCommits: commits that queue behind a call in flight
+// wait the batch delay for the ones after them, and share their call. The
+// server is paused (DEBUG SLEEP) under the first commit; 14 more Dos end
+// 40 ms apart, over 560 ms. Without a delay, the ones that queued during the
+// pause share a call and every later one finds nothing in flight and goes
+// alone; with a 500 ms delay, all but the last few share one call. Each Do
+// still returns within the pause, the delay and a round trip.
+func TestBatchDelayGathersCommits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	srv := redisproc.StartT(t, redisproc.Options{})
+	opt := must.Store(rueidis.ParseURL(srv.URL()))
+	c := must.Store(rueidis.NewClient(opt))
+	t.Cleanup(c.Close)
+	pauser := must.Store(rueidis.NewClient(opt))
+	t.Cleanup(pauser.Close)
+	const pause, gap, n = 200 * time.Millisecond, 40 * time.Millisecond, 15
+	calls := map[time.Duration]int{}
+	for _, delay := range []time.Duration{0, 500 * time.Millisecond} {
+		ctx := context.Background()
+		claims := must.Store(store.NewClaims(c, store.WithPrefix(fmt.Sprintf("bd%v:", delay))))
+		store.SetBatchDelay(claims, delay)
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = "m" + strconv.Itoa(i)
+		}
+		b, err := claims.Batch(ctx, ids, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		paused := make(chan struct{})
+		go func() {
+			close(paused)
+			_ = pauser.Do(ctx, pauser.B().Arbitrary("DEBUG", "SLEEP").Args(strconv.FormatFloat(pause.Seconds(), 'f', 3, 64)).Build()).Error()
+		}()
+		<-paused
+		time.Sleep(20 * time.Millisecond) // the pause has begun
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var slowest time.Duration
+		for i, id := range ids {
+			wg.Go(func() {
+				start := time.Now()
+				ran, err := b.Do(ctx, id, func(context.Context) error { return nil })
+				if !ran || err != nil {
+					t.Errorf("delay %v: Do(%s) = %v, %v", delay, id, ran, err)
+				}
+				mu.Lock()
+				slowest = max(slowest, time.Since(start))
+				mu.Unlock()
+			})
+			if i < n-1 {
+				time.Sleep(gap)
+			}
+		}
+		wg.Wait()
+		_ = b.Close()
+		calls[delay] = scriptCalls(t, c)
+		if most := pause + delay + 2*time.Second; slowest > most {
+			t.Errorf("delay %v: a Do took %v, more than the pause, the delay and a round trip (%v)", delay, slowest, most)
+		}
+	}
+	t.Logf("script calls: %d without a batch delay, %d with 500ms", calls[0], calls[500*time.Millisecond])
+	// Without a delay: one call for the first, one for those queued in the
+	// pause (~4), then one each (~10). With it: the first, one for the next
+	// ~12, one each for the last ones.
+	if calls[0] < 8 || calls[500*time.Millisecond] > 5 {
+		t.Fatalf("commit calls for %d Dos ending %v apart: %d without a batch delay (want >= 8), %d with 500ms (want <= 5)",
+			n, gap, calls[0], calls[500*time.Millisecond])
+	}
+}
+
+// TestBatchDelayLoneDoWaitsForNothing: a Do whose operations find nothing in
+// flight is sent at once, whatever the delay: on Redis and on the memory
+// twin, a lone Batch.Do (its claim and its commit) returns well within a
+// delay of 2 s.
+func TestBatchDelayLoneDoWaitsForNothing(t *testing.T) {
+	for name, claims := range map[string]*store.Claims{
+		"redis":  must.Store(store.NewClaims(redisClient(t), store.WithPrefix(testPrefix(t)))),
+		"memory": must.Store(store.NewMemoryClaims()),
+	} {
+		store.SetBatchDelay(claims, 2*time.Second)
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b := must.Store(claims.Batch(ctx, nil, time.Minute))
+			defer b.Close()
+			for i := range 3 {
+				start := time.Now()
+				ran, err := b.Do(ctx, "lone"+strconv.Itoa(i), func(context.Context) error { return nil })
+				if took := time.Since(start); !ran || err != nil || took > time.Second {
+					t.Fatalf("lone Do %d = %v, %v after %v; want ran, nil, well within the 2s batch delay", i, ran, err, took)
+				}
+			}
+		})
+	}
+}
