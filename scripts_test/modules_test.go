@@ -87,6 +87,25 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 	return string(out)
 }
 
+// output is run for a command whose standard output is parsed: it returns
+// that alone (go's "go: downloading ..." lines go to standard error, and
+// are shown only when the command fails).
+func output(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("%5.1fs %s %s", time.Since(start).Seconds(), name, strings.Join(args, " ")) }()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s (in %s): %v\n%s%s", name, strings.Join(args, " "), dir, err, out, stderr.Bytes())
+	}
+	return string(out)
+}
+
 // releaseLayout reads the workspace and checks, without building anything,
 // what a release needs: go.work uses every module of the tree; no published
 // go.mod has a replace; every requirement of one module of the repository on
@@ -295,8 +314,8 @@ func TestModulesFromLocalProxy(t *testing.T) {
 	// the module's own tests (go test <module>/...) needs every requirement
 	// listed. go.sum is left out: before a release it cannot hold the sums of
 	// this repository's modules at the release version.
-	hostCache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
-	hostProxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
+	hostCache := strings.TrimSpace(output(t, root, nil, "go", "env", "GOMODCACHE"))
+	hostProxy := strings.TrimSpace(output(t, root, nil, "go", "env", "GOPROXY"))
 	goproxy := "GOPROXY=file://" + proxy + ",file://" + filepath.Join(hostCache, "cache", "download") + "," + hostProxy
 	tidyEnv := append(goEnv(os.Environ()), goproxy, "GOMODCACHE="+filepath.Join(tmp, "tidy-modcache"),
 		"GONOSUMDB="+modulePrefix, "GOSUMDB=off", "GOFLAGS=-mod=mod", "GOWORK=off")
@@ -348,7 +367,7 @@ func TestModulesFromLocalProxy(t *testing.T) {
 		if unpublished[m.Path] {
 			continue
 		}
-		out := run(t, filepath.Join(root, m.Dir), nil, "go", "list", "-f", `{{if ne .Name "main"}}{{.ImportPath}}{{end}}`, "./...")
+		out := output(t, filepath.Join(root, m.Dir), nil, "go", "list", "-f", `{{if ne .Name "main"}}{{.ImportPath}}{{end}}`, "./...")
 		for p := range strings.FieldsSeq(out) {
 			if !strings.Contains(p+"/", "/internal/") {
 				imports = append(imports, p)
@@ -394,7 +413,7 @@ func main() {
 		t.Errorf("the consumer's go.mod has a replace: %v", cm.Replace)
 	}
 	for _, p := range published {
-		out := run(t, consumer, useEnv, "go", "list", "-m", "-f", "{{.Version}} {{.Dir}} {{with .Replace}}REPLACED{{end}}", p)
+		out := output(t, consumer, useEnv, "go", "list", "-m", "-f", "{{.Version}} {{.Dir}} {{with .Replace}}REPLACED{{end}}", p)
 		f := strings.Fields(out)
 		if len(f) != 2 || f[0] != release || !strings.HasPrefix(f[1], filepath.Join(tmp, "consumer-modcache")) {
 			t.Errorf("%s resolved to %q, want %s from the consumer's module cache", p, strings.TrimSpace(out), release)
