@@ -428,8 +428,9 @@ func (r *run) handle(m Message, rb *readBatch) {
 	case r.workers <- struct{}{}:
 		// With batching the worker is free again as soon as the handler
 		// returned: the commit (gathered with the others') and the ack go
-		// on behind it, holding one of 2×concurrency commit tokens, so that
-		// at most that many effects await their commit at any time.
+		// on behind it, holding one of 2×concurrency commit tokens (the
+		// worker waits for one), so that at most 3×concurrency effects
+		// await their commit at any time.
 		var once sync.Once
 		committing := false
 		free := func() {
