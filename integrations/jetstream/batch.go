@@ -202,7 +202,7 @@ func (w *batcher) run(ctx context.Context, batch []jetstream.Msg, base int) {
 		w.go_(func() {
 			defer w.settling.Done()
 			defer batchDone.Done()
-			o, err := h.run(ctx, cl, msg, ids[i], returned)
+			o, err := h.run(ctx, cl, msg, ids[i], returned, w.outcomes != nil || h.doubleAck)
 			w.settle(base+i, msg, o, err)
 		})
 		<-next

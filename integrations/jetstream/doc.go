@@ -12,14 +12,14 @@
 //
 // What each delivery gets (the failure mapping):
 //
-//	fn succeeded                DoubleAck
-//	id already processed        DoubleAck, fn not run
+//	fn succeeded                DoubleAck (Consume's batches: Ack)
+//	id already processed        DoubleAck (batches: Ack), fn not run
 //	id in flight elsewhere      NakWithDelay(time left on the holder's lease)
 //	fn failed or panicked       the failure policy (DefaultFailure: Term for an
 //	                            error marked store.Permanent, else NakWithDelay
 //	                            with an exponential backoff); a panic is
 //	                            recovered, never a crashed consumer
-//	fn succeeded, commit failed DoubleAck (fn's effect happened)
+//	fn succeeded, commit failed DoubleAck or Ack (fn's effect happened)
 //	store error before fn ran   NakWithDelay(lease)
 //	context cancelled           Nak (another consumer takes it at once)
 //
@@ -39,7 +39,11 @@
 // per hash slot (store.Claims.Batch), runs fn on them one at a time in
 // delivery order, and acks, naks or terminates each message, as above, once
 // its own commit is in, while the next fn runs. One message's failure,
-// in-flight id or store error settles that message only. A lone message's
+// in-flight id or store error settles that message only. A batch acks with
+// Ack, not DoubleAck (WithDoubleAck to confirm): the settlements run behind
+// the next fns and nobody waits for a confirmation, and an ack lost on the
+// way costs one redelivery after AckWait, answered by the claims as a
+// duplicate and acked again. A lone message's
 // latency grows by at most WithBatch's wait, the flush interval (0 by
 // default: the messages queued by then; the store's gathering adds at most
 // one round trip, and only while another call is in flight). A message

@@ -147,6 +147,16 @@ func WithReport(r func(msg jetstream.Msg, o Outcome, err error)) Option {
 // WithAckTimeout bounds the wait for DoubleAck's confirmation (default 5 s).
 func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTimeout = d } }
 
+// WithDoubleAck makes Consume's batches acknowledge a message done (or a
+// duplicate) with DoubleAck, as Handle, Process and ProcessBatch do, instead
+// of Ack: the outcome WithReport is told of then waits for the server's
+// confirmation, and its error says whether the ack landed. Without it a
+// batch's acks are Acks: a settlement nobody waits for does not pay a reply
+// per message (BENCHMARKS.md), and an ack that is lost costs one redelivery
+// after AckWait, which the claims answer as a duplicate (fn does not run)
+// and ack again.
+func WithDoubleAck() Option { return func(h *Handler) { h.doubleAck = true } }
+
 // Handler runs fn at most once per message id over JetStream's at-least-once
 // delivery, through a *store.Claims's Do. Its Handle method is a
 // jetstream.MessageHandler; its Consume method runs a consumer's messages in
@@ -156,6 +166,7 @@ func WithAckTimeout(d time.Duration) Option { return func(h *Handler) { h.ackTim
 //
 //	fn succeeded                   DoubleAck                  OutcomeDone
 //	id processed already           DoubleAck, fn not run      OutcomeDuplicate
+//	(Consume's batches: Ack instead of DoubleAck, unless WithDoubleAck)
 //	id in flight elsewhere         NakWithDelay(time left     OutcomeInFlight
 //	                               on that lease)
 //	fn failed or panicked          the failure policy:        OutcomeRetry, OutcomeTerm
@@ -191,6 +202,7 @@ type Handler struct {
 	coKey      func(jetstream.Msg) (string, error)
 	maxBatch   int           // WithBatch: Consume's batches
 	batchWait  time.Duration // WithBatch
+	doubleAck  bool          // WithDoubleAck: Consume's batches too
 	reportMu   sync.Mutex    // one report at a time from Consume's settlements
 }
 
@@ -276,7 +288,7 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 	if err != nil {
 		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
 	}
-	return h.run(ctx, h.claims, msg, id, func() {})
+	return h.run(ctx, h.claims, msg, id, func() {}, true)
 }
 
 // msgID is the message's id, or why it has none.
@@ -292,10 +304,11 @@ func (h *Handler) msgID(msg jetstream.Msg) (string, error) {
 }
 
 // run settles one delivery of msg, whose id is id, through cl (the claims,
-// or a batch of them) and acks, naks or terminates it. returned is called
+// or a batch of them) and acks, naks or terminates it; a message done or a
+// duplicate with DoubleAck when double, else with Ack. returned is called
 // once fn has returned (whatever it returned, a panic too), or once it is
 // clear that fn will not run.
-func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Msg, id string, returned func()) (Outcome, error) {
+func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Msg, id string, returned func(), double bool) (Outcome, error) {
 	dctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
 	r := delivery.Do(dctx, cl, id, h.lease, func(ctx context.Context) error {
 		defer returned()
@@ -310,6 +323,9 @@ func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Ms
 		o := OutcomeDone
 		if r.Row == delivery.Duplicate {
 			o = OutcomeDuplicate
+		}
+		if !double {
+			return o, errors.Join(r.Err, msg.Ack())
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.ackTimeout)
 		defer cancel()
