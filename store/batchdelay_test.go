@@ -41,12 +41,13 @@ func scriptCalls(t *testing.T, c rueidis.Client) int {
 }
 
 // TestBatchDelayGathersCommits: commits that queue behind a call in flight
-// wait the batch delay for the ones after them, and share their call. The
-// server is paused (DEBUG SLEEP) under the first commit; 14 more Dos end
-// 40 ms apart, over 560 ms. Without a delay, the ones that queued during the
-// pause share a call and every later one finds nothing in flight and goes
-// alone; with a 500 ms delay, all but the last few share one call. Each Do
-// still returns within the pause, the delay and a round trip.
+// wait the batch delay for the ones after them, while other Dos run their
+// fns, and share their call. The server is paused (DEBUG SLEEP) under the
+// first commit; 15 Dos start together, their fns returning 40 ms apart, over
+// 560 ms. Without a delay, the commits that queued during the pause share a
+// call and every later one finds nothing in flight and goes alone; with a
+// 500 ms delay, all but the last share one call. Each Do still returns
+// within the pause, the delay, its fn and a round trip.
 func TestBatchDelayGathersCommits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a redis-server")
@@ -87,32 +88,80 @@ func TestBatchDelayGathersCommits(t *testing.T) {
 		for i, id := range ids {
 			wg.Go(func() {
 				start := time.Now()
-				ran, err := b.Do(ctx, id, func(context.Context) error { return nil })
+				ran, err := b.Do(ctx, id, func(context.Context) error {
+					time.Sleep(time.Duration(i) * gap)
+					return nil
+				})
 				if !ran || err != nil {
 					t.Errorf("delay %v: Do(%s) = %v, %v", delay, id, ran, err)
 				}
 				mu.Lock()
-				slowest = max(slowest, time.Since(start))
+				slowest = max(slowest, time.Since(start)-time.Duration(i)*gap)
 				mu.Unlock()
 			})
-			if i < n-1 {
-				time.Sleep(gap)
-			}
 		}
 		wg.Wait()
 		_ = b.Close()
 		calls[delay] = scriptCalls(t, c)
 		if most := pause + delay + 2*time.Second; slowest > most {
-			t.Errorf("delay %v: a Do took %v, more than the pause, the delay and a round trip (%v)", delay, slowest, most)
+			t.Errorf("delay %v: a Do took %v beside its fn, more than the pause, the delay and a round trip (%v)", delay, slowest, most)
 		}
 	}
 	t.Logf("script calls: %d without a batch delay, %d with 500ms", calls[0], calls[500*time.Millisecond])
 	// Without a delay: one call for the first, one for those queued in the
 	// pause (~4), then one each (~10). With it: the first, one for the next
-	// ~12, one each for the last ones.
+	// 13, one for the last.
 	if calls[0] < 8 || calls[500*time.Millisecond] > 5 {
 		t.Fatalf("commit calls for %d Dos ending %v apart: %d without a batch delay (want >= 8), %d with 500ms (want <= 5)",
 			n, gap, calls[0], calls[500*time.Millisecond])
+	}
+}
+
+// TestBatchDelayNotWhenEveryDoWaits: once every Batch.Do in progress waits
+// on a request of its own, no other request can come to share the next
+// call, and it goes out without the delay: callers that each wait for their
+// Do (a middleware's handlers) are not held up by it. With a 2 s delay, 10
+// Dos whose commits queued behind one held up by a 200 ms server pause all
+// return well within the delay.
+func TestBatchDelayNotWhenEveryDoWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	srv := redisproc.StartT(t, redisproc.Options{})
+	opt := must.Store(rueidis.ParseURL(srv.URL()))
+	c := must.Store(rueidis.NewClient(opt))
+	t.Cleanup(c.Close)
+	pauser := must.Store(rueidis.NewClient(opt))
+	t.Cleanup(pauser.Close)
+	ctx := context.Background()
+	claims := must.Store(store.NewClaims(c, store.WithPrefix("every:")))
+	const delay = 2 * time.Second
+	store.SetBatchDelay(claims, delay)
+	ids := make([]string, 11)
+	for i := range ids {
+		ids[i] = "m" + strconv.Itoa(i)
+	}
+	b, err := claims.Batch(ctx, ids, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pauser.Do(ctx, pauser.B().Arbitrary("DEBUG", "SLEEP").Args("0.2").Build()).Error() }()
+	time.Sleep(20 * time.Millisecond) // the pause has begun
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			if ran, err := b.Do(ctx, id, func(context.Context) error { return nil }); !ran || err != nil {
+				t.Errorf("Do(%s) = %v, %v", id, ran, err)
+			}
+		})
+		if i == 0 {
+			time.Sleep(20 * time.Millisecond) // the first commit leads, into the pause
+		}
+	}
+	wg.Wait()
+	if took := time.Since(start); took > delay*3/4 {
+		t.Fatalf("the Dos took %v: the commits queued behind the pause waited for the %v delay although every Do waited", took, delay)
 	}
 }
 

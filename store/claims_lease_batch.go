@@ -140,6 +140,8 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 			b.giveBack(ctx, id, pre)
 		}
 	}
+	s.gather.enter()
+	defer s.gather.exit()
 	err = s.observeDo(ctx, id, func() (out Outcome, err error) {
 		if err := s.check(ctx, "do", id); err != nil {
 			return outcome(err, outError), err
@@ -363,23 +365,80 @@ type gatherer struct {
 	leading  int       // callers sending their own requests now
 	looping  bool      // the flush loop runs
 	kick     *time.Timer
+	// doing counts the Batch.Do calls in progress, and blocked the requests
+	// (extensions aside) whose callers wait in run: when every Do waits on
+	// a request, none can come to share the next call, and the loop does not
+	// wait for one. wake ends its wait early (lingering: it waits).
+	doing, blocked int
+	lingering      bool
+	wake           chan struct{}
 }
 
 // batchDelay is how long the requests that queue behind a call in flight
-// wait, from the first of them, for more to share their call. A request that
-// finds nothing in flight never waits, so a lone message is not delayed;
-// under load a consumer's commits then share calls by the dozen instead of
-// a few (fewer script calls: less of the server's and the client's CPU per
-// message, BENCHMARKS.md, "Streams"), at the cost of at most this much more
-// before a Do returns. Short beside any lease, ack or request timeout.
+// wait, from the first of them, for more to share their call, while some
+// Batch.Do is not waiting on a request of its own (its fn runs: its commit
+// is on the way). A request that finds nothing in flight never waits, so a
+// lone message is not delayed, and callers that each wait for their Do (a
+// middleware's handlers) are not held up once all of them wait. Under load
+// a consumer's commits, sent while its handlers go on, then share calls by
+// the dozen instead of a few (fewer script calls: less of the server's and
+// the client's CPU per message, BENCHMARKS.md, "Streams"), at the cost of
+// at most this much more before a Do returns. Short beside any lease, ack
+// or request timeout.
 const batchDelay = 300 * time.Microsecond
+
+// enter and exit count a Batch.Do in progress.
+func (g *gatherer) enter() {
+	g.mu.Lock()
+	g.doing++
+	g.mu.Unlock()
+}
+
+func (g *gatherer) exit() {
+	g.mu.Lock()
+	g.doing--
+	g.wakeLocked()
+	g.mu.Unlock()
+}
+
+// wakeLocked ends the loop's wait for more requests once every Do waits on
+// one (under mu).
+func (g *gatherer) wakeLocked() {
+	if g.lingering && g.blocked >= g.doing {
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// settle counts reqs' callers as no longer waiting in run.
+func (g *gatherer) settle(n int) {
+	g.mu.Lock()
+	g.blocked -= n
+	g.mu.Unlock()
+}
+
+// blocking counts reqs other than extensions: each is a Do that waits on it.
+func blocking(reqs []*leaseReq) int {
+	n := 0
+	for _, r := range reqs {
+		if r.op != opExtend {
+			n++
+		}
+	}
+	return n
+}
 
 // run sends reqs, or queues them and waits for their replies, or for ctx
 // to end: then the requests not sent yet are dropped (never sent), and a
 // flush whose every request's caller has gone is cancelled. Each request
 // carries its own reply or error.
 func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
+	n := blocking(reqs)
+	defer g.settle(n)
 	g.mu.Lock()
+	g.blocked += n
 	if g.leading == 0 && !g.looping {
 		// Nothing in flight: no one to gather with, and no hop to another
 		// goroutine.
@@ -402,6 +461,7 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 		g.queuedAt = time.Now()
 	}
 	g.queue = append(g.queue, reqs...)
+	g.wakeLocked()
 	if !g.looping {
 		// Behind a caller's own send: the loop starts when it is back, or
 		// after gatherStall if it is not.
@@ -476,15 +536,28 @@ func (g *gatherer) loop() {
 	}()
 	for {
 		g.mu.Lock()
-		if wait := g.delay - time.Since(g.queuedAt); wait > 0 && len(g.queue) > 0 && len(g.queue) < maxBatchKeys {
+		if wait := g.delay - time.Since(g.queuedAt); wait > 0 && len(g.queue) > 0 && len(g.queue) < maxBatchKeys && g.blocked < g.doing {
+			if g.wake == nil {
+				g.wake = make(chan struct{}, 1)
+			}
+			g.lingering = true
 			g.mu.Unlock()
 			if linger == nil {
 				linger = time.NewTimer(wait)
 			} else {
 				linger.Reset(wait)
 			}
-			<-linger.C
+			select {
+			case <-linger.C:
+			case <-g.wake:
+				linger.Stop()
+			}
 			g.mu.Lock()
+			g.lingering = false
+			select { // a wake sent as the timer fired
+			case <-g.wake:
+			default:
+			}
 		}
 		q := g.queue[:0:0]
 		for _, r := range g.queue {
