@@ -117,13 +117,12 @@ func TestBatchDelayGathersCommits(t *testing.T) {
 	}
 }
 
-// TestBatchDelayNotWhenEveryDoWaits: once every Batch.Do in progress waits
-// on a request of its own, no other request can come to share the next
-// call, and it goes out without the delay: callers that each wait for their
-// Do (a middleware's handlers) are not held up by it. With a 2 s delay, 10
-// Dos whose commits queued behind one held up by a 200 ms server pause all
-// return well within the delay.
-func TestBatchDelayNotWhenEveryDoWaits(t *testing.T) {
+// TestBatchDelayNotWithoutIDs: a Batch made without ids (a middleware's:
+// every Do claims its own id, and its caller waits for it) never waits for
+// more requests: with a 2 s delay, 10 Dos whose claims and commits queued
+// behind a call held up by a 200 ms server pause all return well within the
+// delay.
+func TestBatchDelayNotWithoutIDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a redis-server")
 	}
@@ -141,7 +140,7 @@ func TestBatchDelayNotWhenEveryDoWaits(t *testing.T) {
 	for i := range ids {
 		ids[i] = "m" + strconv.Itoa(i)
 	}
-	b, err := claims.Batch(ctx, ids, time.Minute)
+	b, err := claims.Batch(ctx, nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,19 +155,19 @@ func TestBatchDelayNotWhenEveryDoWaits(t *testing.T) {
 			}
 		})
 		if i == 0 {
-			time.Sleep(20 * time.Millisecond) // the first commit leads, into the pause
+			time.Sleep(20 * time.Millisecond) // the first claim leads, into the pause
 		}
 	}
 	wg.Wait()
 	if took := time.Since(start); took > delay*3/4 {
-		t.Fatalf("the Dos took %v: the commits queued behind the pause waited for the %v delay although every Do waited", took, delay)
+		t.Fatalf("the Dos took %v: the requests queued behind the pause waited for the %v delay in a Batch made without ids", took, delay)
 	}
 }
 
 // TestBatchDelayLoneDoWaitsForNothing: a Do whose operations find nothing in
 // flight is sent at once, whatever the delay: on Redis and on the memory
-// twin, a lone Batch.Do (its claim and its commit) returns well within a
-// delay of 2 s.
+// twin, a lone Batch.Do (its claim and its commit; or, its id claimed up
+// front, its commit) returns well within a delay of 2 s.
 func TestBatchDelayLoneDoWaitsForNothing(t *testing.T) {
 	for name, claims := range map[string]*store.Claims{
 		"redis":  must.Store(store.NewClaims(redisClient(t), store.WithPrefix(testPrefix(t)))),
@@ -177,13 +176,20 @@ func TestBatchDelayLoneDoWaitsForNothing(t *testing.T) {
 		store.SetBatchDelay(claims, 2*time.Second)
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			b := must.Store(claims.Batch(ctx, nil, time.Minute))
-			defer b.Close()
-			for i := range 3 {
-				start := time.Now()
-				ran, err := b.Do(ctx, "lone"+strconv.Itoa(i), func(context.Context) error { return nil })
-				if took := time.Since(start); !ran || err != nil || took > time.Second {
-					t.Fatalf("lone Do %d = %v, %v after %v; want ran, nil, well within the 2s batch delay", i, ran, err, took)
+			for _, upFront := range []bool{false, true} {
+				for i := range 3 {
+					id := fmt.Sprintf("lone%v%d", upFront, i)
+					var ids []string
+					if upFront {
+						ids = []string{id}
+					}
+					b := must.Store(claims.Batch(ctx, ids, time.Minute))
+					start := time.Now()
+					ran, err := b.Do(ctx, id, func(context.Context) error { return nil })
+					if took := time.Since(start); !ran || err != nil || took > time.Second {
+						t.Fatalf("lone Do %s = %v, %v after %v; want ran, nil, well within the 2s batch delay", id, ran, err, took)
+					}
+					_ = b.Close()
 				}
 			}
 		})

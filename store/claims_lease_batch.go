@@ -24,8 +24,9 @@ import (
 // Claims.Batch claims a read batch's ids up front; Do runs each. It is safe
 // for concurrent use: a consumer with N handlers calls Do from each of them.
 type Batch struct {
-	s     *Claims
-	lease time.Duration
+	s      *Claims
+	lease  time.Duration
+	linger bool // made with ids (a read): its requests may wait (batchDelay)
 
 	mu   sync.Mutex
 	held map[string]*preLease // the ids claimed up front that no Do took yet
@@ -78,12 +79,12 @@ func (s *Claims) Batch(ctx context.Context, ids []string, lease time.Duration) (
 	if lease <= 0 {
 		return nil, errorf("batch", "", ErrInvalidArgument, "lease %v must be > 0", lease)
 	}
-	b := &Batch{s: s, lease: lease, held: make(map[string]*preLease, len(ids))}
+	b := &Batch{s: s, lease: lease, held: make(map[string]*preLease, len(ids)), linger: len(ids) > 0}
 	if len(ids) == 0 {
 		return b, nil
 	}
 	uniq, _ := firstOccurrences(ids)
-	ops := batched{&s.gather}
+	ops := batched{g: &s.gather} // extensions: they never wait
 	reqs := make([]*leaseReq, len(uniq))
 	hbs := make([]*heartbeat, len(uniq))
 	// The beats run under no caller's context until a Do takes the lease.
@@ -140,8 +141,6 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 			b.giveBack(ctx, id, pre)
 		}
 	}
-	s.gather.enter()
-	defer s.gather.exit()
 	err = s.observeDo(ctx, id, func() (out Outcome, err error) {
 		if err := s.check(ctx, "do", id); err != nil {
 			return outcome(err, outError), err
@@ -149,7 +148,7 @@ func (b *Batch) Do(ctx context.Context, id string, fn func(context.Context) erro
 		if fn == nil {
 			return outInvalid, errorf("do", id, ErrInvalidArgument, "nil fn")
 		}
-		ran, out, err = s.doOn(ctx, batched{&s.gather}, id, b.lease, fn, b.take(id))
+		ran, out, err = s.doOn(ctx, batched{&s.gather, b.linger}, id, b.lease, fn, b.take(id))
 		return out, err
 	})
 	return ran, err
@@ -228,7 +227,9 @@ func (b *Batch) giveBack(ctx context.Context, id string, p *preLease) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteBudget)
 	defer cancel()
-	_ = retryLost(rctx, func(ctx context.Context) error { return batched{&b.s.gather}.release(ctx, id, p.value[1:]) })
+	_ = retryLost(rctx, func(ctx context.Context) error {
+		return batched{&b.s.gather, b.linger}.release(ctx, id, p.value[1:])
+	})
 }
 
 // extendOn is the extension of id's lease (token's) through ops, reported
@@ -332,10 +333,11 @@ const (
 
 // leaseReq is one id's operation in a gathering, and its reply.
 type leaseReq struct {
-	op    leaseOp
-	id    string
-	value string        // "~<token>"
-	arg   time.Duration // the lease (opLease, opExtend) or the TTL (opCommit)
+	op     leaseOp
+	id     string
+	value  string        // "~<token>"
+	arg    time.Duration // the lease (opLease, opExtend) or the TTL (opCommit)
+	linger bool          // may wait for more to share its call (batchDelay)
 
 	// Set by the flush, before done is closed.
 	n     int64
@@ -359,86 +361,36 @@ type gatherer struct {
 	b     claimsBackend
 	delay time.Duration // batchDelay (tests set another)
 
-	mu       sync.Mutex
-	queue    []*leaseReq
-	queuedAt time.Time // when the queue's first request was queued
-	leading  int       // callers sending their own requests now
-	looping  bool      // the flush loop runs
-	kick     *time.Timer
-	// doing counts the Batch.Do calls in progress, and blocked the requests
-	// (extensions aside) whose callers wait in run: when every Do waits on
-	// a request, none can come to share the next call, and the loop does not
-	// wait for one. wake ends its wait early (lingering: it waits).
-	doing, blocked int
-	lingering      bool
-	wake           chan struct{}
+	mu      sync.Mutex
+	queue   []*leaseReq
+	leading int  // callers sending their own requests now
+	looping bool // the flush loop runs
+	kick    *time.Timer
+	// lingerAt is when the first queued request that may wait for more
+	// (leaseReq.linger) was queued; zero when none is queued.
+	lingerAt time.Time
 }
 
-// batchDelay is how long the requests that queue behind a call in flight
-// wait, from the first of them, for more to share their call, while some
-// Batch.Do is not waiting on a request of its own (its fn runs: its commit
-// is on the way). A request that finds nothing in flight never waits, so a
-// lone message is not delayed, and callers that each wait for their Do (a
-// middleware's handlers) are not held up once all of them wait. Under load
-// a consumer's commits, sent while its handlers go on, then share calls by
+// batchDelay is how long the requests of a read's Batch (Claims.Batch with
+// ids: a consumer's read, whose fns run one after another or side by side
+// while their commits trail behind) that queue behind a call in flight wait,
+// from the first of them, for more to share their call. A request that finds
+// nothing in flight never waits, so a lone message is not delayed; a Batch
+// made without ids (a middleware's, whose every Do's caller waits for it)
+// never waits either. Under load a consumer's commits then share calls by
 // the dozen instead of a few (fewer script calls: less of the server's and
 // the client's CPU per message, BENCHMARKS.md, "Streams"), at the cost of
-// at most this much more before a Do returns. Short beside any lease, ack
-// or request timeout.
+// at most this much more before a Do returns (Go's timers wake about 1 ms
+// late on a virtual machine whose clock ticks in ms: it is then ~1 ms).
+// Short beside any lease, ack or request timeout.
 const batchDelay = 300 * time.Microsecond
-
-// enter and exit count a Batch.Do in progress.
-func (g *gatherer) enter() {
-	g.mu.Lock()
-	g.doing++
-	g.mu.Unlock()
-}
-
-func (g *gatherer) exit() {
-	g.mu.Lock()
-	g.doing--
-	g.wakeLocked()
-	g.mu.Unlock()
-}
-
-// wakeLocked ends the loop's wait for more requests once every Do waits on
-// one (under mu).
-func (g *gatherer) wakeLocked() {
-	if g.lingering && g.blocked >= g.doing {
-		select {
-		case g.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// settle counts reqs' callers as no longer waiting in run.
-func (g *gatherer) settle(n int) {
-	g.mu.Lock()
-	g.blocked -= n
-	g.mu.Unlock()
-}
-
-// blocking counts reqs other than extensions: each is a Do that waits on it.
-func blocking(reqs []*leaseReq) int {
-	n := 0
-	for _, r := range reqs {
-		if r.op != opExtend {
-			n++
-		}
-	}
-	return n
-}
 
 // run sends reqs, or queues them and waits for their replies, or for ctx
 // to end: then the requests not sent yet are dropped (never sent), and a
 // flush whose every request's caller has gone is cancelled. Each request
 // carries its own reply or error.
 func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
-	n := blocking(reqs)
-	defer g.settle(n)
 	g.mu.Lock()
-	g.blocked += n
 	if g.leading == 0 && !g.looping {
 		// Nothing in flight: no one to gather with, and no hop to another
 		// goroutine.
@@ -457,11 +409,10 @@ func (g *gatherer) run(ctx context.Context, reqs ...*leaseReq) error {
 	for _, r := range reqs {
 		r.done, r.gone, r.flush = make(chan struct{}), false, nil
 	}
-	if len(g.queue) == 0 {
-		g.queuedAt = time.Now()
+	if g.lingerAt.IsZero() && reqs[0].linger {
+		g.lingerAt = time.Now()
 	}
 	g.queue = append(g.queue, reqs...)
-	g.wakeLocked()
 	if !g.looping {
 		// Behind a caller's own send: the loop starts when it is back, or
 		// after gatherStall if it is not.
@@ -536,29 +487,17 @@ func (g *gatherer) loop() {
 	}()
 	for {
 		g.mu.Lock()
-		if wait := g.delay - time.Since(g.queuedAt); wait > 0 && len(g.queue) > 0 && len(g.queue) < maxBatchKeys && g.blocked < g.doing {
-			if g.wake == nil {
-				g.wake = make(chan struct{}, 1)
-			}
-			g.lingering = true
+		if wait := g.delay - time.Since(g.lingerAt); !g.lingerAt.IsZero() && wait > 0 && len(g.queue) < maxBatchKeys {
 			g.mu.Unlock()
 			if linger == nil {
 				linger = time.NewTimer(wait)
 			} else {
 				linger.Reset(wait)
 			}
-			select {
-			case <-linger.C:
-			case <-g.wake:
-				linger.Stop()
-			}
+			<-linger.C
 			g.mu.Lock()
-			g.lingering = false
-			select { // a wake sent as the timer fired
-			case <-g.wake:
-			default:
-			}
 		}
+		g.lingerAt = time.Time{}
 		q := g.queue[:0:0]
 		for _, r := range g.queue {
 			if !r.gone {
@@ -600,7 +539,12 @@ func (g *gatherer) loop() {
 }
 
 // batched is leaseOps through a store's gatherer.
-type batched struct{ g *gatherer }
+// linger: the requests may wait for more to share their call (batchDelay);
+// extensions never do.
+type batched struct {
+	g      *gatherer
+	linger bool
+}
 
 func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) (int64, uint64, error) {
 	if err := o.g.run(ctx, r); err != nil {
@@ -614,7 +558,7 @@ func (o batched) one(ctx context.Context, r *leaseReq, sent *time.Time) (int64, 
 }
 
 func (o batched) claim(ctx context.Context, _, id, value string, lease time.Duration, sent *time.Time) (int64, uint64, error) {
-	return o.one(ctx, &leaseReq{op: opLease, id: id, value: value, arg: lease}, sent)
+	return o.one(ctx, &leaseReq{op: opLease, id: id, value: value, arg: lease, linger: o.linger}, sent)
 }
 
 func (o batched) extend(ctx context.Context, id, token string, lease time.Duration, sent *time.Time) (int64, error) {
@@ -623,12 +567,12 @@ func (o batched) extend(ctx context.Context, id, token string, lease time.Durati
 }
 
 func (o batched) commit(ctx context.Context, id, token string, ttl time.Duration) (int64, error) {
-	n, _, err := o.one(ctx, &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl}, nil)
+	n, _, err := o.one(ctx, &leaseReq{op: opCommit, id: id, value: "~" + token, arg: ttl, linger: o.linger}, nil)
 	return n, err
 }
 
 func (o batched) release(ctx context.Context, id, token string) error {
-	_, _, err := o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token}, nil)
+	_, _, err := o.one(ctx, &leaseReq{op: opRelease, id: id, value: "~" + token, linger: o.linger}, nil)
 	return err
 }
 
