@@ -182,12 +182,27 @@ func (w *batcher) run(ctx context.Context, batch []jetstream.Msg, base int) {
 	if !w.stopping.Load() && ctx.Err() == nil {
 		cl, closeBatch = h.openBatch(ctx, valid)
 	}
+	double := w.outcomes != nil || h.doubleAck
 	var batchDone sync.WaitGroup
-	for i, msg := range batch {
-		if ids[i] == "" {
-			continue
+	batchDone.Add(len(valid))
+	w.settling.Add(len(valid))
+	started := make(chan struct{}) // closed once the last fn has returned (or will not run)
+	// step settles message i, the first with an id from i on, and hands the
+	// next one to another goroutine as soon as its fn has returned: the fns
+	// run one at a time, in order, each on the goroutine that then settles
+	// its message, with one hand-off between two fns.
+	var step func(i int)
+	step = func(i int) {
+		for i < len(batch) && ids[i] == "" {
+			i++
 		}
-		ctx := ctx
+		if i == len(batch) {
+			close(started)
+			return
+		}
+		defer w.settling.Done()
+		defer batchDone.Done()
+		msg, ctx := batch[i], ctx
 		if w.stopping.Load() {
 			// no fn starts after Stop: the lease is given back, the message nak'd
 			c, cancel := context.WithCancel(ctx)
@@ -195,18 +210,12 @@ func (w *batcher) run(ctx context.Context, batch []jetstream.Msg, base int) {
 			ctx = c
 		}
 		var once sync.Once
-		next := make(chan struct{})
-		returned := func() { once.Do(func() { close(next) }) }
-		batchDone.Add(1)
-		w.settling.Add(1)
-		w.go_(func() {
-			defer w.settling.Done()
-			defer batchDone.Done()
-			o, err := h.run(ctx, cl, msg, ids[i], returned, w.outcomes != nil || h.doubleAck)
-			w.settle(base+i, msg, o, err)
-		})
-		<-next
+		returned := func() { once.Do(func() { w.go_(func() { step(i + 1) }) }) }
+		o, err := h.run(ctx, cl, msg, ids[i], returned, double)
+		w.settle(base+i, msg, o, err)
 	}
+	w.go_(func() { step(0) })
+	<-started
 	w.settling.Add(1)
 	go func() {
 		defer w.settling.Done()
