@@ -377,7 +377,8 @@ type gatherer struct {
 // from the first of them, for more to share their call. A request that finds
 // nothing in flight never waits, so a lone message is not delayed; a Batch
 // made without ids (a middleware's, whose every Do's caller waits for it)
-// never waits either. Under load a consumer's commits then share calls by
+// never waits either (but its requests queued beside a read's, on a store
+// both share, go out with them). Under load a consumer's commits then share calls by
 // the dozen instead of a few (fewer script calls: less of the server's and
 // the client's CPU per message, BENCHMARKS.md, "Streams"), at the cost of
 // at most this much more before a Do returns (Go's timers wake about 1 ms

@@ -39,8 +39,8 @@ type run struct {
 	// committing holds one element per entry whose handler returned and
 	// whose commit has not landed yet (with batching), up to twice the
 	// concurrency: a commit waits for the call ahead of it and the claims
-	// store's batch delay (store.WithBatchDelay), and meanwhile the handlers
-	// go on with the next entries.
+	// store's gathering of a read's commits (up to ~1 ms), and meanwhile the
+	// handlers go on with the next entries.
 	committing chan struct{}
 	// workers holds one element per running handler, up to the concurrency.
 	workers chan struct{}
