@@ -43,12 +43,12 @@
 // Ack, not DoubleAck (WithDoubleAck to confirm): the settlements run behind
 // the next fns and nobody waits for a confirmation, and an ack lost on the
 // way costs one redelivery after AckWait, answered by the claims as a
-// duplicate and acked again. A lone message's
-// latency grows by at most WithBatch's wait, the flush interval (0 by
-// default: the messages queued by then; the store's gathering adds at most
-// one round trip, and only while another call is in flight). A message
-// queued or claimed waits for its turn without InProgress, so keep the batch
-// small beside the consumer's AckWait. ProcessBatch does the same for the
+// duplicate and acked again. A lone message's latency grows by at most
+// WithBatch's wait, the flush interval (0 by default: the messages queued by
+// then; the store's gathering adds at most one round trip and ~1 ms, and
+// only while another call is in flight). A message queued or claimed waits
+// for its turn without InProgress, so keep the batch small beside the
+// consumer's AckWait. ProcessBatch does the same for the
 // messages of one consumer.Fetch, in a loop of your own. Handle and Process
 // run one message per call, without batching.
 //
