@@ -288,7 +288,7 @@ func (h *Handler) process(ctx context.Context, msg jetstream.Msg) (Outcome, erro
 	if err != nil {
 		return OutcomeError, errors.Join(err, msg.NakWithDelay(h.lease))
 	}
-	return h.run(ctx, h.claims, msg, id, func() {}, true)
+	return h.run(ctx, h.claims, msg, id, true, func(ctx context.Context) error { return h.call(ctx, msg) })
 }
 
 // msgID is the message's id, or why it has none.
@@ -305,17 +305,11 @@ func (h *Handler) msgID(msg jetstream.Msg) (string, error) {
 
 // run settles one delivery of msg, whose id is id, through cl (the claims,
 // or a batch of them) and acks, naks or terminates it; a message done or a
-// duplicate with DoubleAck when double, else with Ack. returned is called
-// once fn has returned (whatever it returned, a panic too), or once it is
-// clear that fn will not run.
-func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Msg, id string, returned func(), double bool) (Outcome, error) {
+// duplicate with DoubleAck when double, else with Ack. exec runs fn under
+// the lease's context: h.call, or a batch's turn (batch.go).
+func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Msg, id string, double bool, exec func(context.Context) error) (Outcome, error) {
 	dctx := store.OnExtend(ctx, func(store.Lease) { _ = msg.InProgress() })
-	r := delivery.Do(dctx, cl, id, h.lease, func(ctx context.Context) error {
-		defer returned()
-		_ = msg.InProgress()
-		return h.fn(ctx, msg)
-	})
-	returned()
+	r := delivery.Do(dctx, cl, id, h.lease, exec)
 	switch r.Row {
 	case delivery.Done, delivery.Duplicate, delivery.CommitFailed:
 		// CommitFailed: fn's effect happened, so the message is done; a
@@ -345,6 +339,13 @@ func (h *Handler) run(ctx context.Context, cl delivery.Claimer, msg jetstream.Ms
 	default:
 		return OutcomeError, errors.Join(r.Err, msg.NakWithDelay(h.lease))
 	}
+}
+
+// call runs fn on msg, with one InProgress first, for a message that waited
+// in the client's buffer (or its batch).
+func (h *Handler) call(ctx context.Context, msg jetstream.Msg) error {
+	_ = msg.InProgress()
+	return h.fn(ctx, msg)
 }
 
 func truncate(s string, n int) string {
