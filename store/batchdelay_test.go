@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,31 +12,26 @@ import (
 
 	"github.com/redisonce/redisonce/internal/must"
 	"github.com/redisonce/redisonce/internal/redisproc"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 )
 
-// scriptCalls is how many script calls (EVALSHA and EVAL) the server ran
-// since its last CONFIG RESETSTAT.
-func scriptCalls(t *testing.T, c rueidis.Client) int {
+// pausable starts a redis-server for the test and returns a client on it
+// and a function that stops the server for d (DEBUG SLEEP, on a client of
+// its own) and returns once the pause has begun.
+func pausable(t *testing.T) (rueidis.Client, func(d time.Duration)) {
 	t.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("starts a redis-server")
 	}
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(line, cmd); ok {
-				k, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				if err != nil {
-					t.Fatal(err)
-				}
-				n += k
-			}
-		}
+	srv := redisproc.StartT(t, redisproc.Options{})
+	c, pauser := redistest.Client(t, srv.URL()), redistest.Client(t, srv.URL())
+	return c, func(d time.Duration) {
+		go func() {
+			_ = pauser.Do(context.Background(), pauser.B().Arbitrary("DEBUG", "SLEEP").Args(strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Build()).Error()
+		}()
+		time.Sleep(20 * time.Millisecond) // the pause has begun
 	}
-	return n
 }
 
 // TestBatchDelayGathersCommits: commits that queue behind a call in flight
@@ -49,16 +43,8 @@ func scriptCalls(t *testing.T, c rueidis.Client) int {
 // 500 ms delay, all but the last share one call. Each Do still returns
 // within the pause, the delay, its fn and a round trip.
 func TestBatchDelayGathersCommits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
-	srv := redisproc.StartT(t, redisproc.Options{})
-	opt := must.Store(rueidis.ParseURL(srv.URL()))
-	c := must.Store(rueidis.NewClient(opt))
-	t.Cleanup(c.Close)
-	pauser := must.Store(rueidis.NewClient(opt))
-	t.Cleanup(pauser.Close)
-	const pause, gap, n = 200 * time.Millisecond, 40 * time.Millisecond, 15
+	c, pause := pausable(t)
+	const pauseFor, gap, n = 200 * time.Millisecond, 40 * time.Millisecond, 15
 	calls := map[time.Duration]int{}
 	for _, delay := range []time.Duration{0, 500 * time.Millisecond} {
 		ctx := context.Background()
@@ -75,13 +61,7 @@ func TestBatchDelayGathersCommits(t *testing.T) {
 		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		paused := make(chan struct{})
-		go func() {
-			close(paused)
-			_ = pauser.Do(ctx, pauser.B().Arbitrary("DEBUG", "SLEEP").Args(strconv.FormatFloat(pause.Seconds(), 'f', 3, 64)).Build()).Error()
-		}()
-		<-paused
-		time.Sleep(20 * time.Millisecond) // the pause has begun
+		pause(pauseFor)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var slowest time.Duration
@@ -102,8 +82,8 @@ func TestBatchDelayGathersCommits(t *testing.T) {
 		}
 		wg.Wait()
 		_ = b.Close()
-		calls[delay] = scriptCalls(t, c)
-		if most := pause + delay + 2*time.Second; slowest > most {
+		calls[delay] = redistest.Calls(t, c, "evalsha", "eval")
+		if most := pauseFor + delay + 2*time.Second; slowest > most {
 			t.Errorf("delay %v: a Do took %v beside its fn, more than the pause, the delay and a round trip (%v)", delay, slowest, most)
 		}
 	}
@@ -123,15 +103,7 @@ func TestBatchDelayGathersCommits(t *testing.T) {
 // behind a call held up by a 200 ms server pause all return well within the
 // delay.
 func TestBatchDelayNotWithoutIDs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
-	srv := redisproc.StartT(t, redisproc.Options{})
-	opt := must.Store(rueidis.ParseURL(srv.URL()))
-	c := must.Store(rueidis.NewClient(opt))
-	t.Cleanup(c.Close)
-	pauser := must.Store(rueidis.NewClient(opt))
-	t.Cleanup(pauser.Close)
+	c, pause := pausable(t)
 	ctx := context.Background()
 	claims := must.Store(store.NewClaims(c, store.WithPrefix("every:")))
 	const delay = 2 * time.Second
@@ -144,8 +116,7 @@ func TestBatchDelayNotWithoutIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = pauser.Do(ctx, pauser.B().Arbitrary("DEBUG", "SLEEP").Args("0.2").Build()).Error() }()
-	time.Sleep(20 * time.Millisecond) // the pause has begun
+	pause(200 * time.Millisecond)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, id := range ids {

@@ -4,36 +4,14 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/redisonce/redisonce/internal/must"
+	"github.com/redisonce/redisonce/internal/redistest"
 	"github.com/redisonce/redisonce/store"
 	"github.com/redisonce/redisonce/streams"
 )
-
-// xackCalls is how many XACK commands the server ran since its last
-// CONFIG RESETSTAT (INFO commandstats).
-func xackCalls(t *testing.T, c rueidis.Client) int {
-	t.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_xack:calls="); ok {
-			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return 0
-}
 
 // TestAckDelay: an entry's XACK waits the ack delay for the entries settled
 // after it, so that one XACK carries them; a lone entry is acked within the
@@ -90,7 +68,7 @@ func TestAckDelay(t *testing.T) {
 			spread := time.Since(start)
 			waitFor(t, delay+5*time.Second, "the 200 entries acked", func() bool { return pending(t, rc, "s", "g") == 0 })
 			// One XACK per delay the settlements spread over, and one more.
-			if calls, most := xackCalls(t, rc), int(spread/delay)+2; calls > most {
+			if calls, most := redistest.Calls(t, rc, "xack"), int(spread/delay)+2; calls > most {
 				t.Fatalf("%d XACKs for %d entries settled over %v: want at most %d with an ack delay of %v", calls, n, spread, most, delay)
 			}
 

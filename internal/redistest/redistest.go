@@ -52,3 +52,29 @@ func ServerCPU(tb testing.TB, c rueidis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// Calls is how many times the server ran the named commands since its last
+// CONFIG RESETSTAT (INFO commandstats, calls=), summed; "evalsha" and
+// "eval" for the script calls. An error fails the test.
+func Calls(tb testing.TB, c rueidis.Client, cmds ...string) int {
+	tb.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(info) {
+		for _, cmd := range cmds {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+			if !ok {
+				continue
+			}
+			k, err := strconv.Atoi(rest[:strings.IndexByte(rest+",", ',')])
+			if err != nil {
+				tb.Fatal(err)
+			}
+			n += k
+		}
+	}
+	return n
+}
