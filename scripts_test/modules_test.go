@@ -75,16 +75,7 @@ func goModEdit(t *testing.T, file string) goModJSON {
 // combined output, failing the test when it fails.
 func run(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
-	start := time.Now()
-	defer func() { t.Logf("%5.1fs %s %s", time.Since(start).Seconds(), name, strings.Join(args, " ")) }()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
-	}
-	return string(out)
+	return command(t, dir, env, true, name, args...)
 }
 
 // output is run for a command whose standard output is parsed: it returns
@@ -92,18 +83,27 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 // are shown only when the command fails).
 func output(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
+	return command(t, dir, env, false, name, args...)
+}
+
+// command runs name in dir with env and returns its standard output, with
+// its standard error in it when combined.
+func command(t *testing.T, dir string, env []string, combined bool, name string, args ...string) string {
+	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("%5.1fs %s %s", time.Since(start).Seconds(), name, strings.Join(args, " ")) }()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %s (in %s): %v\n%s%s", name, strings.Join(args, " "), dir, err, out, stderr.Bytes())
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if combined {
+		cmd.Stderr = &out
 	}
-	return string(out)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s (in %s): %v\n%s%s", name, strings.Join(args, " "), dir, err, out.Bytes(), stderr.Bytes())
+	}
+	return out.String()
 }
 
 // releaseLayout reads the workspace and checks, without building anything,
