@@ -84,10 +84,10 @@ type batcher struct {
 }
 
 // go_ runs f in a goroutine of a message already settled, or in a new one
-// when none is idle. A message's call chain (its lease, heartbeat, fn and
-// commit) is deep: a new goroutine grows its stack, copying it, several
-// times over on the way to fn, and the next fn waits for that; a goroutine
-// kept for the next message keeps its stack.
+// when none is idle. A message's settlement (its Do: lease, heartbeat,
+// commit, ack) is a deep call chain: a new goroutine grows its stack,
+// copying it, several times over; a goroutine kept for the next message
+// keeps its stack.
 func (w *batcher) go_(f func()) {
 	select {
 	case w.idle <- f:
